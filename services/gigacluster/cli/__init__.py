@@ -1,0 +1,1 @@
+"""The ``gigacluster`` command line."""

@@ -1,0 +1,40 @@
+"""Entry point of the ``gigacluster`` console script.
+
+Each command lives in its own module with a ``register(subparsers)`` function; this file only
+wires them together, so adding a command never touches another command's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gigacluster",
+        description="Emulate an AI supercomputer: chips, fabric, isolation broker, scheduler, router.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    est = sub.add_parser("estimate", help="offline estimates from the models (no running stack)")
+    est_sub = est.add_subparsers(dest="estimate_command", required=True, metavar="WHAT")
+    estimate_train.register(est_sub)
+    estimate_collective.register(est_sub)
+    estimate_infer.register(est_sub)
+    planning.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
