@@ -1,0 +1,1 @@
+"""Shared runtime of the services: virtual clock, config, logging, telemetry, gRPC plumbing."""

@@ -1,0 +1,229 @@
+from gigacluster.common.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class BatchSpec(_message.Message):
+    __slots__ = ("global_batch", "global_batch_tokens")
+    GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    global_batch: int
+    global_batch_tokens: int
+    def __init__(self, global_batch: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ...) -> None: ...
+
+class ParallelismSpec(_message.Message):
+    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute")
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    microbatch_size: int
+    recompute: str
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ...) -> None: ...
+
+class HardwareSpec(_message.Message):
+    __slots__ = ("chip", "count", "system")
+    CHIP_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    chip: str
+    count: int
+    system: str
+    def __init__(self, chip: _Optional[str] = ..., count: _Optional[int] = ..., system: _Optional[str] = ...) -> None: ...
+
+class TrainingSpec(_message.Message):
+    __slots__ = ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    PUE_FIELD_NUMBER: _ClassVar[int]
+    model: _common_pb2.ModelArchitecture
+    batch: BatchSpec
+    parallelism: ParallelismSpec
+    hardware: HardwareSpec
+    precision: _common_pb2.Precision
+    tokens: int
+    steps: int
+    pue: float
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[Job.State]
+        STATE_QUEUED: _ClassVar[Job.State]
+        STATE_PLACING: _ClassVar[Job.State]
+        STATE_RUNNING: _ClassVar[Job.State]
+        STATE_CHECKPOINTING: _ClassVar[Job.State]
+        STATE_RESTARTING: _ClassVar[Job.State]
+        STATE_PREEMPTED: _ClassVar[Job.State]
+        STATE_SUCCEEDED: _ClassVar[Job.State]
+        STATE_FAILED: _ClassVar[Job.State]
+        STATE_CANCELLED: _ClassVar[Job.State]
+    STATE_UNSPECIFIED: Job.State
+    STATE_QUEUED: Job.State
+    STATE_PLACING: Job.State
+    STATE_RUNNING: Job.State
+    STATE_CHECKPOINTING: Job.State
+    STATE_RESTARTING: Job.State
+    STATE_PREEMPTED: Job.State
+    STATE_SUCCEEDED: Job.State
+    STATE_FAILED: Job.State
+    STATE_CANCELLED: Job.State
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    MFU_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ETA_S_FIELD_NUMBER: _ClassVar[int]
+    CREATED_S_FIELD_NUMBER: _ClassVar[int]
+    STARTED_S_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_S_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    EXPOSED_COMM_S_FIELD_NUMBER: _ClassVar[int]
+    BUBBLE_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    display_name: str
+    queue: str
+    priority: int
+    spec: TrainingSpec
+    state: Job.State
+    reason: str
+    steps_total: int
+    step: int
+    tokens: float
+    last_step_time_s: float
+    predicted_step_time_s: float
+    mfu: float
+    usage: _common_pb2.Usage
+    eta_s: float
+    created_s: float
+    started_s: float
+    finished_s: float
+    instance: str
+    restarts: int
+    max_restarts: int
+    checkpoint_interval_steps: int
+    last_checkpoint_step: int
+    goodput: float
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., reason: _Optional[str] = ..., steps_total: _Optional[int] = ..., step: _Optional[int] = ..., tokens: _Optional[float] = ..., last_step_time_s: _Optional[float] = ..., predicted_step_time_s: _Optional[float] = ..., mfu: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., eta_s: _Optional[float] = ..., created_s: _Optional[float] = ..., started_s: _Optional[float] = ..., finished_s: _Optional[float] = ..., instance: _Optional[str] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., checkpoint_interval_steps: _Optional[int] = ..., last_checkpoint_step: _Optional[int] = ..., goodput: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("display_name", "queue", "priority", "spec", "checkpoint_interval_steps", "max_restarts", "request_id")
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    display_name: str
+    queue: str
+    priority: int
+    spec: TrainingSpec
+    checkpoint_interval_steps: int
+    max_restarts: int
+    request_id: str
+    def __init__(self, display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., checkpoint_interval_steps: _Optional[int] = ..., max_restarts: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "tenant", "state")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    tenant: str
+    state: Job.State
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., state: _Optional[_Union[Job.State, str]] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class WatchJobResponse(_message.Message):
+    __slots__ = ("job", "kind", "message")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    kind: str
+    message: str
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
