@@ -1,0 +1,101 @@
+"""Domain errors shared by every service, with no gRPC import.
+
+Each class names the canonical status it maps to; ``runtime.errors`` turns any of them (and the
+model and security packages' errors) into a gRPC status with a ``google.rpc.ErrorInfo`` in one
+place. Messages say what to fix.
+
+    DomainError
+    ├── InvalidArgument      INVALID_ARGUMENT  (``field`` names the bad request field)
+    ├── NotFound             NOT_FOUND
+    ├── AlreadyExists        ALREADY_EXISTS
+    ├── PermissionDenied     PERMISSION_DENIED
+    ├── Unauthenticated      UNAUTHENTICATED
+    ├── ResourceExhausted    RESOURCE_EXHAUSTED (``retry_after_s`` when known)
+    ├── FailedPrecondition   FAILED_PRECONDITION
+    └── Unavailable          UNAVAILABLE (a dependency is down; retry)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """Base class: ``code`` is a grpc.StatusCode name, ``reason`` an UPPER_SNAKE_CASE tag."""
+
+    code = "INTERNAL"
+    default_reason = "INTERNAL"
+
+    def __init__(self, message: str, *, reason: str | None = None, **metadata: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.metadata = {k: str(v) for k, v in metadata.items() if v is not None}
+
+
+class InvalidArgument(DomainError):
+    code = "INVALID_ARGUMENT"
+    default_reason = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, message: str, **metadata: Any) -> None:
+        super().__init__(f"{field}: {message}", reason="INVALID_FIELD", field=field, **metadata)
+        self.field = field
+
+
+class NotFound(DomainError):
+    code = "NOT_FOUND"
+    default_reason = "NOT_FOUND"
+
+    def __init__(self, resource: str, message: str | None = None) -> None:
+        super().__init__(message or f"{resource} not found", resource=resource)
+        self.resource = resource
+
+
+class AlreadyExists(DomainError):
+    code = "ALREADY_EXISTS"
+    default_reason = "ALREADY_EXISTS"
+
+
+class PermissionDenied(DomainError):
+    code = "PERMISSION_DENIED"
+    default_reason = "PERMISSION_DENIED"
+
+
+class Unauthenticated(DomainError):
+    code = "UNAUTHENTICATED"
+    default_reason = "UNAUTHENTICATED"
+
+
+class ResourceExhausted(DomainError):
+    code = "RESOURCE_EXHAUSTED"
+    default_reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **metadata: Any) -> None:
+        super().__init__(message, retry_after_s=None if retry_after_s is None else f"{retry_after_s:.3f}", **metadata)
+        self.retry_after_s = retry_after_s
+
+
+class FailedPrecondition(DomainError):
+    code = "FAILED_PRECONDITION"
+    default_reason = "FAILED_PRECONDITION"
+
+
+class Unavailable(DomainError):
+    code = "UNAVAILABLE"
+    default_reason = "UNAVAILABLE"
+
+
+def require(cond: bool, field: str, message: str) -> None:
+    """Raise InvalidArgument(field, message) unless ``cond``."""
+    if not cond:
+        raise InvalidArgument(field, message)
+
+
+def require_positive(value: float, field: str, *, maximum: float | None = None, integer: bool = False) -> None:
+    """Validate a strictly positive (optionally bounded) number, naming the field."""
+    if integer and int(value) != value:
+        raise InvalidArgument(field, f"must be an integer, got {value}")
+    if not value > 0:
+        raise InvalidArgument(field, f"must be > 0, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgument(field, f"must be <= {maximum:g}, got {value:g}")

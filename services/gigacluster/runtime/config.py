@@ -1,0 +1,245 @@
+"""Service configuration: one frozen dataclass per service, read from (highest first) CLI flags,
+``GIGACLUSTER_<SERVICE>_<FIELD>`` / ``GIGACLUSTER_<FIELD>`` environment variables, a YAML file
+(top-level keys for every service, a ``<service>:`` section for one), then defaults.
+
+Validation happens at start-up in ``__post_init__``; a bad value fails fast naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import yaml
+
+from gigacluster.hw.catalog import chip_names, system_names
+
+T = TypeVar("T", bound="CommonConfig")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names it and its source."""
+
+
+def _f(default: Any, help: str) -> Any:
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonConfig:
+    """Settings every service shares."""
+
+    service: typing.ClassVar[str] = "common"
+
+    cluster: str = _f("local", "cluster name; the MQTT topic root is gigacluster/<cluster>/")
+    host: str = _f("127.0.0.1", "address to bind")
+    port: int = _f(0, "port to bind (0 = any free port)")
+    mqtt: str = _f("", "MQTT broker HOST:PORT for telemetry; empty disables telemetry")
+    mqtt_username: str = _f("", "MQTT user name")
+    mqtt_password: str = _f("", "MQTT password")
+    clock_epoch: float = _f(0.0, "wall time (unix s) of virtual time 0, shared by the mesh; 0 = now")
+    speedup: float = _f(1.0, "virtual seconds per wall second (1 = real time)")
+    log_format: str = _f("json", "json or console")
+    log_level: str = _f("info", "debug, info, warning or error")
+    broker: str = _f("127.0.0.1:50053", "isolation broker HOST:PORT")
+    admin_key: str = _f("", "admin API key (the broker hashes it at start)")
+    service_key: str = _f("", "key the services use to call each other")
+    state_dir: str = _f("", "directory for durable state (empty = in memory)")
+    telemetry_interval_s: float = _f(1.0, "wall seconds between telemetry publications")
+    grace_s: float = _f(5.0, "grace period for in-flight calls on SIGTERM")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        if not self.speedup > 0:
+            raise ConfigError(f"speedup must be > 0, got {self.speedup}")
+        if self.log_format not in ("json", "console"):
+            raise ConfigError(f"log_format must be json or console, got {self.log_format!r}")
+        if self.mqtt and not _is_endpoint(self.mqtt):
+            raise ConfigError(f"mqtt must be HOST:PORT, got {self.mqtt!r}")
+        if not _is_endpoint(self.broker):
+            raise ConfigError(f"broker must be HOST:PORT, got {self.broker!r}")
+        if self.telemetry_interval_s <= 0:
+            raise ConfigError("telemetry_interval_s must be > 0")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _is_endpoint(s: str) -> bool:
+    host, _, port = s.rpartition(":")
+    return bool(host) and port.isdigit()
+
+
+@dataclasses.dataclass(frozen=True)
+class ChipConfig(CommonConfig):
+    service: typing.ClassVar[str] = "chip"
+    port: int = _f(50051, "port to bind")
+    chip: str = _f("h100-sxm", "chip type from the catalog")
+    system: str = _f("", "scale-up system (empty = the chip's default)")
+    device_offset: int = _f(0, "global id of this shard's first device")
+    device_count: int = _f(64, "devices hosted by this shard")
+    ambient_c: float = _f(25.0, "inlet air / coolant temperature")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.chip not in chip_names():
+            raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
+        if self.system and self.system not in system_names():
+            raise ConfigError(f"system must be one of {', '.join(system_names())}; got {self.system!r}")
+        if self.device_offset < 0 or self.device_count <= 0:
+            raise ConfigError("device_offset must be >= 0 and device_count > 0")
+        if self.device_count > 4_000_000:
+            raise ConfigError("device_count must be <= 4,000,000 per shard")
+
+
+@dataclasses.dataclass(frozen=True)
+class FabricConfig(CommonConfig):
+    service: typing.ClassVar[str] = "fabric"
+    port: int = _f(50052, "port to bind")
+    chip: str = _f("h100-sxm", "accelerator type the topology connects")
+    count: int = _f(64, "accelerators in the topology")
+    system: str = _f("", "scale-up system (empty = the chip's default)")
+    nic: str = _f("nic400", "NIC type: nic400 or thor-ultra")
+    switch: str = _f("tomahawk5", "scale-out switch: tomahawk5, tomahawk6 or tomahawk-ultra")
+    tiers: int = _f(2, "scale-out fat-tree tiers (2 or 3)")
+    oversubscription: float = _f(1.0, "leaf downlink:uplink ratio (1 = non-blocking)")
+    routing: str = _f("ecmp", "ecmp (hash per flow) or spray (packet spraying)")
+    inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
+    inference_weight: float = _f(4.0, "weight of inference flows against training flows (weighted mode)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.chip not in chip_names():
+            raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
+        if self.count <= 0:
+            raise ConfigError("count must be > 0")
+        if self.inference_priority not in ("strict", "weighted"):
+            raise ConfigError("inference_priority must be strict or weighted")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig(CommonConfig):
+    service: typing.ClassVar[str] = "broker"
+    port: int = _f(50053, "port to bind")
+    shards: str = _f("127.0.0.1:50051", "comma-separated chip shard endpoints")
+    fabric: str = _f("127.0.0.1:50052", "fabric service HOST:PORT")
+    capability_ttl_s: float = _f(900.0, "wall seconds a capability token lives")
+    audit_log: str = _f("", "path of the JSON-lines audit log (empty = <state_dir>/audit.jsonl or none)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for ep in self.shard_endpoints:
+            if not _is_endpoint(ep):
+                raise ConfigError(f"shards must be comma-separated HOST:PORT, got {ep!r}")
+        if self.capability_ttl_s <= 0:
+            raise ConfigError("capability_ttl_s must be > 0")
+
+    @property
+    def shard_endpoints(self) -> list[str]:
+        return [s.strip() for s in self.shards.split(",") if s.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig(CommonConfig):
+    service: typing.ClassVar[str] = "scheduler"
+    port: int = _f(50054, "port to bind")
+    placement: str = _f("topology", "placement policy: binpack, spread or topology")
+    progress_interval_steps: int = _f(1, "publish job progress every N steps")
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterConfig(CommonConfig):
+    service: typing.ClassVar[str] = "router"
+    port: int = _f(50055, "port to bind")
+    http_port: int = _f(-1, "OpenAI-compatible HTTP port (-1 = off)")
+
+
+CONFIGS: dict[str, type[CommonConfig]] = {
+    c.service: c for c in (ChipConfig, FabricConfig, BrokerConfig, SchedulerConfig, RouterConfig)
+}
+
+
+def _field_type(cls: type, name: str) -> type:
+    hints = typing.get_type_hints(cls)
+    t = hints[name]
+    if isinstance(t, types.UnionType):
+        t = next(a for a in typing.get_args(t) if a is not type(None))
+    return t  # type: ignore[no-any-return]
+
+
+def _convert(cls: type, name: str, raw: Any, source: str) -> Any:
+    t = _field_type(cls, name)
+    try:
+        if t is bool:
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return t(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name} from {source} must be {t.__name__}, got {raw!r}") from exc
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[CommonConfig]) -> None:
+    """One ``--flag`` per config field (default None, so unset flags fall through)."""
+    parser.add_argument("--config", metavar="FILE", help="YAML config file")
+    for f in dataclasses.fields(cls):
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            default=None,
+            metavar=f.name.upper(),
+            help=f"{f.metadata.get('help', '')} (default: {f.default!r})",
+        )
+
+
+def load(
+    cls: type[T],
+    *,
+    flags: Mapping[str, Any] | None = None,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> T:
+    """Build and validate a config; precedence flags > env > YAML > defaults."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    config_file = config_file or env.get("GIGACLUSTER_CONFIG") or None
+    if config_file:
+        path = pathlib.Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file {config_file} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {config_file} must be a mapping")
+        section = data.get(cls.service, {}) or {}
+        for scope, mapping in (("top level", data), (cls.service, section)):
+            for k, v in mapping.items():
+                key = k.replace("-", "_")
+                if key in names and not isinstance(v, dict):
+                    values[key] = _convert(cls, key, v, f"{config_file} ({scope})")
+    for name in names:
+        for var in (f"GIGACLUSTER_{name.upper()}", f"GIGACLUSTER_{cls.service.upper()}_{name.upper()}"):
+            if var in env:
+                values[name] = _convert(cls, name, env[var], var)
+    for name, v in (flags or {}).items():
+        if name in names and v is not None:
+            values[name] = _convert(cls, name, v, "--" + name.replace("_", "-"))
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc

@@ -1,0 +1,131 @@
+"""Map every domain error to a gRPC status, in one place.
+
+``grpc_errors`` wraps each RPC method of a servicer class: a :class:`gigacluster.errors.DomainError`,
+a model ``SpecError``/``DoesNotFitError`` or a security error becomes its canonical status code
+with a ``google.rpc.ErrorInfo`` (reason, domain, metadata) in the status details; anything else is
+logged with its traceback and answered INTERNAL, so no request crashes the process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from gigacluster import errors as E
+from gigacluster.model import DoesNotFitError, SpecError
+
+log = structlog.get_logger()
+DOMAIN = "gigacluster.dev"
+C = TypeVar("C", bound=type)
+
+
+def _security_code(exc: Exception) -> str | None:
+    """Security package errors carry their status name in ``code`` (duck-typed: no import cycle)."""
+    code = getattr(exc, "grpc_code", None) or getattr(exc, "code", None)
+    return code if isinstance(code, str) and hasattr(code_pb2, code) else None
+
+
+def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
+    """(status code name, reason, message, metadata) for an exception."""
+    if isinstance(exc, E.DomainError):
+        return exc.code, exc.reason, exc.message, exc.metadata
+    if isinstance(exc, SpecError):
+        return "INVALID_ARGUMENT", "INVALID_FIELD", str(exc), {"field": exc.field}
+    if isinstance(exc, DoesNotFitError):
+        return (
+            "FAILED_PRECONDITION",
+            "DOES_NOT_FIT",
+            str(exc),
+            {"need_bytes": f"{exc.need_bytes:.0f}", "have_bytes": f"{exc.have_bytes:.0f}"},
+        )
+    if isinstance(exc, Exception):
+        code = _security_code(exc)
+        if code is not None:
+            meta = {}
+            for attr in ("field", "retry_after_s"):
+                v = getattr(exc, attr, None)
+                if v is not None:
+                    meta[attr] = f"{v:.3f}" if isinstance(v, float) else str(v)
+            return code, type(exc).__name__.upper(), str(exc), meta
+    return "INTERNAL", "INTERNAL", f"internal error ({type(exc).__name__}); see the service log", {}
+
+
+def to_status(exc: BaseException) -> grpc.Status:
+    code, reason, message, metadata = classify(exc)
+    info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=getattr(code_pb2, code), message=message, details=[detail])
+    return rpc_status.to_status(status)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    status = to_status(exc)
+    if status.code == grpc.StatusCode.INTERNAL:
+        log.error("rpc failed", method=method, exc_info=exc)
+    else:
+        log.info("rpc rejected", method=method, code=status.code.name, error=status.details)
+    if "retry_after_s" in classify(exc)[3]:
+        context.set_trailing_metadata((("retry-after-s", classify(exc)[3]["retry_after_s"]),))
+    await context.abort_with_status(status)
+
+
+def _wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for item in fn(self, request, context):
+                    yield item
+            except (grpc.aio.AbortError, GeneratorExit):
+                raise
+            except Exception as exc:
+                await _abort(context, exc, name)
+
+        return stream
+
+    @functools.wraps(fn)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, name)
+
+    return unary
+
+
+def grpc_errors(base: type) -> Callable[[C], C]:
+    """Class decorator: wrap every RPC of generated servicer ``base`` implemented by the class."""
+    rpcs = {n for n, v in vars(base).items() if callable(v) and not n.startswith("_")}
+
+    def deco(cls: C) -> C:
+        for name in rpcs:
+            fn = cls.__dict__.get(name)
+            if fn is not None:
+                setattr(cls, name, _wrap(f"{base.__name__}.{name}", fn))
+        return cls
+
+    return deco
+
+
+def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo a gigacluster service attached to a failed call, if any (client side)."""
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for d in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if d.Unpack(info):
+                    return info
+    return None

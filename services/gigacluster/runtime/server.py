@@ -1,0 +1,148 @@
+"""gRPC server plumbing shared by the five services.
+
+A service is a :class:`Service` subclass: it adds its servicers to the server, may run
+background tasks, and stops cleanly. ``create_server`` wires the standard health service and
+server reflection; ``serve`` runs until SIGTERM/SIGINT and stops with a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.telemetry import Telemetry
+
+CfgT = TypeVar("CfgT", bound=CommonConfig)
+log = structlog.get_logger()
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class RequestIdInterceptor(grpc.aio.ServerInterceptor):
+    """Binds ``request_id`` (from ``x-request-id`` metadata, or a fresh one) into every log line."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        rid = None
+        for k, v in handler_call_details.invocation_metadata or ():
+            if k == "x-request-id":
+                rid = v
+        structlog.contextvars.bind_contextvars(
+            request_id=rid or uuid.uuid4().hex[:12], method=handler_call_details.method
+        )
+        return await continuation(handler_call_details)
+
+
+class Service(Generic[CfgT]):
+    """Base of every service process."""
+
+    name = "service"
+
+    def __init__(self, config: CfgT) -> None:
+        self.config = config
+        epoch = config.clock_epoch
+        self.clock = VirtualClock(epoch, config.speedup) if epoch > 0 else VirtualClock.starting_now(config.speedup)
+        self.telemetry = Telemetry(
+            cluster=config.cluster,
+            service=self.name,
+            endpoint=config.mqtt,
+            username=config.mqtt_username,
+            password=config.mqtt_password,
+        )
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def add_to_server(self, server: grpc.aio.Server) -> list[str]:
+        """Register servicers; return their full service names (for health and reflection)."""
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Start background work (called after the server has bound its port)."""
+        await self.telemetry.start()
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self.telemetry.close()
+
+    def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.append(task)
+        return task
+
+    def every(self, interval_wall_s: float, fn: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run ``fn`` every ``interval_wall_s`` wall seconds; errors are logged, never fatal."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_wall_s)
+                try:
+                    await fn()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("periodic task failed", task=name)
+
+        self.spawn(loop(), name)
+
+
+async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
+    cfg = service.config
+    server = grpc.aio.server(
+        interceptors=[RequestIdInterceptor()],
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    names = service.add_to_server(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for n in [*names, ""]:
+        await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(cfg.address)
+    if port == 0:
+        raise OSError(f"cannot bind {cfg.address}")
+    service.health = health_servicer  # type: ignore[attr-defined]
+    return server, port
+
+
+async def serve(service: Service[Any], *, ready: Callable[[int], None] | None = None) -> None:
+    """Run ``service`` until SIGTERM or SIGINT, then stop gracefully."""
+    server, port = await create_server(service)
+    await server.start()
+    await service.start()
+    log.info("serving", service=service.name, address=f"{service.config.host}:{port}",
+             speedup=service.config.speedup, mqtt=service.config.mqtt or None)
+    if ready:
+        ready(port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping", service=service.name, grace_s=service.config.grace_s)
+    await service.health.enter_graceful_shutdown()  # type: ignore[attr-defined]
+    await server.stop(service.config.grace_s)
+    await service.stop()
+    log.info("stopped", service=service.name)
