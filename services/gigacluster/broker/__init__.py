@@ -1,0 +1,1 @@
+"""The Nitro-like isolation broker: tenants, API keys, instances and capability tokens."""

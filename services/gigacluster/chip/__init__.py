@@ -1,0 +1,1 @@
+"""The chip emulator: one process hosts a shard of devices of one chip type, state in arrays."""

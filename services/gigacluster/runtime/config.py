@@ -86,7 +86,6 @@ class ChipConfig(CommonConfig):
     system: str = _f("", "scale-up system (empty = the chip's default)")
     device_offset: int = _f(0, "global id of this shard's first device")
     device_count: int = _f(64, "devices hosted by this shard")
-    ambient_c: float = _f(25.0, "inlet air / coolant temperature")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,0 +1,244 @@
+"""The broker's domain state: tenants and their key hashes, instances and their capabilities.
+
+Pure (no gRPC): the service layer authenticates the caller into a :class:`Principal` and calls
+these methods, which decide what the principal may do. API keys are kept only as argon2 hashes;
+a verified key is remembered by its SHA-256 for the process lifetime so argon2 (slow by design)
+runs once per key, not once per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import re
+import time
+from collections.abc import Iterable
+
+from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from gigacluster.runtime.auth import Principal
+from gigacluster.security import apikeys
+from gigacluster.security.allocator import DeviceAllocator, InstanceAllocation, Shard, Topology
+from gigacluster.security.audit import AuditLog
+from gigacluster.security.capability import (
+    ACTION_COMPUTE_RUN,
+    ACTION_FABRIC_SEND,
+    ACTION_MEMORY_READ,
+    ACTION_MEMORY_WRITE,
+    ACTION_TELEMETRY_READ,
+    CapabilityIssuer,
+    CapabilityVerifier,
+)
+
+TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+INSTANCE_ACTIONS = frozenset(
+    {ACTION_COMPUTE_RUN, ACTION_FABRIC_SEND, ACTION_MEMORY_READ, ACTION_MEMORY_WRITE, ACTION_TELEMETRY_READ}
+)
+
+
+@dataclasses.dataclass
+class TenantRecord:
+    tenant_id: str
+    display_name: str
+    weight: float
+    created_s: float
+    key_hashes: list[str]
+
+    @property
+    def name(self) -> str:
+        return f"tenants/{self.tenant_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    endpoint: str
+    chip_type: str
+    start: int
+    end: int
+    system: str
+    chips_per_domain: int
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceRecord:
+    alloc: InstanceAllocation
+    created_s: float
+    purpose: str
+    nic_share: float
+
+    @property
+    def name(self) -> str:
+        return f"instances/{self.alloc.instance}"
+
+
+def tenant_id_of(name: str, field: str = "name") -> str:
+    tid = name.removeprefix("tenants/")
+    if not name.startswith("tenants/") or not TENANT_ID_RE.match(tid):
+        raise InvalidArgument(field, f"must look like 'tenants/<id>' (a-z, 0-9, '-', 1-40 chars), got {name!r}")
+    return tid
+
+
+def instance_id_of(name: str, field: str = "name") -> str:
+    iid = name.removeprefix("instances/")
+    if not name.startswith("instances/") or not iid:
+        raise InvalidArgument(field, f"must look like 'instances/<id>', got {name!r}")
+    return iid
+
+
+class BrokerCore:
+    """Tenants, keys, instances and capabilities of one cluster."""
+
+    def __init__(self, *, cluster: str, shards: Iterable[ShardInfo], admin_key: str, service_key: str,
+                 capability_ttl_s: float, audit: AuditLog | None = None) -> None:
+        shards = sorted(shards, key=lambda s: s.start)
+        expect = 0
+        for s in shards:
+            if s.start != expect:
+                raise ValueError(f"chip shards must cover device ids 0.. without gaps: shard {s.endpoint} "
+                                 f"starts at {s.start}, expected {expect}")
+            expect = s.end
+        self.cluster = cluster
+        self.shards = shards
+        self.allocator = DeviceAllocator(
+            [Shard(s.chip_type, s.end - s.start, s.chips_per_domain) for s in shards]
+        ) if shards else None
+        self.issuer = CapabilityIssuer.generate(cluster=cluster, key_id="k1")
+        self.verifier = CapabilityVerifier({"k1": self.issuer.public_key_pem()}, cluster=cluster)
+        self.capability_ttl_s = capability_ttl_s
+        self.audit = audit
+        self.tenants: dict[str, TenantRecord] = {}
+        self.instances: dict[str, InstanceRecord] = {}
+        self._admin_hash = apikeys.hash_api_key(admin_key) if admin_key else None
+        self._service_hash = apikeys.hash_api_key(service_key) if service_key else None
+        self._verified: dict[str, Principal] = {}
+        self._ids = itertools.count(1)
+
+    # -- identities -------------------------------------------------------------------------------
+    def authenticate(self, key: str | None) -> Principal:
+        if not key:
+            raise Unauthenticated("missing credentials: send 'authorization: Bearer <api key>'", reason="NO_API_KEY")
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        hit = self._verified.get(digest)
+        if hit is not None:
+            return hit
+        p: Principal | None = None
+        if self._admin_hash and apikeys.verify_api_key(self._admin_hash, key):
+            p = Principal("admin")
+        elif self._service_hash and apikeys.verify_api_key(self._service_hash, key):
+            p = Principal("service")
+        else:
+            for t in self.tenants.values():
+                if any(apikeys.verify_api_key(h, key) for h in t.key_hashes):
+                    p = Principal("tenant", t.name)
+                    break
+        if p is None:
+            raise Unauthenticated("invalid API key", reason="BAD_API_KEY")
+        self._verified[digest] = p
+        return p
+
+    def _log(self, actor: Principal, action: str, resource: str, outcome: str) -> None:
+        if self.audit is not None:
+            who = {"admin": "admin:root", "service": "service:mesh"}.get(
+                actor.kind, f"tenant:{actor.tenant.removeprefix('tenants/')}")
+            self.audit.append(actor=who, action=action, resource=resource, outcome=outcome, time_s=time.time())
+
+    def create_tenant(self, actor: Principal, tenant_id: str, display_name: str,
+                      weight: float) -> tuple[TenantRecord, str]:
+        if actor.kind != "admin":
+            self._log(actor, "tenant.create", f"tenants/{tenant_id}", "denied")
+            raise PermissionDenied("only the admin creates tenants", reason="ADMIN_ONLY")
+        if not TENANT_ID_RE.match(tenant_id or ""):
+            raise InvalidArgument("tenant_id", f"must be 1-40 characters of a-z, 0-9, '-', got {tenant_id!r}")
+        if weight < 0 or weight > 1e6:
+            raise InvalidArgument("weight", f"must be in [0, 1e6] (0 = default 1), got {weight}")
+        if tenant_id in self.tenants:
+            raise AlreadyExists(f"tenant tenants/{tenant_id} already exists")
+        key = apikeys.new_api_key()
+        rec = TenantRecord(tenant_id, display_name or tenant_id, weight or 1.0, time.time(),
+                           [apikeys.hash_api_key(key)])
+        self.tenants[tenant_id] = rec
+        self._log(actor, "tenant.create", rec.name, "ok")
+        return rec, key
+
+    def get_tenant(self, actor: Principal, name: str) -> TenantRecord:
+        tid = tenant_id_of(name)
+        if not actor.privileged and actor.tenant != f"tenants/{tid}":
+            raise PermissionDenied(f"{actor.tenant} cannot read {name}", reason="OTHER_TENANT")
+        if tid not in self.tenants:
+            raise NotFound(name)
+        return self.tenants[tid]
+
+    def devices_held(self, tenant_name: str) -> int:
+        return sum(len(r.alloc.devices) for r in self.instances.values() if f"tenants/{r.alloc.tenant}" == tenant_name)
+
+    # -- instances --------------------------------------------------------------------------------
+    def allocate(self, actor: Principal, *, chip_type: str, count: int, topology: int, purpose: str,
+                 on_behalf: str) -> tuple[InstanceRecord, str, float]:
+        if on_behalf:
+            if not actor.privileged:
+                raise PermissionDenied("only the admin or a service allocates for another tenant",
+                                       reason="ADMIN_ONLY")
+            tid = tenant_id_of(on_behalf, "tenant")
+        elif actor.kind == "tenant":
+            tid = actor.tenant.removeprefix("tenants/")
+        else:
+            raise InvalidArgument("tenant", "the admin must name the tenant to allocate for")
+        if tid not in self.tenants:
+            raise NotFound(f"tenants/{tid}")
+        if not chip_type:
+            raise InvalidArgument("chip_type", "required")
+        if count <= 0:
+            raise InvalidArgument("count", f"must be > 0, got {count}")
+        if len(purpose) > 200:
+            raise InvalidArgument("purpose", "at most 200 characters")
+        if self.allocator is None:
+            raise NotFound("shards", "this broker has no chip shards")
+        topo = {0: Topology.NONE, 1: Topology.NONE, 2: Topology.SAME_DOMAIN, 3: Topology.CONTIGUOUS}.get(topology)
+        if topo is None:
+            raise InvalidArgument("topology", "allowed: TOPOLOGY_CONSTRAINT_NONE, _SAME_DOMAIN, _CONTIGUOUS")
+        iid = f"i-{next(self._ids)}"
+        try:
+            alloc = self.allocator.allocate(tid, iid, chip_type, int(count), topo)
+        except Exception:
+            self._log(actor, "instance.allocate", f"instances/{iid}", "failed")
+            raise
+        rec = InstanceRecord(alloc, time.time(), purpose, 1.0)
+        self.instances[iid] = rec
+        token, exp = self.capability(rec)
+        self._log(actor, "instance.allocate", rec.name, "ok")
+        return rec, token, exp
+
+    def capability(self, rec: InstanceRecord) -> tuple[str, float]:
+        now = time.time()
+        token = self.issuer.issue(rec.alloc.tenant, rec.alloc.instance, rec.alloc.devices, INSTANCE_ACTIONS,
+                                  self.capability_ttl_s, now)
+        return token, now + self.capability_ttl_s
+
+    def get_instance(self, actor: Principal, name: str) -> InstanceRecord:
+        iid = instance_id_of(name)
+        rec = self.instances.get(iid)
+        if rec is None or (not actor.privileged and actor.tenant != f"tenants/{rec.alloc.tenant}"):
+            # Another tenant's instance is indistinguishable from a missing one.
+            raise NotFound(name)
+        return rec
+
+    def list_instances(self, actor: Principal) -> list[InstanceRecord]:
+        return [r for r in self.instances.values()
+                if actor.privileged or actor.tenant == f"tenants/{r.alloc.tenant}"]
+
+    def release(self, actor: Principal, name: str) -> InstanceRecord:
+        rec = self.get_instance(actor, name)
+        assert self.allocator is not None
+        self.allocator.release(rec.alloc.instance)
+        self.verifier.revoke(rec.alloc.instance, time.time())
+        del self.instances[rec.alloc.instance]
+        self._log(actor, "instance.release", rec.name, "ok")
+        return rec
+
+    def shards_of(self, rec: InstanceRecord) -> list[ShardInfo]:
+        out = []
+        for s in self.shards:
+            ids = rec.alloc.devices.ids()
+            if ((ids >= s.start) & (ids < s.end)).any():
+                out.append(s)
+        return out

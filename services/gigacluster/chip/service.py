@@ -1,0 +1,208 @@
+"""The chip emulator's gRPC layer: maps requests to :class:`ChipShard` calls and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+
+from gigacluster.chip.shard import ChipShard
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+from gigacluster.errors import InvalidArgument, PermissionDenied
+from gigacluster.hw.catalog import default_system, get_chip, get_system
+from gigacluster.runtime import convert
+from gigacluster.runtime.auth import BrokerAuth, bearer_token
+from gigacluster.runtime.config import ChipConfig
+from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.server import Service
+from gigacluster.security.capability import DeviceSet
+from gigacluster.security.memory import DeviceMemory
+
+MAX_IO_BYTES = 4 * 1024 * 1024
+
+
+class ChipService(Service[ChipConfig]):
+    name = "chip"
+
+    def __init__(self, config: ChipConfig) -> None:
+        super().__init__(config)
+        chip = get_chip(config.chip)
+        system = get_system(config.system or default_system(config.chip))
+        self.shard = ChipShard(chip, system, offset=config.device_offset, count=config.device_count,
+                               start_s=self.clock.now())
+        self.shard_name = f"shards/{chip.name}-{config.device_offset}"
+        self.memory = DeviceMemory.for_chip(chip, config.device_count)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+
+    def add_to_server(self, server: grpc.aio.Server) -> list[str]:
+        chip_pb2_grpc.add_ChipServiceServicer_to_server(ChipServicer(self), server)
+        return [chip_pb2.DESCRIPTOR.services_by_name["ChipService"].full_name]
+
+    async def start(self) -> None:
+        await super().start()
+        self.spawn(self.auth.run_refresh(), "auth-refresh")
+        self.every(min(self.config.telemetry_interval_s, 0.5), self.tick, "tick")
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.auth.close()
+
+    async def tick(self) -> None:
+        snap = self.shard.tick(self.clock.now())
+        self.telemetry.publish(
+            f"shards/{self.shard.chip.name}-{self.shard.offset}/stats",
+            {
+                "shard": self.shard_name,
+                "chip": self.shard.chip.name,
+                "t_s": snap.now_s,
+                "devices": snap.devices,
+                "healthy": snap.healthy,
+                "throttled": snap.throttled,
+                "failed": snap.failed,
+                "utilization": snap.mean_utilization,
+                "power_w": snap.power_w,
+                "energy_j": snap.energy_j,
+                "busy_s": snap.busy_s,
+                "memory_used_bytes": int(self.memory.used_bytes.sum()),
+                "max_temperature_c": snap.max_temperature_c,
+                "mean_clock_factor": snap.mean_clock_factor,
+            },
+        )
+
+
+def _devset(idx: np.ndarray, offset: int) -> DeviceSet:
+    return DeviceSet.from_ids(idx + offset)
+
+
+@grpc_errors(chip_pb2_grpc.ChipServiceServicer)
+class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
+    def __init__(self, svc: ChipService) -> None:
+        self.svc = svc
+        self.shard = svc.shard
+
+    async def _read_access(self, context: grpc.aio.ServicerContext, idx: np.ndarray | None) -> None:
+        """Privileged callers read any device; a capability reads its own."""
+        if bearer_token(context):
+            await self.svc.auth.require_privileged(context)
+            return
+        devs = _devset(idx, self.shard.offset) if idx is not None else None
+        cap = await self.svc.auth.capability(context, "telemetry.read", devs)
+        if idx is None:
+            raise PermissionDenied(f"tenant {cap.tenant} must name its devices", reason="DEVICES_REQUIRED")
+
+    async def GetShard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        s = self.shard
+        return chip_pb2.GetShardResponse(
+            name=self.svc.shard_name, chip_type=s.chip.name,
+            devices=convert.range_msgs([(s.offset, s.end)])[0], system=s.system.name,
+            chips_per_domain=s.system.chips, hbm_bytes_per_device=s.chip.hbm_bytes, now_s=self.svc.clock.now(),
+        )
+
+    async def ListDevices(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local(convert.ranges(request.devices)) if request.devices else None
+        await self._read_access(context, idx)
+        s = self.shard
+        all_idx = idx if idx is not None else np.arange(s.count)
+        page_idx, token = convert.page(all_idx, request.page_size, request.page_token)
+        now = self.svc.clock.now()
+        energy = s.energy_j(now)
+        states = s.state()
+        out = []
+        for i in np.asarray(page_idx, dtype=np.int64):
+            out.append(chip_pb2.Device(
+                id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),
+                power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
+                memory_used_bytes=int(self.svc.memory.used_bytes[i]), energy_j=float(energy[i]),
+                busy_s=float(s.busy_s[i]), fault=chip_pb2.FaultKind.Name(int(s.fault[i])) if s.fault[i] else "",
+            ))
+        return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
+
+    async def ExecuteWork(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local(convert.ranges(request.devices))
+        works = convert.works(request.items)
+        if request.not_before_s < 0:
+            raise InvalidArgument("not_before_s", f"must be >= 0, got {request.not_before_s}")
+        await self.svc.auth.capability(context, "compute.run", _devset(idx, self.shard.offset))
+        res = self.shard.execute(idx, works, not_before_s=request.not_before_s, now_s=self.svc.clock.now())
+        if request.wait:
+            await self.svc.clock.sleep_until(res.end_s)
+        return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
+                                            clock_factor=res.clock_factor)
+
+    async def AllocateMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local([(request.device, request.device + 1)], "device")
+        if request.size_bytes <= 0:
+            raise InvalidArgument("size_bytes", "must be > 0")
+        cap = await self.svc.auth.capability(context, "memory.write", _devset(idx, self.shard.offset))
+        alloc = self.svc.memory.allocate(int(idx[0]), cap.tenant, cap.instance, int(request.size_bytes))
+        return chip_pb2.AllocateMemoryResponse(name=f"allocations/{alloc}", device=request.device,
+                                               size_bytes=request.size_bytes)
+
+    def _alloc_id(self, name: str) -> int:
+        rest = name.removeprefix("allocations/")
+        if not name.startswith("allocations/") or not rest.isdigit():
+            raise InvalidArgument("name", f"must look like 'allocations/<number>', got {name!r}")
+        return int(rest)
+
+    async def FreeMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        alloc = self._alloc_id(request.name)
+        cap = await self.svc.auth.capability(context, "memory.write")
+        scrub_s = self.svc.memory.free(alloc, cap.tenant)
+        return chip_pb2.FreeMemoryResponse(scrub_s=scrub_s)
+
+    async def WriteMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        alloc = self._alloc_id(request.name)
+        if len(request.data) > MAX_IO_BYTES:
+            raise InvalidArgument("data", f"at most {MAX_IO_BYTES} bytes per call, got {len(request.data)}")
+        cap = await self.svc.auth.capability(context, "memory.write")
+        self.svc.memory.write(alloc, cap.tenant, int(request.offset), bytes(request.data))
+        return chip_pb2.WriteMemoryResponse(written_bytes=len(request.data))
+
+    async def ReadMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        alloc = self._alloc_id(request.name)
+        if request.length > MAX_IO_BYTES:
+            raise InvalidArgument("length", f"at most {MAX_IO_BYTES} bytes per call, got {request.length}")
+        cap = await self.svc.auth.capability(context, "memory.read")
+        data = self.svc.memory.read(alloc, cap.tenant, int(request.offset), int(request.length))
+        return chip_pb2.ReadMemoryResponse(data=data)
+
+    async def ScrubInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self.svc.auth.require_privileged(context)
+        if not request.instance:
+            raise InvalidArgument("instance", "required")
+        before = int(self.svc.memory.used_bytes.sum())
+        scrub_s = self.svc.memory.release_instance(request.instance)
+        scrubbed = before - int(self.svc.memory.used_bytes.sum())
+        return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=scrubbed)
+
+    async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local(convert.ranges(request.devices))
+        await self.svc.auth.require_privileged(context)
+        n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
+        self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_pb2.FaultKind.Name(request.kind),
+                                              "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
+        return chip_pb2.InjectFaultResponse(affected=n)
+
+    async def ClearFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local(convert.ranges(request.devices))
+        await self.svc.auth.require_privileged(context)
+        n = self.shard.clear_fault(idx)
+        self.svc.telemetry.publish("events", {"event": "fault_cleared", "devices": convert.ranges(request.devices),
+                                              "t_s": self.svc.clock.now()})
+        return chip_pb2.ClearFaultResponse(affected=n)
+
+    async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        idx = self.shard.local(convert.ranges(request.devices)) if request.devices else None
+        await self._read_access(context, idx)
+        s = self.shard
+        sel = idx if idx is not None else np.arange(s.count)
+        now = self.svc.clock.now()
+        st = s.state()[sel]
+        return chip_pb2.GetStatsResponse(
+            devices=int(sel.size), healthy=int(np.count_nonzero(st == 1)), failed=int(np.count_nonzero(st == 3)),
+            throttled=int(np.count_nonzero(st == 2)), mean_utilization=float(s.utilization[sel].mean()),
+            power_w=float(s.power_w[sel].sum()), energy_j=float(s.energy_j(now)[sel].sum()),
+            busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(self.svc.memory.used_bytes[sel].sum()),
+            max_temperature_c=float(s.temp_c[sel].max()), now_s=now,
+        )

@@ -1,0 +1,180 @@
+"""A shard of emulated accelerators: pure state and behaviour, no gRPC.
+
+All per-device state is numpy arrays indexed by local id (global id - offset), so a shard of a
+million devices is a few tens of MB and every operation is vectorised. Work runs in lock step on
+a device group: it starts at ``max(not_before, busy_until of the group)`` and lasts the roofline
+time of its items at the slowest device's clock, so the caller's RPC latency never enters the
+result. Energy is booked exactly: idle power x elapsed time plus, per work item, the energy the
+power model says it draws above idle (the same functions ``estimate train`` uses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from gigacluster.errors import FailedPrecondition, InvalidArgument, NotFound
+from gigacluster.hw.catalog import Chip, System
+from gigacluster.model import power, thermal
+from gigacluster.model.roofline import Work, work_time_s
+
+HEALTHY, THROTTLED, FAILED = 1, 2, 3  # match chip.v1.Device.State
+FAULT_NONE, FAULT_FAILED, FAULT_HBM, FAULT_SLOW = 0, 1, 2, 3  # match chip.v1.FaultKind
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    start_s: float
+    end_s: float
+    energy_j: float
+    clock_factor: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSnapshot:
+    """Aggregates published as telemetry (one message per shard, never per chip)."""
+
+    now_s: float
+    devices: int
+    healthy: int
+    throttled: int
+    failed: int
+    mean_utilization: float
+    power_w: float
+    energy_j: float
+    busy_s: float
+    max_temperature_c: float
+    mean_clock_factor: float
+
+
+class ChipShard:
+    """Devices ``offset .. offset+count-1`` of one chip type."""
+
+    def __init__(self, chip: Chip, system: System, *, offset: int, count: int, start_s: float) -> None:
+        self.chip = chip
+        self.system = system
+        self.offset = offset
+        self.count = count
+        self.start_s = start_s
+        self.thermal = thermal.ThermalParams.for_chip(chip)
+        n = count
+        self.busy_until_s = np.full(n, start_s)
+        self.busy_s = np.zeros(n)
+        self.above_idle_j = np.zeros(n)
+        self.fault = np.zeros(n, dtype=np.int8)
+        self.fault_factor = np.ones(n)
+        self.temp_c = np.full(n, float(self.thermal.inlet_c))
+        self.thermal_clock = np.ones(n)
+        self.power_w = np.full(n, chip.idle_w)
+        self.utilization = np.zeros(n)
+        self._last_tick_s = start_s
+        self._last_busy_s = np.zeros(n)
+        self._last_above_j = np.zeros(n)
+
+    # -- addressing -------------------------------------------------------------------------------
+    @property
+    def end(self) -> int:
+        return self.offset + self.count
+
+    def local(self, ranges: Sequence[tuple[int, int]], field: str = "devices") -> np.ndarray:
+        """Local indices of the global ranges [start, end); NOT_FOUND outside this shard."""
+        if not ranges:
+            raise InvalidArgument(field, "must name at least one device range")
+        parts = []
+        for i, (start, end) in enumerate(ranges):
+            if end <= start:
+                raise InvalidArgument(f"{field}[{i}]", f"end ({end}) must be > start ({start})")
+            if start < self.offset or end > self.end:
+                raise NotFound(
+                    f"devices/{start}-{end - 1}",
+                    f"{field}[{i}]: devices {start}..{end - 1} are not on this shard "
+                    f"(it hosts {self.offset}..{self.end - 1})",
+                )
+            parts.append(np.arange(start - self.offset, end - self.offset))
+        return np.unique(np.concatenate(parts))
+
+    @property
+    def clock(self) -> np.ndarray:
+        return self.thermal_clock * self.fault_factor
+
+    def state(self) -> np.ndarray:
+        st = np.full(self.count, HEALTHY, dtype=np.int8)
+        st[self.clock < 0.999] = THROTTLED
+        st[(self.fault == FAULT_FAILED) | (self.fault == FAULT_HBM)] = FAILED
+        return st
+
+    # -- work -------------------------------------------------------------------------------------
+    def execute(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float) -> ExecResult:
+        """Run ``works`` back to back on devices ``idx`` in lock step."""
+        if not works:
+            raise InvalidArgument("items", "must contain at least one work item")
+        failed = idx[(self.fault[idx] == FAULT_FAILED) | (self.fault[idx] == FAULT_HBM)]
+        if failed.size:
+            raise FailedPrecondition(
+                f"device {int(failed[0]) + self.offset} has failed ({failed.size} failed in the group); "
+                "the work cannot run", reason="DEVICE_FAILED", device=int(failed[0]) + self.offset,
+            )
+        start = max(not_before_s if not_before_s > 0 else now_s, float(self.busy_until_s[idx].max()))
+        clock = float(self.clock[idx].min())
+        duration = 0.0
+        above = 0.0
+        for w in works:
+            duration += work_time_s(self.chip, w, clock_factor=clock)
+            above += power.work_energy_above_idle_j(self.chip, w, clock_factor=clock)
+        end = start + duration
+        self.busy_until_s[idx] = end
+        self.busy_s[idx] += duration
+        self.above_idle_j[idx] += above
+        return ExecResult(start, end, above * idx.size, clock)
+
+    # -- faults -----------------------------------------------------------------------------------
+    def inject_fault(self, idx: np.ndarray, kind: int, clock_factor: float = 0.5) -> int:
+        if kind not in (FAULT_FAILED, FAULT_HBM, FAULT_SLOW):
+            raise InvalidArgument("kind", "must be FAULT_KIND_FAILED, FAULT_KIND_HBM or FAULT_KIND_SLOW")
+        if kind == FAULT_SLOW:
+            if not 0 < clock_factor < 1:
+                raise InvalidArgument("clock_factor", f"must be in (0, 1) for a slow fault, got {clock_factor}")
+            self.fault_factor[idx] = clock_factor
+        self.fault[idx] = kind
+        return int(idx.size)
+
+    def clear_fault(self, idx: np.ndarray) -> int:
+        n = int(np.count_nonzero(self.fault[idx]))
+        self.fault[idx] = FAULT_NONE
+        self.fault_factor[idx] = 1.0
+        return n
+
+    # -- time -------------------------------------------------------------------------------------
+    def energy_j(self, now_s: float) -> np.ndarray:
+        """Energy drawn by each device since the shard started (idle floor plus work above idle)."""
+        return self.chip.idle_w * max(now_s - self.start_s, 0.0) + self.above_idle_j
+
+    def tick(self, now_s: float) -> ShardSnapshot:
+        """Advance thermal state to ``now_s`` and return the shard's aggregates."""
+        dt = now_s - self._last_tick_s
+        if dt > 0:
+            busy = np.minimum((self.busy_s - self._last_busy_s) / dt, 1.0)
+            above_w = (self.above_idle_j - self._last_above_j) / dt
+            self.utilization = busy
+            self.power_w = np.minimum(self.chip.idle_w + above_w, self.chip.tdp_w)
+            self.temp_c = thermal.thermal_step(self.thermal, self.temp_c, self.power_w, dt)
+            self.thermal_clock = thermal.clock_factor(self.thermal, self.temp_c)
+            self._last_tick_s = now_s
+            self._last_busy_s = self.busy_s.copy()
+            self._last_above_j = self.above_idle_j.copy()
+        st = self.state()
+        return ShardSnapshot(
+            now_s=now_s,
+            devices=self.count,
+            healthy=int(np.count_nonzero(st == HEALTHY)),
+            throttled=int(np.count_nonzero(st == THROTTLED)),
+            failed=int(np.count_nonzero(st == FAILED)),
+            mean_utilization=float(self.utilization.mean()),
+            power_w=float(self.power_w.sum()),
+            energy_j=float(self.energy_j(now_s).sum()),
+            busy_s=float(self.busy_s.sum()),
+            max_temperature_c=float(self.temp_c.max()),
+            mean_clock_factor=float(self.clock.mean()),
+        )

@@ -1,0 +1,173 @@
+"""Caller identity for every service except the broker (which owns identities).
+
+Two credentials travel in call metadata:
+
+- ``authorization: Bearer <api key>``: a tenant's, the admin's or the mesh's own service key.
+  Checked by the broker's ``Authenticate`` RPC, cached for a short time (never per chip).
+- ``x-gigacluster-capability: <token>``: a short-lived Ed25519-signed capability from the broker,
+  scoped to tenant, instance, devices and actions; verified locally with the broker's public
+  keys, with revocations pulled from the broker every ``refresh_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import OrderedDict
+from typing import Any
+
+import grpc
+import structlog
+
+from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
+from gigacluster.errors import PermissionDenied, Unauthenticated, Unavailable
+from gigacluster.security.capability import Capability, CapabilityVerifier, DeviceSet
+
+CAPABILITY_HEADER = "x-gigacluster-capability"
+log = structlog.get_logger()
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """Who is calling: ``admin``, ``service`` (another gigacluster service) or a tenant."""
+
+    kind: str
+    tenant: str = ""
+
+    @property
+    def privileged(self) -> bool:
+        return self.kind in ("admin", "service")
+
+
+def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return None
+
+
+def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
+    value = metadata_value(context, "authorization")
+    if value and value.lower().startswith("bearer "):
+        return value[7:].strip() or None
+    return None
+
+
+def call_metadata(*, api_key: str | None = None, capability: str | None = None) -> tuple[tuple[str, str], ...]:
+    """Metadata for an outgoing call."""
+    md: list[tuple[str, str]] = []
+    if api_key:
+        md.append(("authorization", f"Bearer {api_key}"))
+    if capability:
+        md.append((CAPABILITY_HEADER, capability))
+    return tuple(md)
+
+
+class BrokerAuth:
+    """Authenticates callers against the broker, with bounded caches."""
+
+    def __init__(self, broker_endpoint: str, *, cluster: str, service_key: str, cache_ttl_s: float = 10.0,
+                 refresh_s: float = 1.0) -> None:
+        self.endpoint = broker_endpoint
+        self.cluster = cluster
+        self.service_key = service_key
+        self.cache_ttl_s = cache_ttl_s
+        self.refresh_s = refresh_s
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: broker_pb2_grpc.BrokerServiceStub | None = None
+        self._keys_cache: OrderedDict[str, tuple[float, Principal]] = OrderedDict()
+        self._verifier: CapabilityVerifier | None = None
+        self._lock = asyncio.Lock()
+        self._last_refresh = 0.0
+
+    @property
+    def stub(self) -> broker_pb2_grpc.BrokerServiceStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.endpoint)
+            self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)
+        return self._stub
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._stub = None
+
+    def _md(self) -> tuple[tuple[str, str], ...]:
+        return call_metadata(api_key=self.service_key)
+
+    async def principal(self, context: grpc.aio.ServicerContext) -> Principal:
+        """The caller's principal from its API key; UNAUTHENTICATED without a valid one."""
+        key = bearer_token(context)
+        if not key:
+            raise Unauthenticated("missing credentials: send 'authorization: Bearer <api key>'", reason="NO_API_KEY")
+        now = time.monotonic()
+        hit = self._keys_cache.get(key)
+        if hit and hit[0] > now:
+            return hit[1]
+        try:
+            resp = await self.stub.Authenticate(broker_pb2.AuthenticateRequest(api_key=key), metadata=self._md(),
+                                                timeout=5)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise Unauthenticated("invalid API key", reason="BAD_API_KEY") from err
+            raise Unavailable(f"isolation broker unavailable ({err.code().name}); retry") from err
+        if resp.admin:
+            p = Principal("admin")
+        elif resp.principal == "service":
+            p = Principal("service")
+        else:
+            p = Principal("tenant", resp.principal)
+        self._keys_cache[key] = (now + self.cache_ttl_s, p)
+        if len(self._keys_cache) > 10_000:
+            self._keys_cache.popitem(last=False)
+        return p
+
+    async def require_privileged(self, context: grpc.aio.ServicerContext) -> Principal:
+        p = await self.principal(context)
+        if not p.privileged:
+            raise PermissionDenied("this call needs the admin key", reason="ADMIN_ONLY")
+        return p
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Pull verification keys and revocations from the broker."""
+        now = time.monotonic()
+        if not force and now - self._last_refresh < self.refresh_s and self._verifier is not None:
+            return
+        async with self._lock:
+            resp = await self.stub.GetVerificationKeys(broker_pb2.GetVerificationKeysRequest(), metadata=self._md(),
+                                                       timeout=5)
+            keys = {k: v.encode() for k, v in resp.public_keys.items()}
+            if self._verifier is None:
+                self._verifier = CapabilityVerifier(keys, cluster=self.cluster)
+            else:
+                for k, v in keys.items():
+                    self._verifier.add_key(k, v)
+            self._verifier.load_revocations((r.instance, r.revoked_s) for r in resp.revocations)
+            self._last_refresh = now
+
+    async def capability(self, context: grpc.aio.ServicerContext, action: str,
+                         devices: DeviceSet | Any | None = None) -> Capability:
+        """Verify the call's capability token and that it allows ``action`` on ``devices``."""
+        token = metadata_value(context, CAPABILITY_HEADER)
+        if not token:
+            raise Unauthenticated(f"missing capability: send '{CAPABILITY_HEADER}' from the broker's AllocateInstance",
+                                  reason="NO_CAPABILITY")
+        if self._verifier is None:
+            try:
+                await self.refresh(force=True)
+            except grpc.aio.AioRpcError as err:
+                raise Unavailable("isolation broker unavailable to verify capabilities; retry") from err
+        assert self._verifier is not None
+        cap = self._verifier.verify(token, time.time())
+        cap.require(action, devices)
+        return cap
+
+    async def run_refresh(self) -> None:
+        """Background loop keeping revocations fresh."""
+        while True:
+            try:
+                await self.refresh(force=True)
+            except grpc.aio.AioRpcError as err:
+                log.debug("broker refresh failed", code=err.code().name)
+            await asyncio.sleep(self.refresh_s)
