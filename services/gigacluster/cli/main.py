@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning
+from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     estimate_collective.register(est_sub)
     estimate_infer.register(est_sub)
     planning.register(sub)
+    serve.register(sub)
     return parser
 
 

@@ -1,0 +1,163 @@
+"""A thin async client over the five services' stubs (used by the CLI, the tests and examples/).
+
+    async with Client.connect(api_key=...) as gc:
+        job = await gc.submit_job_file("examples/train-llama3-8b-small.yaml")
+        async for update in gc.watch_job(job.name): ...
+
+Credentials: ``api_key`` if given, else ``GIGACLUSTER_API_KEY``, else the file
+``gigacluster up`` writes (``~/.gigacluster/<cluster>/credentials.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import yaml
+
+from gigacluster.broker.v1 import broker_pb2_grpc
+from gigacluster.chip.v1 import chip_pb2_grpc
+from gigacluster.fabric.v1 import fabric_pb2_grpc
+from gigacluster.router.v1 import router_pb2, router_pb2_grpc
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.scheduler.spec import spec_to_proto, split_job_file
+from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+DEFAULT_PORTS = {"chip": 50051, "fabric": 50052, "broker": 50053, "scheduler": 50054, "router": 50055}
+
+
+def state_dir(cluster: str = "local") -> pathlib.Path:
+    base = os.environ.get("GIGACLUSTER_HOME") or str(pathlib.Path.home() / ".gigacluster")
+    return pathlib.Path(base) / cluster
+
+
+def load_credentials(cluster: str = "local") -> dict[str, Any]:
+    """What ``gigacluster up`` left for clients: api_key, admin_key, endpoints (empty if none)."""
+    path = state_dir(cluster) / "credentials.json"
+    if path.is_file():
+        return dict(json.loads(path.read_text()))
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoints:
+    chip: str = f"127.0.0.1:{DEFAULT_PORTS['chip']}"
+    fabric: str = f"127.0.0.1:{DEFAULT_PORTS['fabric']}"
+    broker: str = f"127.0.0.1:{DEFAULT_PORTS['broker']}"
+    scheduler: str = f"127.0.0.1:{DEFAULT_PORTS['scheduler']}"
+    router: str = f"127.0.0.1:{DEFAULT_PORTS['router']}"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str]) -> Endpoints:
+        return cls(**{k: v for k, v in d.items() if k in DEFAULT_PORTS})
+
+
+class Client:
+    """Channels and stubs to one cluster, with the caller's API key on every call."""
+
+    def __init__(self, endpoints: Endpoints, api_key: str | None) -> None:
+        self.endpoints = endpoints
+        self.api_key = api_key
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    @classmethod
+    def connect(cls, *, api_key: str | None = None, endpoints: Endpoints | None = None,
+                cluster: str = "local") -> Client:
+        creds = load_credentials(cluster)
+        key = api_key or os.environ.get("GIGACLUSTER_API_KEY") or creds.get("api_key")
+        eps = endpoints or (Endpoints.from_dict(creds["endpoints"]) if "endpoints" in creds else Endpoints())
+        return cls(eps, key)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        if service not in self._channels:
+            self._channels[service] = grpc.aio.insecure_channel(getattr(self.endpoints, service))
+        return self._channels[service]
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return call_metadata(api_key=self.api_key)
+
+    @property
+    def scheduler(self) -> scheduler_pb2_grpc.SchedulerServiceStub:
+        return scheduler_pb2_grpc.SchedulerServiceStub(self.channel("scheduler"))
+
+    @property
+    def router(self) -> router_pb2_grpc.RouterServiceStub:
+        return router_pb2_grpc.RouterServiceStub(self.channel("router"))
+
+    @property
+    def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
+        return broker_pb2_grpc.BrokerServiceStub(self.channel("broker"))
+
+    @property
+    def fabric(self) -> fabric_pb2_grpc.FabricServiceStub:
+        return fabric_pb2_grpc.FabricServiceStub(self.channel("fabric"))
+
+    @property
+    def chip(self) -> chip_pb2_grpc.ChipServiceStub:
+        return chip_pb2_grpc.ChipServiceStub(self.channel("chip"))
+
+    # -- jobs -------------------------------------------------------------------------------------
+    async def submit_job(self, spec: dict[str, Any], **job: Any) -> scheduler_pb2.Job:
+        req = scheduler_pb2.SubmitJobRequest(
+            display_name=str(job.get("name", "")), queue=str(job.get("queue", "")),
+            priority=int(job.get("priority", 0)), spec=spec_to_proto(spec),
+            checkpoint_interval_steps=int(job.get("checkpoint_interval_steps", 0)),
+            max_restarts=int(job.get("max_restarts", 0)), request_id=str(job.get("request_id", "")),
+        )
+        resp = await self.scheduler.SubmitJob(req, metadata=self.md)
+        return resp.job
+
+    async def submit_job_file(self, path: str | os.PathLike[str], **overrides: Any) -> scheduler_pb2.Job:
+        data = yaml.safe_load(pathlib.Path(path).read_text())
+        spec, job = split_job_file(data)
+        job.update(overrides)
+        return await self.submit_job(spec, **job)
+
+    async def get_job(self, name: str) -> scheduler_pb2.Job:
+        return (await self.scheduler.GetJob(scheduler_pb2.GetJobRequest(name=name), metadata=self.md)).job
+
+    async def list_jobs(self, *, state: int = 0, page_size: int = 0) -> list[scheduler_pb2.Job]:
+        out: list[scheduler_pb2.Job] = []
+        token = ""
+        while True:
+            resp = await self.scheduler.ListJobs(
+                scheduler_pb2.ListJobsRequest(page_size=page_size, page_token=token, state=state), metadata=self.md)
+            out.extend(resp.jobs)
+            token = resp.next_page_token
+            if not token:
+                return out
+
+    async def cancel_job(self, name: str) -> scheduler_pb2.Job:
+        return (await self.scheduler.CancelJob(scheduler_pb2.CancelJobRequest(name=name), metadata=self.md)).job
+
+    async def watch_job(self, name: str) -> AsyncIterator[scheduler_pb2.WatchJobResponse]:
+        async for update in self.scheduler.WatchJob(scheduler_pb2.WatchJobRequest(name=name), metadata=self.md):
+            yield update
+
+    # -- inference --------------------------------------------------------------------------------
+    async def generate(self, model: str, prompt: str | list[int], *, max_tokens: int = 64,
+                       priority: int = 0) -> AsyncIterator[router_pb2.GenerateResponse]:
+        req = router_pb2.GenerateRequest(model=model, max_tokens=max_tokens, priority=priority)
+        if isinstance(prompt, str):
+            req.text = prompt
+        else:
+            req.token_ids.ids.extend(prompt)
+        async for chunk in self.router.Generate(req, metadata=self.md):
+            yield chunk
