@@ -1,23 +1,44 @@
-"""Roofline timing of one unit of work on one chip.
+"""Roofline timing of one unit of work on one chip, with a shape-aware efficiency model.
 
 A :class:`Work` item is what the chip service executes and what the training and inference
 models emit: FLOPs, bytes moved to and from HBM, a precision, and a kind and shape that the
 efficiency model uses to decide what fraction of peak the operation reaches.
+
+Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x hbm fraction))
++ launch overhead. The efficiency is a product of physical terms (catalog section
+``efficiency``), not one constant:
+
+* matmul, shape ``(m, n, k)``: kind ceiling x tile quantisation on m and n x wave quantisation of
+  the output tiles over the chip's compute units x depth factor ``k / (k + k_overhead)``;
+* attention, shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x tile quantisation on seq_q x
+  ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
+  loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
+* elementwise and memory work: bandwidth bound, HBM fraction only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
 
-from gigacluster.hw.catalog import Chip
+from gigacluster.hw.catalog import Chip, _raw
 from gigacluster.model import SpecError
 
 KINDS = ("matmul", "attention", "elementwise", "memory")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp8")
+
+# Non-matrix work (norms, activations, optimizer) runs on vector units: a small fraction of the
+# matrix peak; it is almost always bandwidth bound anyway.
+_VECTOR_FRACTION = {"elementwise": 0.05, "memory": 0.01}
 
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """One operation, repeated ``count`` times. ``shape`` is optional (e.g. GEMM m, n, k)."""
+    """One operation, repeated ``count`` times. ``shape`` is optional (GEMM m, n, k; attention
+    seq_q, seq_kv, head_dim)."""
 
     flops: float
     bytes_: float
@@ -35,31 +56,140 @@ class Work:
             raise SpecError("count", f"must be >= 1, got {self.count!r}")
         if self.kind not in KINDS:
             raise SpecError("kind", f"allowed: {', '.join(KINDS)}; got {self.kind!r}")
+        if self.precision not in PRECISIONS:
+            raise SpecError("precision", f"allowed: {', '.join(PRECISIONS)}; got {self.precision!r}")
+        if any(int(d) != d or d < 1 for d in self.shape):
+            raise SpecError("shape", f"dimensions must be positive integers, got {self.shape!r}")
+
+    @property
+    def total_flops(self) -> float:
+        """FLOPs of all ``count`` repetitions."""
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        """HBM bytes of all ``count`` repetitions."""
+        return self.bytes_ * self.count
+
+
+@dataclasses.dataclass(frozen=True)
+class EfficiencyParams:
+    """Per-chip parameters of the efficiency model (catalog ``efficiency``; see module docstring)."""
+
+    matmul_peak_fraction: float
+    attention_peak_fraction: float
+    hbm_peak_fraction: float
+    tile_m: int
+    tile_n: int
+    k_overhead: float
+    compute_units: int
+    launch_overhead_s: float
+    power_compute_share: float
+    power_memory_share: float
+    power_clock_exponent: float
+
+    def __post_init__(self) -> None:
+        for f in ("matmul_peak_fraction", "attention_peak_fraction", "hbm_peak_fraction"):
+            v = getattr(self, f)
+            if not 0 < v <= 1:
+                raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
+        if self.tile_m < 1 or self.tile_n < 1 or self.compute_units < 1:
+            raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
+        if self.k_overhead < 0 or self.launch_overhead_s < 0:
+            raise SpecError("efficiency.k_overhead", "must be >= 0")
+
+    @classmethod
+    def for_chip(cls, chip: Chip | str) -> EfficiencyParams:
+        """The catalog's defaults overridden by the chip's own entry."""
+        return _efficiency_params(chip if isinstance(chip, str) else chip.name)
+
+
+@functools.cache
+def _efficiency_params(name: str) -> EfficiencyParams:
+    section: dict[str, Any] = _raw().get("efficiency", {})
+    merged = dict(section.get("default", {}))
+    merged.update(section.get("chips", {}).get(name, {}) or {})
+    fields = {f.name for f in dataclasses.fields(EfficiencyParams)}
+    missing = fields - set(merged)
+    if missing:
+        raise SpecError("efficiency", f"catalog misses {sorted(missing)} for chip {name!r}")
+    vals = {k: float(merged[k]) for k in fields}
+    for k in ("tile_m", "tile_n", "compute_units"):
+        vals[k] = int(vals[k])
+    return EfficiencyParams(**vals)  # type: ignore[arg-type]
+
+
+def _tile_q(dim: int, tile: int) -> float:
+    """Useful fraction of padded tiles along one dimension."""
+    return dim / (math.ceil(dim / tile) * tile)
+
+
+def _wave_q(tiles: int, units: int) -> float:
+    """Useful fraction of the last wave when ``tiles`` output tiles run on ``units`` units."""
+    return tiles / (math.ceil(tiles / units) * units)
 
 
 def compute_efficiency(chip: Chip, work: Work) -> float:
-    """Fraction of dense peak an operation of this kind and shape reaches (0, 1]."""
-    base = {"matmul": 0.75, "attention": 0.55, "elementwise": 0.05, "memory": 0.01}[work.kind]
-    if work.shape:
-        smallest = min(work.shape)
-        # Tiles of 128 on each side keep systolic arrays and tensor cores full; smaller dims waste lanes.
-        base *= min(1.0, smallest / 128.0) ** 0.5
-    return max(base, 1e-3)
+    """Fraction of dense peak an operation of this kind and shape reaches, in (0, 1]."""
+    p = EfficiencyParams.for_chip(chip)
+    if work.kind in _VECTOR_FRACTION:
+        return _VECTOR_FRACTION[work.kind]
+    if work.kind == "matmul":
+        eff = p.matmul_peak_fraction
+        if len(work.shape) >= 3:
+            m, n, k = work.shape[:3]
+            tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n)
+            eff *= _tile_q(m, p.tile_m) * _tile_q(n, p.tile_n) * _wave_q(tiles, p.compute_units)
+            eff *= k / (k + p.k_overhead)
+        elif work.shape:
+            eff *= _tile_q(min(work.shape), p.tile_m)
+        return max(eff, 1e-3)
+    # attention
+    eff = p.attention_peak_fraction
+    if len(work.shape) >= 3:
+        seq_q, seq_kv, head_dim = work.shape[:3]
+        eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * min(1.0, head_dim / 128.0)
+    return max(eff, 1e-3)
 
 
 def memory_efficiency(chip: Chip, work: Work) -> float:
     """Fraction of HBM bandwidth a streaming access pattern reaches."""
-    return 0.8
+    return EfficiencyParams.for_chip(chip).hbm_peak_fraction
+
+
+def _one_time_s(chip: Chip, work: Work, clock_factor: float) -> float:
+    peak = chip.peak_flops(work.precision) * compute_efficiency(chip, work) * clock_factor
+    bw = chip.hbm_Bps * memory_efficiency(chip, work)
+    t = max(work.flops / peak if work.flops else 0.0, work.bytes_ / bw if work.bytes_ else 0.0)
+    return t + EfficiencyParams.for_chip(chip).launch_overhead_s
 
 
 def work_time_s(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> float:
     """Seconds to run ``work`` (all ``count`` repetitions) at ``clock_factor`` of nominal clock."""
-    peak = chip.peak_flops(work.precision) * compute_efficiency(chip, work) * clock_factor
-    bw = chip.hbm_Bps * memory_efficiency(chip, work)
-    one = max(work.flops / peak if work.flops else 0.0, work.bytes_ / bw if work.bytes_ else 0.0)
-    return one * work.count
+    if not 0 < clock_factor <= 1.5:
+        raise SpecError("clock_factor", f"must be in (0, 1.5], got {clock_factor!r}")
+    return _one_time_s(chip, work, clock_factor) * work.count
 
 
-def works_time_s(chip: Chip, works: list[Work] | tuple[Work, ...], *, clock_factor: float = 1.0) -> float:
+def works_time_s(chip: Chip, works: Sequence[Work], *, clock_factor: float = 1.0) -> float:
     """Seconds to run a sequence of work items back to back."""
     return sum(work_time_s(chip, w, clock_factor=clock_factor) for w in works)
+
+
+def compute_bound_fraction(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> tuple[float, float]:
+    """(matrix-unit utilisation relative to the kind ceiling, HBM utilisation) while ``work`` runs.
+
+    Used by the power model: a large GEMM keeps the matrix units as busy as they get (1.0) even
+    though it reaches only ``matmul_peak_fraction`` of the datasheet peak.
+    """
+    p = EfficiencyParams.for_chip(chip)
+    t = _one_time_s(chip, work, clock_factor)
+    if t <= 0:
+        return 0.0, 0.0
+    if work.kind in ("matmul", "attention"):
+        ceiling = p.matmul_peak_fraction if work.kind == "matmul" else p.attention_peak_fraction
+        u_c = work.flops / (t * chip.peak_flops(work.precision) * clock_factor * ceiling)
+    else:
+        u_c = 0.0
+    u_m = work.bytes_ / (t * chip.hbm_Bps)
+    return min(u_c, 1.0), min(u_m, 1.0)
