@@ -1,15 +1,118 @@
-"""Placeholder: filled in by the owning work package."""
+"""``gigacluster estimate infer``: latency and capacity of LLM serving, from the inference models.
+
+Without a workload it runs one replica on ``--batch`` equal requests (TTFT, TPOT, tokens/s, how
+many sequences fit). With ``--qps Q --duration S`` (Poisson arrivals, optionally prefix-heavy) or
+``--trace FILE`` (JSONL) it simulates ``--replicas N`` behind ``--policy`` and reports percentiles.
+Exit codes: 0 ok, 2 invalid input (the message names the field) or a model that does not fit.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
+
+from gigacluster.inference.engine import ReplicaConfig
+from gigacluster.inference.estimate import estimate_infer
+from gigacluster.inference.policies import POLICIES
+from gigacluster.inference.sim import simulate
+from gigacluster.inference.workload import load_trace, prefix_workload, uniform_workload
+from gigacluster.model import DoesNotFitError, SpecError
+from gigacluster.model.arch import preset
 
 
 def register(subparsers: Any) -> None:
-    """Register no command yet."""
-    del subparsers
+    """Add ``infer`` under ``gigacluster estimate``."""
+    p = subparsers.add_parser("infer", help="TTFT, TPOT, throughput and KV capacity of LLM serving")
+    p.add_argument("--model", default="llama3-8b", help="model preset (llama3-8b, llama3-70b, ...)")
+    p.add_argument("--chip", default="a100-40gb", help="chip name from the hardware catalog")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel chips per replica")
+    p.add_argument("--precision", default="bf16", help="bf16, fp8, fp32")
+    p.add_argument("--batch", type=int, default=1, help="concurrent sequences (static estimate)")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--output-tokens", type=int, default=256)
+    p.add_argument("--max-batch", type=int, default=256, help="engine batch slots (vLLM max_num_seqs)")
+    p.add_argument("--max-prefill-tokens", type=int, default=8192, help="tokens per iteration budget")
+    p.add_argument("--max-queue", type=int, default=1024, help="queued requests per replica before shedding")
+    p.add_argument("--kv-fraction", type=float, default=0.9, help="share of HBM for weights + KV (vLLM)")
+    p.add_argument("--chunked-prefill", action="store_true", help="chunked prefill (vLLM v1 / Sarathi)")
+    p.add_argument("--qps", type=float, default=None, help="Poisson arrival rate (simulation)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals (simulation)")
+    p.add_argument("--trace", default=None, help="JSONL trace of {arrival_s, prompt_tokens, output_tokens, ...}")
+    p.add_argument("--prefix-groups", type=int, default=0, help="with --qps: shared-prefix groups (0 = none)")
+    p.add_argument("--prefix-tokens", type=int, default=0, help="with --prefix-groups: shared tokens per prompt")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--policy", default="round_robin", help=f"routing policy: {', '.join(sorted(POLICIES))}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def _config(args: argparse.Namespace) -> ReplicaConfig:
+    return ReplicaConfig(
+        arch=preset(args.model), chip=args.chip, tp=args.tp, precision=args.precision, max_batch=args.max_batch,
+        kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
+        max_prefill_tokens=args.max_prefill_tokens, max_queue=args.max_queue,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    """Handler of ``estimate infer``."""
+    try:
+        cfg = _config(args)
+        if args.qps is None and args.trace is None:
+            out = estimate_infer(cfg, batch=args.batch, prompt_tokens=args.prompt_tokens,
+                                 output_tokens=args.output_tokens).to_dict()
+        else:
+            out = _simulate(cfg, args)
+    except (SpecError, DoesNotFitError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        _print(out)
     return 0
+
+
+def _simulate(cfg: ReplicaConfig, args: argparse.Namespace) -> dict[str, Any]:
+    if args.policy not in POLICIES:
+        raise SpecError("policy", f"unknown policy {args.policy!r}; allowed: {', '.join(sorted(POLICIES))}")
+    vocab = cfg.arch.vocab
+    if args.trace is not None:
+        reqs = load_trace(args.trace, vocab=vocab, seed=args.seed)
+    elif args.prefix_groups > 0:
+        if not 0 < args.prefix_tokens < args.prompt_tokens:
+            raise SpecError("prefix_tokens", f"must be in (0, prompt_tokens={args.prompt_tokens}) with --prefix-groups")
+        reqs = prefix_workload(qps=args.qps, duration_s=args.duration, groups=args.prefix_groups,
+                               prefix_tokens=args.prefix_tokens, suffix_tokens=args.prompt_tokens - args.prefix_tokens,
+                               output_tokens=args.output_tokens, vocab=vocab, seed=args.seed)
+    else:
+        reqs = uniform_workload(qps=args.qps, duration_s=args.duration, prompt_tokens=args.prompt_tokens,
+                                output_tokens=args.output_tokens, vocab=vocab, seed=args.seed)
+    res = simulate(cfg, reqs, replicas=args.replicas, policy=args.policy, seed=args.seed)
+    return {"model": cfg.arch.name, "chip": cfg.chip, "tp": cfg.tp, "replicas": args.replicas,
+            "offered_requests": len(reqs), **res.to_dict()}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return str(v)
+
+
+def _print(out: dict[str, Any]) -> None:
+    """Human-readable report with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="gigacluster estimate infer")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for k, v in out.items():
+        if isinstance(v, dict):
+            t.add_row(k, "  ".join(f"{p}={v[p] * 1e3:,.1f}ms" for p in ("p50", "p90", "p99", "p99.9", "mean")))
+        else:
+            t.add_row(k, _fmt(v))
+    Console().print(t)

@@ -1,0 +1,764 @@
+"""A replica engine: continuous batching over a paged KV cache, as vLLM schedules it.
+
+One :class:`ReplicaEngine` is one model replica (``tp`` chips). It is driven from outside, in real
+time by the router service or in virtual time by :mod:`.sim`:
+
+1. :meth:`ReplicaEngine.admit` queues a :class:`Request` (bounded; may raise ``AdmissionError``);
+2. :meth:`ReplicaEngine.next_iteration` picks the next batch and returns an :class:`Iteration`
+   whose ``work`` (per shard) the caller runs, e.g. on the chip services, for ``predicted_s``;
+3. :meth:`ReplicaEngine.complete` applies it and returns the tokens it produced.
+
+Scheduling follows vLLM. Without chunked prefill (vLLM v0), a waiting request is started as soon as
+a batch slot and KV blocks for its whole prompt are free, and prefill iterations take priority
+over decode. With chunked prefill (Sarathi / vLLM v1), every iteration has a token budget of
+``max_prefill_tokens``: running decodes first (one token each), then the next chunks of prompts.
+A decode that needs a new KV block when none is free preempts the lowest-priority, most recently
+started sequence, which gives up its blocks and is recomputed later (vLLM's recompute mode).
+Prefix caching: full prompt blocks are hashed (chained, salted by tenant) and reused while cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gigacluster.hw.catalog import Chip, UnknownHardwareError, get_chip
+from gigacluster.inference.errors import AdmissionError, EngineStateError
+from gigacluster.inference.hashing import block_hashes, stable_u64, token_ids
+from gigacluster.inference.kvcache import BlockPool
+from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape, allreduce_bytes, batch_work
+from gigacluster.model import DoesNotFitError, SpecError
+from gigacluster.model.arch import ModelArch
+from gigacluster.model.roofline import Work, works_time_s
+
+# Token ids below this are the tokenizer's raw bytes; synthetic output stays above them so it
+# decodes to words (see tokenizer.py).
+FIRST_WORD_TOKEN = 256
+# vLLM keeps 1% of KV blocks free when admitting a prompt, so running decodes can grow.
+WATERMARK_FRAC = 0.01
+_RATE_EWMA = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaConfig:
+    """One model replica: a model, a chip type, a tensor-parallel degree and engine limits.
+
+    ``kv_fraction`` is vLLM's ``gpu_memory_utilization``: the share of each chip's HBM the engine
+    may use. Weights and an activation workspace come out of it first; the rest is KV cache.
+    ``max_prefill_tokens`` is vLLM's ``max_num_batched_tokens``: new tokens per iteration (the
+    chunk budget with chunked prefill; a cap on batched prompts without it).
+
+    Raises ``SpecError`` for a bad field and ``DoesNotFitError`` when the weights plus the KV cache
+    of one full-length sequence (``arch.seq_len`` tokens, vLLM's start-up check) do not fit.
+    """
+
+    arch: ModelArch
+    chip: str
+    tp: int = 1
+    precision: str = "bf16"
+    max_batch: int = 256
+    kv_fraction: float = 0.9
+    block_size: int = 16
+    chunked_prefill: bool = False
+    max_prefill_tokens: int = 8192
+    max_queue: int = 1024
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.arch, ModelArch):
+            raise SpecError("model", f"must be a ModelArch, got {type(self.arch).__name__}")
+        try:
+            chip = get_chip(self.chip)
+        except UnknownHardwareError as exc:
+            raise SpecError("chip", str(exc)) from exc
+        for f, lo in (("tp", 1), ("max_batch", 1), ("block_size", 1), ("max_prefill_tokens", 1),
+                      ("max_queue", 0)):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise SpecError(f, f"must be an integer >= {lo}, got {v!r}")
+        if self.arch.heads % self.tp:
+            raise SpecError("tp", f"must divide the model's {self.arch.heads} attention heads, got {self.tp}")
+        if self.precision not in BYTES_PER_PARAM or self.precision not in chip.peak_tflops:
+            allowed = sorted(set(BYTES_PER_PARAM) & set(chip.peak_tflops))
+            raise SpecError("precision", f"allowed on {self.chip}: {', '.join(allowed)}; got {self.precision!r}")
+        if not (isinstance(self.kv_fraction, float | int) and 0.0 < self.kv_fraction <= 1.0):
+            raise SpecError("kv_fraction", f"must be in (0, 1], got {self.kv_fraction!r}")
+        if self.block_size & (self.block_size - 1) or self.block_size > 1024:
+            raise SpecError("block_size", f"must be a power of two <= 1024, got {self.block_size}")
+        shape = ShardShape(self.arch, self.tp, self.precision)
+        usable = chip.hbm_bytes * float(self.kv_fraction)
+        kv_bytes = usable - shape.weight_bytes - self.workspace_bytes
+        block_bytes = self.block_size * shape.kv_bytes_per_token
+        blocks = int(kv_bytes // block_bytes) if kv_bytes > 0 else 0
+        min_blocks = math.ceil(self.arch.seq_len / self.block_size)
+        if blocks < min_blocks:
+            need = shape.weight_bytes + self.workspace_bytes + min_blocks * block_bytes
+            raise DoesNotFitError(
+                f"{self.arch.name} at {self.precision} with tp={self.tp} needs {need / 1e9:.2f} GB per "
+                f"{self.chip} (weights {shape.weight_bytes / 1e9:.2f} GB, workspace "
+                f"{self.workspace_bytes / 1e9:.2f} GB, KV for one {self.arch.seq_len}-token sequence "
+                f"{min_blocks * block_bytes / 1e9:.2f} GB) but kv_fraction={self.kv_fraction} of HBM is "
+                f"{usable / 1e9:.2f} GB; raise tp or lower seq_len",
+                need_bytes=need,
+                have_bytes=usable,
+            )
+        object.__setattr__(self, "_chip", chip)
+        object.__setattr__(self, "_shape", shape)
+        object.__setattr__(self, "_blocks", blocks)
+
+    @property
+    def chip_spec(self) -> Chip:
+        return self._chip  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def shard(self) -> ShardShape:
+        return self._shape  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def workspace_bytes(self) -> float:
+        """Activation workspace per shard: one max-size batch of activations plus fp32 logits."""
+        act = ACT_BYTES[self.precision]
+        a = self.arch
+        return self.max_prefill_tokens * (4 * a.hidden + 2 * a.ffn_hidden / self.tp) * act + (
+            self.max_batch * a.vocab / self.tp * 4.0
+        )
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks per replica (each block holds ``block_size`` tokens on every shard)."""
+        return self._blocks  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_blocks * self.block_size
+
+    @property
+    def kv_cache_bytes(self) -> float:
+        """KV-cache bytes of the whole replica (all shards)."""
+        return self.kv_capacity_tokens * self.shard.kv_bytes_per_token * self.tp
+
+    @property
+    def weight_bytes(self) -> float:
+        """Weight bytes of the whole replica (all shards; KV heads replicated when tp > kv_heads)."""
+        return self.shard.weight_bytes * self.tp
+
+    def max_batch_fit(self, tokens_per_seq: int) -> int:
+        """Sequences of ``tokens_per_seq`` tokens whose KV fits at once (not capped by max_batch)."""
+        return self.kv_blocks // max(1, math.ceil(tokens_per_seq / self.block_size))
+
+    def decode_roofline_tokens_per_s(self, context_tokens: int) -> float:
+        """HBM bound of batch-1 decode: bandwidth over bytes read per token (weights + KV)."""
+        s = self.shard
+        return self.chip_spec.hbm_Bps / (s.weight_read_bytes + context_tokens * s.kv_bytes_per_token)
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """A generation request. ``prompt_tokens`` are token ids (a list or an int numpy array)."""
+
+    id: str
+    prompt_tokens: Sequence[int] | np.ndarray
+    max_tokens: int
+    priority: int = 0
+    arrival_s: float = 0.0
+    tenant: str = ""
+    _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise SpecError("id", "must be a non-empty string")
+        if len(self.prompt_tokens) < 1:
+            raise SpecError("prompt_tokens", "must hold at least one token")
+        if not isinstance(self.max_tokens, int | np.integer) or self.max_tokens < 1:
+            raise SpecError("max_tokens", f"must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.priority, int | np.integer):
+            raise SpecError("priority", f"must be an integer, got {self.priority!r}")
+
+    def block_hashes(self, block_size: int) -> list[int]:
+        """Chained hashes of the full prompt blocks, salted by tenant (computed once per size)."""
+        h = self._hash_cache.get(block_size)
+        if h is None:
+            h = block_hashes(self.prompt_tokens, block_size, salt=self.tenant)
+            self._hash_cache[block_size] = h
+        return h
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestSummary:
+    """Timings and counts of a finished request (carried by its last TokenEvent)."""
+
+    request_id: str
+    tenant: str
+    priority: int
+    arrival_s: float
+    first_scheduled_s: float
+    first_token_s: float
+    finish_s: float
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    preemptions: int
+    finish_reason: str
+
+    @property
+    def queue_s(self) -> float:
+        return self.first_scheduled_s - self.arrival_s
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token after the first (0 for one-token outputs)."""
+        if self.output_tokens <= 1:
+            return 0.0
+        return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token. ``index`` counts from 0; the last event has ``finished`` and a summary."""
+
+    request_id: str
+    index: int
+    token_id: int
+    time_s: float
+    finished: bool
+    finish_reason: str = ""
+    summary: RequestSummary | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Iteration:
+    """One scheduled batch. ``work`` is per shard; every chip of the replica runs it.
+
+    ``predicted_s = compute_s + comm_s``: ``compute_s`` is ``works_time_s(chip, work)``; ``comm_s``
+    the ring all-reduce of ``allreduce_bytes`` over the scale-up link (0 when tp = 1).
+    """
+
+    seq: int
+    start_s: float
+    work: tuple[Work, ...]
+    predicted_s: float
+    compute_s: float
+    comm_s: float
+    allreduce_bytes: float
+    prefill_tokens: int
+    decode_tokens: int
+    request_ids: tuple[str, ...]
+    slots: np.ndarray
+    new_tokens: np.ndarray
+    epochs: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompletionBatch:
+    """The tokens of one completed iteration, as arrays (the simulator's fast path)."""
+
+    time_s: float
+    request_ids: tuple[str, ...]
+    indices: np.ndarray
+    token_ids: np.ndarray
+    finished: np.ndarray
+    itl_s: np.ndarray  # gap since the request's previous token; NaN for a first token
+    summaries: tuple[RequestSummary, ...]
+
+    def events(self) -> list[TokenEvent]:
+        by_id = {s.request_id: s for s in self.summaries}
+        out = []
+        for rid, idx, tok, fin in zip(
+            self.request_ids, self.indices.tolist(), self.token_ids.tolist(), self.finished.tolist(), strict=True
+        ):
+            summ = by_id.get(rid) if fin else None
+            out.append(TokenEvent(rid, idx, tok, self.time_s, fin, summ.finish_reason if summ else "", summ))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaStats:
+    """What a replica reports to the router and to metrics."""
+
+    queue_depth: int
+    running: int
+    kv_used_frac: float
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_cached: int
+    prefix_hit_tokens: int
+    prefix_lookup_tokens: int
+    outstanding_requests: int
+    outstanding_tokens: int
+    preemptions: int
+    rejected: int
+    shed: int
+    finished: int
+    iterations: int
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hit_tokens / self.prefix_lookup_tokens if self.prefix_lookup_tokens else 0.0
+
+
+class _Seq:
+    """Per-request state that survives preemption."""
+
+    __slots__ = ("cached", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "last_tok_s",
+                 "matched", "order", "preemptions", "prompt_len", "registered", "req", "seed")
+
+    def __init__(self, req: Request, order: int) -> None:
+        self.req = req
+        self.order = order
+        self.prompt_len = len(req.prompt_tokens)
+        self.gen = 0
+        self.hashes: list[int] | None = None
+        self.held: list[int] = []
+        self.matched = 0
+        self.registered = False
+        self.cached = 0
+        self.preemptions = 0
+        self.first_sched_s = math.nan
+        self.first_tok_s = math.nan
+        self.last_tok_s = math.nan
+        self.seed = stable_u64(req.id)
+
+    def prefill_tokens(self) -> int:
+        """Tokens to (re)compute when started: the prompt plus any output before a preemption."""
+        return self.prompt_len + self.gen
+
+    def out_tokens(self) -> int:
+        return self.req.max_tokens - self.gen
+
+
+class ReplicaEngine:
+    """Continuous batching for one replica (see the module docstring). Not thread-safe."""
+
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        self.cfg = cfg
+        self._chip = cfg.chip_spec
+        self._shape = cfg.shard
+        self._pool = BlockPool(cfg.kv_blocks)
+        self._watermark = int(WATERMARK_FRAC * cfg.kv_blocks)
+        n = cfg.max_batch
+        self._seqs: list[_Seq | None] = [None] * n
+        self._free_slots = list(range(n - 1, -1, -1))
+        self._active = np.zeros(n, dtype=bool)
+        self._epoch = np.zeros(n, dtype=np.int64)
+        self._computed = np.zeros(n, dtype=np.int64)
+        self._length = np.zeros(n, dtype=np.int64)
+        self._gen = np.zeros(n, dtype=np.int64)
+        self._max = np.zeros(n, dtype=np.int64)
+        self._blocks = np.zeros(n, dtype=np.int64)  # all blocks held (shared + private)
+        self._private = np.zeros(n, dtype=np.int64)
+        self._prio = np.zeros(n, dtype=np.int64)
+        self._order = np.zeros(n, dtype=np.int64)
+        self._seed = np.zeros(n, dtype=np.uint64)
+        self._last_tok = np.zeros(n, dtype=np.float64)
+        self._waiting: dict[int, deque[_Seq]] = {}
+        self._queued = 0
+        self._queued_prompt = 0
+        self._queued_out = 0
+        self._by_id: dict[str, _Seq] = {}
+        self._slot_of: dict[str, int] = {}
+        self._shed: deque[tuple[Request, AdmissionError]] = deque(maxlen=max(1, cfg.max_queue))
+        self._inflight: Iteration | None = None
+        self._iter_seq = 0
+        self._order_seq = 0
+        self._rate_tps = 0.0  # EWMA of new tokens processed per second
+        self._preemptions = 0
+        self._rejected = 0
+        self._shed_count = 0
+        self._finished = 0
+        self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
+
+    # ----------------------------------------------------------------------------- admission
+    def admit(self, req: Request, now_s: float) -> None:
+        """Queue ``req``; raise ``AdmissionError`` with a retry-after estimate when the queue is full.
+
+        A full queue sheds its lowest-priority, newest entry to make room for a higher-priority
+        arrival; the shed request is returned by :meth:`drain_shed`.
+        """
+        cfg = self.cfg
+        if req.id in self._by_id:
+            raise SpecError("id", f"request {req.id!r} is already on this replica")
+        p = len(req.prompt_tokens)
+        if p + req.max_tokens > cfg.arch.seq_len:
+            raise SpecError(
+                "max_tokens",
+                f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds the model's context of "
+                f"{cfg.arch.seq_len} tokens",
+            )
+        if self._queued >= cfg.max_queue:
+            victim = self._shed_candidate(req.priority)
+            if victim is None:
+                self._rejected += 1
+                raise AdmissionError(self.retry_after_s(), reason="queue_full",
+                                     detail=f"queue holds {self._queued} of {cfg.max_queue}")
+            self._remove_waiting(victim)
+            del self._by_id[victim.req.id]
+            self._shed_count += 1
+            self._shed.append((victim.req, AdmissionError(self.retry_after_s(), reason="shed",
+                                                          detail=f"priority {victim.req.priority} shed")))
+        seq = _Seq(req, self._order_seq)
+        self._order_seq += 1
+        self._by_id[req.id] = seq
+        self._push_waiting(seq, front=False)
+
+    def drain_shed(self) -> list[tuple[Request, AdmissionError]]:
+        """Requests evicted from the queue since the last call (bounded to ``max_queue``)."""
+        out = list(self._shed)
+        self._shed.clear()
+        return out
+
+    def _shed_candidate(self, priority: int) -> _Seq | None:
+        for prio in sorted(self._waiting):
+            if prio >= priority:
+                return None
+            dq = self._waiting[prio]
+            for seq in reversed(dq):
+                if seq.gen == 0:  # never shed work already done (preempted sequences)
+                    return seq
+        return None
+
+    def _push_waiting(self, seq: _Seq, *, front: bool) -> None:
+        dq = self._waiting.get(seq.req.priority)
+        if dq is None:
+            dq = self._waiting[seq.req.priority] = deque()
+        if front:
+            dq.appendleft(seq)
+        else:
+            dq.append(seq)
+        self._queued += 1
+        self._queued_prompt += seq.prefill_tokens()
+        self._queued_out += seq.out_tokens()
+
+    def _remove_waiting(self, seq: _Seq) -> None:
+        dq = self._waiting[seq.req.priority]
+        dq.remove(seq)
+        if not dq:
+            del self._waiting[seq.req.priority]
+        self._queued -= 1
+        self._queued_prompt -= seq.prefill_tokens()
+        self._queued_out -= seq.out_tokens()
+
+    def _pop_waiting(self) -> _Seq | None:
+        if not self._waiting:
+            return None
+        prio = max(self._waiting)
+        seq = self._waiting[prio][0]
+        self._remove_waiting(seq)
+        return seq
+
+    def _peek_waiting(self) -> _Seq | None:
+        if not self._waiting:
+            return None
+        return self._waiting[max(self._waiting)][0]
+
+    def retry_after_s(self) -> float:
+        """Estimated seconds until the work ahead of a new arrival has been served.
+
+        Model-based, from the same roofline as the iterations: prefill of the queued prompts at
+        the token budget, plus decode of everything outstanding in waves of ``max_batch``
+        sequences, each wave as long as the mean remaining output.
+        """
+        cfg = self.cfg
+        act = self._active
+        running = int(act.sum())
+        n = self._queued + running
+        if n == 0:
+            return 0.0
+        out = self._queued_out + int((self._max - self._gen)[act].sum())
+        ctx = (self._queued_prompt + int(self._length[act].sum())) / n
+        chunk = max(1, min(cfg.max_prefill_tokens, self._queued_prompt))
+        prefill_s = 0.0
+        if self._queued_prompt:
+            per_chunk = works_time_s(self._chip, batch_work(
+                self._shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
+                prefill_kv_tokens=chunk, logits=1))
+            prefill_s = per_chunk * self._queued_prompt / chunk
+        batch = min(cfg.max_batch, n)
+        step_s = works_time_s(self._chip, batch_work(
+            self._shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
+        waves = math.ceil(n / cfg.max_batch)
+        return max(1e-3, prefill_s + waves * (out / n) * step_s)
+
+    # ----------------------------------------------------------------------------- scheduling
+    @property
+    def busy(self) -> bool:
+        """True while an iteration is in flight (between next_iteration and complete)."""
+        return self._inflight is not None
+
+    def next_iteration(self, now_s: float) -> Iteration | None:
+        """Schedule the next batch, or None when there is nothing to run."""
+        if self._inflight is not None:
+            raise EngineStateError("an iteration is already in flight; call complete() first")
+        chunked = self.cfg.chunked_prefill
+        sched = self._schedule_chunked(now_s) if chunked else self._schedule_plain(now_s)
+        if not sched:
+            return None
+        slots = np.fromiter(sched.keys(), dtype=np.int64, count=len(sched))
+        new = np.fromiter(sched.values(), dtype=np.int64, count=len(sched))
+        it = self._build(now_s, slots, new)
+        self._inflight = it
+        return it
+
+    def _schedule_plain(self, now_s: float) -> dict[int, int]:
+        started = self._start_waiting(now_s, self.cfg.max_prefill_tokens, require_all_prompt=True)
+        if started:
+            return started
+        # All running sequences are fully prefilled: one decode token each.
+        return self._grow_for_decode(dict.fromkeys(np.flatnonzero(self._active).tolist(), 1))
+
+    def _schedule_chunked(self, now_s: float) -> dict[int, int]:
+        budget = self.cfg.max_prefill_tokens
+        act = np.flatnonzero(self._active)
+        remaining = self._length[act] - self._computed[act]
+        # Decodes first (remaining 1), then partial prefills in start order.
+        order = np.lexsort((self._order[act], remaining > 1))
+        plan: dict[int, int] = {}
+        for i in order.tolist():
+            if budget <= 0:
+                break
+            n = min(int(remaining[i]), budget)
+            plan[int(act[i])] = n
+            budget -= n
+        plan = self._grow_for_decode(plan)
+        budget = self.cfg.max_prefill_tokens - sum(plan.values())
+        if budget > 0:
+            plan.update(self._start_waiting(now_s, budget, require_all_prompt=False))
+        return plan
+
+    def _grow_for_decode(self, plan: dict[int, int]) -> dict[int, int]:
+        """Allocate the KV blocks the planned tokens need, preempting sequences when short."""
+        if not plan:
+            return plan
+        bs = self.cfg.block_size
+        while plan:
+            slots = np.fromiter(plan.keys(), dtype=np.int64, count=len(plan))
+            n = np.fromiter(plan.values(), dtype=np.int64, count=len(plan))
+            need = np.maximum(0, -(-(self._computed[slots] + n) // bs) - self._blocks[slots])
+            total = int(need.sum())
+            if total <= self._pool.available:
+                if total:
+                    self._pool.allocate(total)
+                    self._blocks[slots] += need
+                    self._private[slots] += need
+                return plan
+            victim = self._victim()
+            self._preempt(victim)
+            plan.pop(victim, None)
+        return plan
+
+    def _victim(self) -> int:
+        act = np.flatnonzero(self._active)
+        # Lowest priority first, then the most recently started (largest order).
+        key = np.lexsort((-self._order[act], self._prio[act]))
+        return int(act[key[0]])
+
+    def _preempt(self, slot: int) -> None:
+        seq = self._seqs[slot]
+        assert seq is not None
+        self._release_slot(slot)
+        seq.preemptions += 1
+        seq.registered = False
+        self._preemptions += 1
+        self._push_waiting(seq, front=True)
+
+    def _start_waiting(self, now_s: float, budget: int, *, require_all_prompt: bool) -> dict[int, int]:
+        """Move waiting requests into the batch while slots, blocks and the token budget allow."""
+        out: dict[int, int] = {}
+        pool, bs = self._pool, self.cfg.block_size
+        while self._free_slots and budget > 0:
+            seq = self._peek_waiting()
+            if seq is None:
+                break
+            if seq.hashes is None:
+                seq.hashes = seq.req.block_hashes(bs)
+            total = seq.prompt_len + seq.gen
+            max_match = min(len(seq.hashes), (total - 1) // bs)
+            matched = pool.match(seq.hashes, max_match)
+            new_tokens = total - matched * bs
+            if require_all_prompt and new_tokens > budget and out:
+                break
+            n_blocks = -(-total // bs)
+            n_private = n_blocks - matched
+            reserve = self._watermark if self._active.any() else 0
+            if pool.available - n_private < reserve or not pool.acquire(seq.hashes[:matched], n_private):
+                break
+            self._pop_waiting()
+            pool.lookup_tokens += seq.prompt_len
+            pool.hit_tokens += matched * bs
+            seq.matched = matched
+            seq.held = list(seq.hashes[:matched])
+            seq.cached = max(seq.cached, matched * bs)
+            if math.isnan(seq.first_sched_s):
+                seq.first_sched_s = now_s
+            slot = self._free_slots.pop()
+            self._seqs[slot] = seq
+            self._slot_of[seq.req.id] = slot
+            self._active[slot] = True
+            self._epoch[slot] += 1
+            self._computed[slot] = matched * bs
+            self._length[slot] = total
+            self._gen[slot] = seq.gen
+            self._max[slot] = seq.req.max_tokens
+            self._blocks[slot] = n_blocks
+            self._private[slot] = n_private
+            self._prio[slot] = seq.req.priority
+            self._order[slot] = self._order_seq
+            self._order_seq += 1
+            self._seed[slot] = seq.seed
+            self._last_tok[slot] = seq.last_tok_s
+            n = new_tokens if require_all_prompt else min(new_tokens, budget)
+            out[slot] = n
+            budget -= n
+        return out
+
+    def _release_slot(self, slot: int) -> None:
+        seq = self._seqs[slot]
+        assert seq is not None
+        self._pool.release(seq.held, int(self._private[slot]))
+        seq.held = []
+        seq.gen = int(self._gen[slot])
+        seq.last_tok_s = float(self._last_tok[slot])
+        self._seqs[slot] = None
+        del self._slot_of[seq.req.id]
+        self._active[slot] = False
+        self._epoch[slot] += 1
+        self._blocks[slot] = 0
+        self._private[slot] = 0
+        self._free_slots.append(slot)
+
+    def _build(self, now_s: float, slots: np.ndarray, new: np.ndarray) -> Iteration:
+        c = self._computed[slots]
+        is_pre = new > 1
+        pre_n, pre_c = new[is_pre], c[is_pre]
+        dec_c = c[~is_pre]
+        logits = int(((c + new) == self._length[slots]).sum())
+        prefill_tokens = int(pre_n.sum())
+        decode_seqs = int(dec_c.size)
+        work = batch_work(
+            self._shape,
+            prefill_tokens=prefill_tokens,
+            prefill_pairs=float((pre_n * pre_c).sum() + (pre_n * (pre_n + 1)).sum() / 2.0),
+            prefill_kv_tokens=float((pre_c + pre_n).sum()),
+            prefill_seqs=int(pre_n.size),
+            decode_seqs=decode_seqs,
+            decode_kv_tokens=float((dec_c + 1).sum()),
+            logits=logits,
+        )
+        compute_s = works_time_s(self._chip, work)
+        ar = allreduce_bytes(self._shape, prefill_tokens + decode_seqs)
+        tp = self.cfg.tp
+        comm_s = 2.0 * (tp - 1) / tp * ar / self._chip.scaleup_Bps if tp > 1 else 0.0
+        self._iter_seq += 1
+        ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
+        return Iteration(
+            seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s,
+            compute_s=compute_s, comm_s=comm_s, allreduce_bytes=ar, prefill_tokens=prefill_tokens,
+            decode_tokens=decode_seqs, request_ids=ids, slots=slots, new_tokens=new,
+            epochs=self._epoch[slots].copy(),
+        )
+
+    # ----------------------------------------------------------------------------- completion
+    def complete(self, it: Iteration, end_s: float) -> list[TokenEvent]:
+        """Apply a finished iteration; returns one TokenEvent per token produced."""
+        return self.complete_batch(it, end_s).events()
+
+    def complete_batch(self, it: Iteration, end_s: float) -> CompletionBatch:
+        """As :meth:`complete`, returning arrays (no per-token objects)."""
+        if self._inflight is None or it is not self._inflight:
+            raise EngineStateError("complete() must be given the iteration in flight")
+        self._inflight = None
+        dt = max(end_s - it.start_s, 1e-12)
+        rate = (it.prefill_tokens + it.decode_tokens) / dt
+        self._rate_tps = rate if self._rate_tps == 0.0 else (1 - _RATE_EWMA) * self._rate_tps + _RATE_EWMA * rate
+        valid = self._epoch[it.slots] == it.epochs  # a cancelled or preempted slot is skipped
+        slots, new = it.slots[valid], it.new_tokens[valid]
+        self._computed[slots] += new
+        emit = slots[self._computed[slots] == self._length[slots]]
+        if emit.size == 0:
+            return CompletionBatch(end_s, (), np.empty(0, np.int64), np.empty(0, np.int64),
+                                   np.empty(0, bool), np.empty(0), ())
+        idx = self._gen[emit].copy()
+        toks = token_ids(self._seed[emit], idx, low=FIRST_WORD_TOKEN, high=self._tok_high)
+        itl = np.where(idx > 0, end_s - self._last_tok[emit], np.nan)
+        self._gen[emit] += 1
+        self._length[emit] += 1
+        self._last_tok[emit] = end_s
+        finished = (self._gen[emit] >= self._max[emit]) | (self._length[emit] >= self.cfg.arch.seq_len)
+        ids = []
+        summaries = []
+        bs = self.cfg.block_size
+        for k, slot in enumerate(emit.tolist()):
+            seq = self._seqs[slot]
+            assert seq is not None
+            ids.append(seq.req.id)
+            if idx[k] == 0:
+                seq.first_tok_s = end_s
+            if not seq.registered:
+                # The prompt is now computed: its full blocks become reusable prefix-cache entries.
+                assert seq.hashes is not None
+                fresh = seq.hashes[seq.matched : seq.prompt_len // bs]
+                if fresh:
+                    self._pool.register(fresh)
+                    self._private[slot] -= len(fresh)
+                    seq.held.extend(fresh)
+                seq.registered = True
+            if finished[k]:
+                seq.gen = int(self._gen[slot])
+                self._release_slot(slot)
+                del self._by_id[seq.req.id]
+                self._finished += 1
+                summaries.append(RequestSummary(
+                    request_id=seq.req.id, tenant=seq.req.tenant, priority=int(seq.req.priority),
+                    arrival_s=float(seq.req.arrival_s), first_scheduled_s=seq.first_sched_s,
+                    first_token_s=seq.first_tok_s, finish_s=end_s, prompt_tokens=seq.prompt_len,
+                    output_tokens=seq.gen, cached_tokens=seq.cached, preemptions=seq.preemptions,
+                    finish_reason="length",
+                ))
+        return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
+
+    # ----------------------------------------------------------------------------- control
+    def cancel(self, request_id: str) -> bool:
+        """Drop a queued or running request; False when this replica does not hold it."""
+        seq = self._by_id.pop(request_id, None)
+        if seq is None:
+            return False
+        slot = self._slot_of.get(request_id)
+        if slot is not None:
+            self._release_slot(slot)
+        else:
+            self._remove_waiting(seq)
+        return True
+
+    def stats(self) -> ReplicaStats:
+        act = self._active
+        running = int(act.sum())
+        out_tok = int(((self._length - self._computed) + (self._max - self._gen))[act].sum())
+        pool = self._pool
+        return ReplicaStats(
+            queue_depth=self._queued, running=running, kv_used_frac=pool.used / pool.total_blocks,
+            kv_blocks_total=pool.total_blocks, kv_blocks_used=pool.used, kv_blocks_cached=pool.cached,
+            prefix_hit_tokens=pool.hit_tokens, prefix_lookup_tokens=pool.lookup_tokens,
+            outstanding_requests=self._queued + running,
+            outstanding_tokens=out_tok + self._queued_prompt + self._queued_out,
+            preemptions=self._preemptions, rejected=self._rejected, shed=self._shed_count,
+            finished=self._finished, iterations=self._iter_seq,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Static facts of the replica, for logs and the estimate command."""
+        cfg = self.cfg
+        return {
+            "kv_blocks": cfg.kv_blocks, "kv_capacity_tokens": cfg.kv_capacity_tokens,
+            "kv_cache_bytes": cfg.kv_cache_bytes, "weight_bytes": cfg.weight_bytes,
+        }

@@ -1,0 +1,84 @@
+"""Deterministic, vectorised hashes for prefix-cache blocks and synthetic output tokens.
+
+Both must agree across processes (the router's approximate prefix index and the replica's cache
+compare hashes), so nothing here uses Python's ``hash()`` of str/bytes, which is salted per
+process. Block hashes are chained: the hash of block ``b`` covers every token before the end of
+block ``b`` (and the tenant salt), so equal hashes mean equal prefixes, as in vLLM's prefix cache.
+
+The chain is a polynomial hash modulo 2**64 followed by a splitmix64 finaliser. It is fast (numpy,
+no per-block Python loop) and well mixed, but it is NOT collision resistant against an adversary
+choosing tokens; a real deployment would use SHA-256 (vLLM's option). The tenant salt keeps one
+tenant's cached blocks invisible to another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+_U64 = np.uint64
+_MASK64 = (1 << 64) - 1
+# Odd multipliers (invertible mod 2**64); the token and block-position multipliers differ.
+_P_TOKEN = 0x9E3779B97F4A7C15
+_Q_BLOCK = 0xC2B2AE3D27D4EB4F
+_Q_INV = pow(_Q_BLOCK, -1, 1 << 64)
+_MAX_BLOCKS = 1 << 16  # 1M tokens at block size 16; longer prompts are refused by seq_len first
+
+
+def _pow_table(base: int, n: int) -> np.ndarray:
+    out = np.empty(n, dtype=_U64)
+    acc = 1
+    for i in range(n):
+        out[i] = acc
+        acc = (acc * base) & _MASK64
+    return out
+
+
+_Q_POW = _pow_table(_Q_BLOCK, _MAX_BLOCKS)
+_Q_INV_POW = _pow_table(_Q_INV, _MAX_BLOCKS)
+_Q_POW.flags.writeable = False
+_Q_INV_POW.flags.writeable = False
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, elementwise on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> _U64(30))
+        x = x * _U64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> _U64(27))
+        x = x * _U64(0x94D049BB133111EB)
+        return x ^ (x >> _U64(31))
+
+
+def stable_u64(text: str) -> int:
+    """A process-independent 64-bit hash of a string (BLAKE2b)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def block_hashes(tokens: np.ndarray | list[int], block_size: int, *, salt: str = "") -> list[int]:
+    """Chained hashes of every FULL block of ``tokens`` (a trailing partial block is not hashed)."""
+    arr = np.asarray(tokens, dtype=np.int64)
+    n_blocks = arr.size // block_size
+    if n_blocks == 0:
+        return []
+    if n_blocks > _MAX_BLOCKS:
+        raise ValueError(f"prompt of {arr.size} tokens exceeds {_MAX_BLOCKS} blocks")
+    with np.errstate(over="ignore"):
+        toks = _splitmix(arr[: n_blocks * block_size].astype(_U64) + _U64(1))
+        weights = _pow_table(_P_TOKEN, block_size)
+        per_block = (toks.reshape(n_blocks, block_size) * weights).sum(axis=1, dtype=_U64)
+        per_block = _splitmix(per_block)
+        # H_b = salt * Q^(b+1) + sum_{k<=b} h_k Q^(b-k)  ==  Q^b * (salt*Q + cumsum(h_k Q^-k))
+        seed = _U64(stable_u64(salt)) if salt else _U64(0)
+        scaled = np.cumsum(per_block * _Q_INV_POW[:n_blocks], dtype=_U64)
+        chain = _Q_POW[:n_blocks] * (scaled + seed * _U64(_Q_BLOCK))
+        return _splitmix(chain).tolist()  # type: ignore[no-any-return]
+
+
+def token_ids(seeds: np.ndarray, indices: np.ndarray, *, low: int, high: int) -> np.ndarray:
+    """Deterministic synthetic output token ids in ``[low, high)`` from per-request seeds and indices."""
+    with np.errstate(over="ignore"):
+        x = seeds.astype(_U64) ^ (indices.astype(_U64) * _U64(_P_TOKEN))
+        h = _splitmix(x)
+    return (h % _U64(high - low)).astype(np.int64) + low

@@ -1,0 +1,157 @@
+"""Serving metrics: latency percentiles from HDR histograms, throughput, KV use, prefix hits.
+
+Percentiles come from :class:`LatencyHistogram`, a wrapper of the ``hdrhistogram`` package
+(values recorded in microseconds, 3 significant digits, 1 us to 1 hour), so memory stays constant
+however many requests are recorded and no list is ever sorted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from gigacluster.inference.engine import ReplicaStats, RequestSummary
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+_US = 1e6
+_MAX_S = 3600.0
+
+
+class LatencyHistogram:
+    """Seconds in, percentiles (seconds) out; 1 us resolution floor, values above 1 h clamp."""
+
+    def __init__(self, *, sig_figs: int = 3) -> None:
+        self._h = HdrHistogram(1, int(_MAX_S * _US), sig_figs)
+
+    @staticmethod
+    def _to_us(value_s: float) -> int:
+        return int(min(max(value_s, 1e-6), _MAX_S) * _US)
+
+    def record(self, value_s: float, count: int = 1) -> None:
+        if math.isnan(value_s):
+            return
+        self._h.record_value(self._to_us(value_s), count)
+
+    def record_many(self, values_s: np.ndarray | Sequence[float]) -> None:
+        """Record an array at once: equal microsecond values are recorded with one count each."""
+        arr = np.asarray(values_s, dtype=np.float64)
+        arr = arr[~np.isnan(arr)]
+        if arr.size == 0:
+            return
+        us = (np.clip(arr, 1e-6, _MAX_S) * _US).astype(np.int64)
+        vals, counts = np.unique(us, return_counts=True)
+        for v, c in zip(vals.tolist(), counts.tolist(), strict=True):
+            self._h.record_value(v, c)
+
+    @property
+    def count(self) -> int:
+        return int(self._h.get_total_count())
+
+    def percentile_s(self, p: float) -> float:
+        return self._h.get_value_at_percentile(p) / _US if self.count else 0.0
+
+    def mean_s(self) -> float:
+        return self._h.get_mean_value() / _US if self.count else 0.0
+
+    def max_s(self) -> float:
+        return self._h.get_max_value() / _US if self.count else 0.0
+
+    def summary(self) -> dict[str, float]:
+        """``{"p50": s, "p90": s, "p99": s, "p99.9": s, "mean": s, "max": s, "count": n}``."""
+        out = {f"p{p:g}": self.percentile_s(p) for p in PERCENTILES}
+        out.update(mean=self.mean_s(), max=self.max_s(), count=float(self.count))
+        return out
+
+
+class ServingMetrics:
+    """Aggregates finished requests and replica samples into a snapshot dict."""
+
+    def __init__(self) -> None:
+        self.ttft = LatencyHistogram()
+        self.tpot = LatencyHistogram()
+        self.itl = LatencyHistogram()
+        self.e2e = LatencyHistogram()
+        self.queue = LatencyHistogram()
+        self._kv_sum = 0.0
+        self._kv_n = 0
+        self._kv_max = 0.0
+        self.requests = 0
+        self.rejected = 0
+        self.shed = 0
+        self.preempted = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self._t0 = math.inf
+        self._t1 = -math.inf
+        self._prefix_hit = 0
+        self._prefix_lookup = 0
+
+    def record_request(self, s: RequestSummary, itl_s: np.ndarray | Sequence[float] | None = None) -> None:
+        """A finished request; ``itl_s`` its inter-token gaps if the caller has them."""
+        self.requests += 1
+        self.ttft.record(s.ttft_s)
+        if s.output_tokens > 1:
+            self.tpot.record(s.tpot_s)
+        self.e2e.record(s.e2e_s)
+        self.queue.record(s.queue_s)
+        if itl_s is not None:
+            self.itl.record_many(itl_s)
+        self.output_tokens += s.output_tokens
+        self.prompt_tokens += s.prompt_tokens
+        self.cached_tokens += s.cached_tokens
+        self.preempted += s.preemptions > 0
+        self._t0 = min(self._t0, s.arrival_s)
+        self._t1 = max(self._t1, s.finish_s)
+
+    def record_itl(self, itl_s: np.ndarray | Sequence[float]) -> None:
+        self.itl.record_many(itl_s)
+
+    def record_rejected(self, n: int = 1, *, shed: bool = False) -> None:
+        if shed:
+            self.shed += n
+        else:
+            self.rejected += n
+
+    def record_kv(self, used_frac: float) -> None:
+        self._kv_sum += used_frac
+        self._kv_n += 1
+        self._kv_max = max(self._kv_max, used_frac)
+
+    def set_prefix_counts(self, hit_tokens: int, lookup_tokens: int) -> None:
+        """Prefix-cache totals (the replicas count them; summed by the caller)."""
+        self._prefix_hit, self._prefix_lookup = hit_tokens, lookup_tokens
+
+    def observe(self, stats: Sequence[ReplicaStats]) -> None:
+        """Sample every replica's KV use and take the prefix counters' current totals."""
+        for st in stats:
+            self.record_kv(st.kv_used_frac)
+        self.set_prefix_counts(sum(s.prefix_hit_tokens for s in stats), sum(s.prefix_lookup_tokens for s in stats))
+
+    def snapshot(self, duration_s: float | None = None) -> dict[str, Any]:
+        """Everything as plain numbers; rates over ``duration_s`` or first arrival to last finish."""
+        span = duration_s if duration_s is not None else max(self._t1 - self._t0, 0.0)
+        rate = (lambda n: n / span) if span > 0 else (lambda n: 0.0)
+        return {
+            "requests": self.requests,
+            "rejected": self.rejected,
+            "shed": self.shed,
+            "preempted_requests": self.preempted,
+            "ttft_s": self.ttft.summary(),
+            "tpot_s": self.tpot.summary(),
+            "itl_s": self.itl.summary(),
+            "e2e_s": self.e2e.summary(),
+            "queue_s": self.queue.summary(),
+            "output_tokens_per_s": rate(self.output_tokens),
+            "prompt_tokens_per_s": rate(self.prompt_tokens),
+            "requests_per_s": rate(self.requests),
+            "prefix_hit_rate": self._prefix_hit / self._prefix_lookup if self._prefix_lookup else 0.0,
+            "cached_prompt_frac": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+            "kv_used_mean": self._kv_sum / self._kv_n if self._kv_n else 0.0,
+            "kv_used_max": self._kv_max,
+            "span_s": span,
+        }

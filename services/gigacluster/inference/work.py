@@ -1,0 +1,181 @@
+"""The roofline work of one engine iteration, for ONE tensor-parallel shard.
+
+An iteration runs a batch of sequences through the model; each scheduled sequence contributes
+``n`` new tokens starting at context position ``c`` (a decode step is ``n = 1``; a prefill or a
+prefill chunk is ``n > 1``). Per layer this is one weight pass of GEMMs (compute-bound in prefill,
+bound by reading the weights in decode), attention over the KV cache (causal pairs for prefill,
+a KV read per decode sequence), and the small elementwise ops; the output projection (LM head)
+runs only for sequences that emit a token this iteration. Timing is NOT computed here: the items
+go through :func:`gigacluster.model.roofline.works_time_s`, the same function the chip service uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from gigacluster.model.arch import ModelArch
+from gigacluster.model.roofline import Work
+
+# Bytes per stored weight (and KV element) at each precision. tf32 is a math mode on fp32 storage.
+BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8": 1.0}
+# Activations stay in 16-bit except in fp32 runs (fp8 inference keeps bf16 activations).
+ACT_BYTES: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8": 2.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardShape:
+    """Per-shard sizes of a model split ``tp`` ways (Megatron-style: heads and FFN columns split)."""
+
+    arch: ModelArch
+    tp: int
+    precision: str
+
+    @property
+    def q_dim(self) -> int:
+        return self.arch.hidden // self.tp
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads held by one shard; when tp > kv_heads each shard keeps a replica of one."""
+        return math.ceil(self.arch.kv_heads / self.tp)
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.arch.head_dim
+
+    @property
+    def ffn(self) -> float:
+        return self.arch.ffn_hidden / self.tp
+
+    @property
+    def gemms(self) -> tuple[tuple[int, int], ...]:
+        """(n, k) of the layer's GEMMs on one shard: QKV, attention output, gate+up (fused), down."""
+        h, q, kv, ffn = self.arch.hidden, self.q_dim, self.kv_dim, round(self.ffn)
+        up = (self.arch.mlp_matrices - 1) * ffn
+        return ((q + 2 * kv, h), (h, q), (up, h), (h, ffn))
+
+    @property
+    def layer_params(self) -> float:
+        """Weights of one layer on one shard (QKV, output projection, MLP)."""
+        h = self.arch.hidden
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h + self.arch.mlp_matrices * h * self.ffn
+
+    @property
+    def head_params(self) -> float:
+        """The shard's slice of the (untied) output projection."""
+        return self.arch.hidden * self.arch.vocab / self.tp
+
+    @property
+    def weight_bytes(self) -> float:
+        """Weights resident on one shard: layers, LM head slice, and the embedding slice."""
+        bpp = BYTES_PER_PARAM[self.precision]
+        return (self.arch.layers * self.layer_params + 2 * self.head_params) * bpp
+
+    @property
+    def weight_read_bytes(self) -> float:
+        """Weights read by one full forward step (the input embedding is a row lookup, not read)."""
+        return (self.arch.layers * self.layer_params + self.head_params) * BYTES_PER_PARAM[self.precision]
+
+    @property
+    def kv_bytes_per_token_layer(self) -> float:
+        return 2.0 * self.kv_dim * BYTES_PER_PARAM[self.precision]
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies on one shard, all layers."""
+        return self.arch.layers * self.kv_bytes_per_token_layer
+
+
+def batch_work(
+    shape: ShardShape,
+    *,
+    prefill_tokens: int = 0,
+    prefill_pairs: float = 0.0,
+    prefill_kv_tokens: float = 0.0,
+    prefill_seqs: int = 1,
+    decode_seqs: int = 0,
+    decode_kv_tokens: float = 0.0,
+    logits: int = 0,
+) -> tuple[Work, ...]:
+    """Work items of one iteration on one shard.
+
+    ``prefill_pairs`` is the number of (query, key) pairs of the prefill tokens (causal), and the
+    ``*_kv_tokens`` the context tokens whose K and V are read; ``logits`` counts the sequences that
+    sample a token. Returns an empty tuple for an empty batch.
+    """
+    arch, prec = shape.arch, shape.precision
+    tokens = prefill_tokens + decode_seqs
+    if tokens <= 0:
+        return ()
+    bpp, act = BYTES_PER_PARAM[prec], ACT_BYTES[prec]
+    h, q, ffn, layers = arch.hidden, shape.q_dim, shape.ffn, arch.layers
+    items: list[Work] = []
+    # The layer's four GEMMs with their true (m, n, k): QKV, attention output, gate+up, down.
+    m = tokens
+    for n_out, k_in in shape.gemms:
+        items.append(
+            Work(
+                flops=2.0 * m * n_out * k_in,
+                bytes_=n_out * k_in * bpp + m * (n_out + k_in) * act,
+                precision=prec,
+                kind="matmul",
+                count=layers,
+                shape=(m, n_out, k_in),
+            )
+        )
+    attn_flops_per_pair = 4.0 * arch.head_dim * (arch.heads // shape.tp)
+    kv_layer = shape.kv_bytes_per_token_layer
+    if prefill_tokens:
+        items.append(
+            Work(
+                flops=attn_flops_per_pair * prefill_pairs,
+                bytes_=prefill_kv_tokens * kv_layer + prefill_tokens * 2 * q * act,
+                precision=prec,
+                kind="attention",
+                count=layers,
+                shape=(prefill_tokens, max(1, round(prefill_kv_tokens / max(1, prefill_seqs))), arch.head_dim),
+            )
+        )
+    if decode_seqs:
+        items.append(
+            Work(
+                flops=attn_flops_per_pair * decode_kv_tokens,
+                bytes_=decode_kv_tokens * kv_layer + decode_seqs * 2 * q * act,
+                precision=prec,
+                kind="attention",
+                count=layers,
+                # Decode kernels (FlashDecoding) pack the query heads sharing a KV head into one tile.
+                shape=(arch.heads // arch.kv_heads, max(1, round(decode_kv_tokens / decode_seqs)), arch.head_dim),
+            )
+        )
+    # Norms, rotary embedding, residual adds, activation function, and writing the new K and V.
+    items.append(
+        Work(
+            flops=tokens * (10.0 * h + 4.0 * ffn),
+            bytes_=tokens * ((8.0 * h + 3.0 * ffn) * act + kv_layer),
+            precision=prec,
+            kind="elementwise",
+            count=layers,
+        )
+    )
+    if logits:
+        vocab_s = arch.vocab / shape.tp
+        items.append(
+            Work(
+                flops=2.0 * logits * shape.head_params,
+                bytes_=shape.head_params * bpp + logits * (h * act + vocab_s * 4.0),
+                precision=prec,
+                kind="matmul",
+                count=1,
+                shape=(logits, int(vocab_s), h),
+            )
+        )
+    return tuple(items)
+
+
+def allreduce_bytes(shape: ShardShape, tokens: int) -> float:
+    """Bytes each shard all-reduces per iteration: two per layer (after attention and after MLP)."""
+    if shape.tp == 1:
+        return 0.0
+    return 2.0 * shape.arch.layers * tokens * shape.arch.hidden * ACT_BYTES[shape.precision]
