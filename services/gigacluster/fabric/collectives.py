@@ -1,0 +1,454 @@
+"""Collectives as phases of flows, algorithm policies, and nccl-tests' algbw / busbw.
+
+A collective becomes a :class:`CollectivePlan`: a sequence of :class:`Phase` objects that run
+one after another. A phase is a set of point-to-point sub-flows that all carry the same bytes and
+pay ``steps`` latency terms. Pipelined algorithms (ring, tree, the hierarchical rings) move in
+*lockstep*: every hop forwards a chunk as soon as it arrives, so the whole phase runs at the pace
+of its slowest hop. A lockstep phase is therefore ONE flow for the max-min solver, whose
+incidence is the sum of its hops' links (a link used by two hops of the ring counts twice). An
+all-to-all phase is independent flows, since each pair finishes on its own.
+
+Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
+
+    time = bytes_per_hop / rate + steps * (path latency + per-step cost) [+ launch cost, phase 0]
+
+Algorithms (registry :data:`ALGORITHMS`, keyed by name; ``tree`` is the double binary tree):
+
+==================  ============================  ==============================  =========
+algorithm           ops                           bytes per hop                   steps
+==================  ============================  ==============================  =========
+ring                all_reduce                    2(n-1)/n * S                    2(n-1)
+ring                reduce_scatter, all_gather    (n-1)/n * S                     n-1
+ring                broadcast (a pipelined chain) S                               n-1
+tree                all_reduce                    S/2 per tree edge, both ways    2 depth
+hierarchical        all_reduce                    intra RS, inter ring AR, intra AG (3 phases)
+halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back         2 log2 n
+direct              all_to_all                    S/n per ordered pair            1
+direct              send_recv (2 ranks)           S                               1
+==================  ============================  ==============================  =========
+
+The ring visits the ranks in the order given (pass them domain-major, as chip ids are, for the
+NCCL-like ring that crosses each domain boundary once). Selection: a forced name, or the
+:class:`FastestPolicy` (the default, registry :data:`POLICIES`) that costs every algorithm that
+supports the op, rank count and topology with the contention-free model above and takes the
+fastest; so small messages pick the tree or halving-doubling (fewer latency steps) and large
+ones the ring or the hierarchical ring (least bytes on the slowest links).
+
+algbw and busbw follow nccl-tests (doc/PERFORMANCE.md): ``algbw = S / time``; ``busbw = algbw *
+bus_factor(op, n)`` with factor 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter, all-gather
+and all-to-all, 1 for broadcast and send/recv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from gigacluster.fabric.routing import route
+from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
+from gigacluster.hw import catalog
+from gigacluster.model import SpecError
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise SpecError("op", f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: busbw = algbw * bus_factor(op, n)."""
+    _check_op(op)
+    if n < 1:
+        raise SpecError("count", f"must be >= 1, got {n}")
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Phase:
+    """Sub-flows ``src[i] -> dst[i]`` (chip ids) that each carry ``bytes_per_hop`` bytes."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes_per_hop: float
+    steps: int
+    lockstep: bool = True
+
+    def __post_init__(self) -> None:
+        if self.src.shape != self.dst.shape:
+            raise ValueError("src and dst must have the same shape")
+        if self.bytes_per_hop < 0 or self.steps < 0:
+            raise ValueError("bytes_per_hop and steps must be >= 0")
+
+    @property
+    def n_subflows(self) -> int:
+        return int(self.src.size)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CollectivePlan:
+    """A collective as phases run back to back."""
+
+    op: str
+    algorithm: str
+    ranks: np.ndarray
+    bytes_: float
+    phases: tuple[Phase, ...]
+
+
+def _ring_edges(ranks: np.ndarray, closed: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    src = ranks
+    dst = np.roll(ranks, -1)
+    if not closed:
+        return src[:-1], dst[:-1]
+    return src, dst
+
+
+class Algorithm:
+    """Base of collective algorithms: which ops it supports and how it decomposes into phases."""
+
+    name: ClassVar[str] = ""
+    ops: ClassVar[tuple[str, ...]] = ()
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return op in self.ops and ranks.size >= 2
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        raise NotImplementedError
+
+
+class Ring(Algorithm):
+    """Pipelined ring (a chain for broadcast) in the order the ranks are given."""
+
+    name = "ring"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if op == "broadcast":
+            s, d = _ring_edges(ranks, closed=False)
+            return [Phase(s, d, bytes_, n - 1)]
+        s, d = _ring_edges(ranks)
+        if op == "all_reduce":
+            return [Phase(s, d, 2.0 * (n - 1) / n * bytes_, 2 * (n - 1))]
+        return [Phase(s, d, (n - 1) / n * bytes_, n - 1)]
+
+
+class DoubleBinaryTree(Algorithm):
+    """NCCL's double binary tree: two complementary trees, each reducing and broadcasting S/2.
+
+    Tree 1 is the heap-ordered binary tree over rank positions; tree 2 is the same tree over the
+    positions shifted by one, so most interior ranks of one tree are leaves of the other.
+    """
+
+    name = "tree"
+    ops = ("all_reduce",)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        pos = np.arange(1, n)
+        parent = (pos - 1) // 2
+        srcs, dsts = [], []
+        for shift in (0, 1):
+            child = ranks[(pos + shift) % n]
+            par = ranks[(parent + shift) % n]
+            srcs += [child, par]  # reduce up, broadcast down, pipelined together
+            dsts += [par, child]
+        depth = int(np.ceil(np.log2(n + 1)))
+        return [Phase(np.concatenate(srcs), np.concatenate(dsts), bytes_ / 2.0, 2 * depth)]
+
+
+class Hierarchical(Algorithm):
+    """Reduce-scatter inside each domain, ring all-reduce across domains per rail, all-gather inside.
+
+    Needs at least two domains, each holding the same number (>= 1) of the ranks.
+    """
+
+    name = "hierarchical"
+    ops = ("all_reduce",)
+
+    @staticmethod
+    def _grid(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
+        dom = topo.chip_domain[ranks]
+        order = np.argsort(dom, kind="stable")
+        doms, counts = np.unique(dom, return_counts=True)
+        if doms.size < 2 or counts.min() != counts.max():
+            return None
+        return ranks[order].reshape(doms.size, counts[0])
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return super().supports(op, ranks, topo) and self._grid(ranks, topo) is not None
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        grid = self._grid(ranks, topo)
+        if grid is None:
+            raise SpecError("algo", "hierarchical needs >= 2 domains holding the same number of ranks")
+        g, m = grid.shape
+        out = []
+        if m > 1:
+            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
+            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
+        s, d = grid.ravel(), np.roll(grid, -1, axis=0).ravel()
+        out.append(Phase(s, d, 2.0 * (g - 1) / g * bytes_ / m, 2 * (g - 1)))
+        if m > 1:
+            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
+            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
+        return out
+
+
+class HalvingDoubling(Algorithm):
+    """Rabenseifner: recursive-halving reduce-scatter, then recursive-doubling all-gather.
+
+    Partners at distance 1, 2, 4, ... exchange S/2, S/4, ... so the largest exchanges stay
+    between neighbouring ranks (inside a domain when ranks are domain-major).
+    """
+
+    name = "halving_doubling"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        n = ranks.size
+        return super().supports(op, ranks, topo) and (n & (n - 1)) == 0
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if n & (n - 1):
+            raise SpecError("algo", f"halving_doubling needs a power-of-two rank count, got {n}")
+        idx = np.arange(n)
+        k_steps = int(np.log2(n))
+        halving = [Phase(ranks, ranks[idx ^ (1 << k)], bytes_ / 2 ** (k + 1), 1) for k in range(k_steps)]
+        if op == "reduce_scatter":
+            return halving
+        doubling = halving[::-1]
+        return doubling if op == "all_gather" else halving + doubling
+
+
+class Direct(Algorithm):
+    """Every rank sends straight to each peer: all-to-all (S/n per pair) and send/recv."""
+
+    name = "direct"
+    ops = ("all_to_all", "send_recv")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        if op == "send_recv":
+            return ranks.size == 2
+        return super().supports(op, ranks, topo)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if op == "send_recv":
+            return [Phase(ranks[:1], ranks[1:2], bytes_, 1)]
+        s = np.repeat(ranks, n)
+        d = np.tile(ranks, n)
+        keep = s != d
+        return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a for a in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct())
+}
+ALGORITHMS["double_binary_tree"] = ALGORITHMS["tree"]
+
+
+def collective_constants() -> tuple[float, float]:
+    """(launch_s, step_s): the catalog's per-call and per-step software costs."""
+    net = catalog.network()
+    return float(net.get("collective_launch_s", 0.0)), float(net.get("collective_step_s", 0.0))
+
+
+def phase_estimate_s(
+    phase: Phase, topo: Topology, *, alive: np.ndarray | None = None, first: bool = False,
+    capacity_Bps: np.ndarray | None = None,
+) -> float:
+    """Contention-free time of one phase: bandwidth term + latency terms (+ launch if first)."""
+    launch_s, step_s = collective_constants()
+    lat = launch_s if first else 0.0
+    if phase.n_subflows == 0:
+        return lat
+    r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
+    if not r.ok.all():
+        return float("inf")
+    cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
+    lat += phase.steps * (float(r.latency_s.max()) + step_s)
+    if r.e_link.size == 0 or phase.bytes_per_hop == 0:
+        return lat
+    load = np.bincount(r.e_link, weights=r.e_coef, minlength=topo.n_links)
+    if phase.lockstep:
+        used = load > 0
+        rate = float((cap[used] / load[used]).min())
+        return lat + phase.bytes_per_hop / rate
+    per_entry = cap[r.e_link] / load[r.e_link]
+    rate_f = np.full(phase.n_subflows, np.inf)
+    np.minimum.at(rate_f, r.e_flow, per_entry)
+    return lat + phase.bytes_per_hop / float(rate_f.min())
+
+
+def plan_estimate_s(plan: CollectivePlan, topo: Topology, *, alive: np.ndarray | None = None) -> float:
+    """Contention-free time of a whole plan (phases back to back)."""
+    return sum(phase_estimate_s(p, topo, alive=alive, first=(i == 0)) for i, p in enumerate(plan.phases))
+
+
+class SelectionPolicy:
+    """Base of algorithm selection policies: pick an algorithm name for (op, ranks, bytes, topology)."""
+
+    name: ClassVar[str] = ""
+
+    def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
+        raise NotImplementedError
+
+
+class FastestPolicy(SelectionPolicy):
+    """Cost every supporting algorithm with the contention-free model; take the fastest."""
+
+    name = "fastest"
+
+    def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
+        best, best_t = "", float("inf")
+        for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct"):
+            algo = ALGORITHMS[name]
+            if not algo.supports(op, ranks, topo):
+                continue
+            plan = CollectivePlan(op, name, ranks, bytes_, tuple(algo.phases(op, ranks, bytes_, topo)))
+            t = plan_estimate_s(plan, topo)
+            if t < best_t:
+                best, best_t = name, t
+        return best or "ring"
+
+
+class RingOnlyPolicy(SelectionPolicy):
+    """Always the ring where it applies (direct otherwise): NCCL with NCCL_ALGO=Ring."""
+
+    name = "ring"
+
+    def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
+        return "ring" if ALGORITHMS["ring"].supports(op, ranks, topo) else "direct"
+
+
+POLICIES: dict[str, SelectionPolicy] = {p.name: p for p in (FastestPolicy(), RingOnlyPolicy())}
+
+
+def plan_collective(
+    op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *, algo: str | None = None,
+    policy: str = "fastest",
+) -> CollectivePlan:
+    """Validate the request and decompose it into phases (forced ``algo`` or ``policy``'s choice)."""
+    _check_op(op)
+    r = np.asarray(ranks, dtype=np.int64).ravel()
+    if r.size < 1:
+        raise SpecError("ranks", "need at least one rank")
+    if r.min() < 0 or r.max() >= topo.n_chips:
+        raise SpecError("ranks", f"chip ids must be in [0, {topo.n_chips}), got {r.min()}..{r.max()}")
+    if np.unique(r).size != r.size:
+        raise SpecError("ranks", "ranks must be distinct chips")
+    if not (isinstance(bytes_, int | float | np.number) and np.isfinite(bytes_) and bytes_ >= 0):
+        raise SpecError("bytes", f"must be a finite number >= 0, got {bytes_!r}")
+    if op == "send_recv" and r.size != 2:
+        raise SpecError("ranks", f"send_recv takes exactly 2 ranks (src, dst), got {r.size}")
+    if r.size == 1:
+        return CollectivePlan(op, algo or "none", r, float(bytes_), ())
+    if algo is not None:
+        if algo not in ALGORITHMS:
+            raise SpecError("algo", f"unknown algorithm {algo!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
+        if not ALGORITHMS[algo].supports(op, r, topo):
+            allowed = [n for n, a in ALGORITHMS.items() if a.supports(op, r, topo)]
+            raise SpecError("algo", f"{algo} cannot run {op} on these {r.size} ranks; allowed: {', '.join(allowed)}")
+        name = ALGORITHMS[algo].name
+    else:
+        if policy not in POLICIES:
+            raise SpecError("policy", f"unknown policy {policy!r}; allowed: {', '.join(sorted(POLICIES))}")
+        name = POLICIES[policy].choose(op, r, float(bytes_), topo)
+    phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
+    return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveEstimate:
+    """Result of one collective on an otherwise idle fabric, nccl-tests style."""
+
+    op: str
+    bytes_: float
+    n_ranks: int
+    algorithm: str
+    time_s: float
+    chip: str
+    system: str
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.bytes_ / self.time_s / 1e9 if self.time_s > 0 else 0.0
+
+    @property
+    def busbw_GBps(self) -> float:
+        return self.algbw_GBps * bus_factor(self.op, self.n_ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "bytes": self.bytes_,
+            "ranks": self.n_ranks,
+            "chip": self.chip,
+            "system": self.system,
+            "algorithm": self.algorithm,
+            "time_s": self.time_s,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+        }
+
+
+def estimate_collective(
+    op: str, bytes_: float, chip: str, count: int, system: str | None = None, algo: str | None = None,
+    **topo_kw: Any,
+) -> CollectiveEstimate:
+    """Time one collective over ``count`` chips (whole domains are built; the first ``count`` ranks run).
+
+    ``topo_kw`` are further :class:`TopologyConfig` fields (nic, switch, tiers, oversubscription,
+    routing). The run goes through :class:`~gigacluster.fabric.sim.FlowSim`, so it is the same
+    code the live fabric service runs.
+    """
+    from gigacluster.fabric.sim import FlowSim  # sim imports this module
+
+    _check_op(op)
+    if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+        raise SpecError("count", f"must be an integer >= 1, got {count!r}")
+    if chip not in catalog.chip_names():
+        raise SpecError("chip", f"unknown chip {chip!r}; allowed: {', '.join(catalog.chip_names())}")
+    sysname = system or catalog.default_system(chip)
+    if sysname not in catalog.system_names():
+        raise SpecError("system", f"unknown system {sysname!r}; allowed: {', '.join(catalog.system_names())}")
+    dom = catalog.get_system(sysname).chips
+    scaleup = catalog.get_system(sysname).scaleup
+    built = count if (count < dom and scaleup in ("switch", "full_mesh")) else -(-count // dom) * dom
+    cfg = TopologyConfig(chip=chip, count=built, system=sysname, **topo_kw)
+    topo = build_topology(cfg)
+    sim = FlowSim(topo)
+    h = sim.start_collective(op, np.arange(count), float(bytes_), start_s=0.0, algo=algo)
+    sim.run_until_idle()
+    if h.state != "done":
+        raise SpecError("ranks", f"collective did not complete: {h.error}")
+    return CollectiveEstimate(op, float(bytes_), count, h.algorithm, h.end_s - h.start_s, chip, sysname)
+
+
+__all__ = [
+    "ALGORITHMS",
+    "OPS",
+    "POLICIES",
+    "Algorithm",
+    "CollectiveEstimate",
+    "CollectivePlan",
+    "FastestPolicy",
+    "Phase",
+    "SelectionPolicy",
+    "bus_factor",
+    "estimate_collective",
+    "phase_estimate_s",
+    "plan_collective",
+    "plan_estimate_s",
+]
