@@ -1,0 +1,178 @@
+"""Job records and their lifecycle, with no gRPC.
+
+States and the only legal transitions (anything else is FAILED_PRECONDITION)::
+
+    QUEUED -> PLACING -> RUNNING <-> CHECKPOINTING
+                 |          |  \\-> RESTARTING -> RUNNING | QUEUED
+                 v          v
+              QUEUED     PREEMPTED -> QUEUED
+    any non-terminal -> CANCELLED | FAILED;  RUNNING | CHECKPOINTING -> SUCCEEDED
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from gigacluster.errors import FailedPrecondition, InvalidArgument
+from gigacluster.model import SpecError
+from gigacluster.model.training import StepPlan, TrainSpec, plan_step
+
+
+class State(enum.IntEnum):
+    """Mirrors ``scheduler.v1.Job.State``."""
+
+    QUEUED = 1
+    PLACING = 2
+    RUNNING = 3
+    CHECKPOINTING = 4
+    RESTARTING = 5
+    PREEMPTED = 6
+    SUCCEEDED = 7
+    FAILED = 8
+    CANCELLED = 9
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+LEGAL: dict[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.PLACING, State.CANCELLED, State.FAILED}),
+    State.PLACING: frozenset({State.RUNNING, State.QUEUED, State.CANCELLED, State.FAILED}),
+    State.RUNNING: frozenset({State.CHECKPOINTING, State.RESTARTING, State.PREEMPTED, State.SUCCEEDED,
+                              State.CANCELLED, State.FAILED}),
+    State.CHECKPOINTING: frozenset({State.RUNNING, State.PREEMPTED, State.SUCCEEDED, State.CANCELLED,
+                                    State.FAILED}),
+    State.RESTARTING: frozenset({State.RUNNING, State.QUEUED, State.CANCELLED, State.FAILED}),
+    State.PREEMPTED: frozenset({State.QUEUED, State.CANCELLED, State.FAILED}),
+    State.SUCCEEDED: frozenset(),
+    State.FAILED: frozenset(),
+    State.CANCELLED: frozenset(),
+}
+
+MAX_STEPS = 100_000_000
+MAX_PRIORITY = 1000
+
+
+@dataclasses.dataclass
+class JobRecord:
+    """Everything the scheduler knows of one job (the servicer renders it as a Job message)."""
+
+    job_id: str
+    tenant: str
+    display_name: str
+    queue: str
+    priority: int
+    spec_dict: dict[str, Any]
+    spec: TrainSpec
+    plan: StepPlan
+    steps_total: int
+    checkpoint_interval_steps: int
+    max_restarts: int
+    created_s: float
+    state: State = State.QUEUED
+    reason: str = ""
+    step: int = 0
+    tokens: float = 0.0
+    last_step_time_s: float = 0.0
+    predicted_step_time_s: float = 0.0
+    mfu: float = 0.0
+    energy_it_j: float = 0.0
+    energy_facility_j: float = 0.0
+    chip_hours: float = 0.0
+    cost_usd: float = 0.0
+    started_s: float = 0.0
+    finished_s: float = 0.0
+    instance: str = ""
+    restarts: int = 0
+    last_checkpoint_step: int = 0
+    run_s: float = 0.0  # virtual seconds in steps (for means and goodput)
+    compute_s_sum: float = 0.0
+    exposed_comm_s_sum: float = 0.0
+    bubble_s_sum: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"jobs/{self.job_id}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def transition(self, to: State, reason: str = "") -> None:
+        if to not in LEGAL[self.state]:
+            raise FailedPrecondition(f"{self.name} is {self.state.name}; it cannot become {to.name}",
+                                     reason="ILLEGAL_TRANSITION", state=self.state.name)
+        self.state = to
+        self.reason = reason
+
+    @property
+    def eta_s(self) -> float:
+        if self.terminal or self.step >= self.steps_total:
+            return 0.0
+        per = self.last_step_time_s or self.predicted_step_time_s
+        return (self.steps_total - self.step) * per
+
+    @property
+    def goodput(self) -> float:
+        wall = (self.finished_s or 0.0) - self.started_s if self.started_s else 0.0
+        if wall <= 0:
+            return 0.0
+        useful = self.step * (self.run_s / self.step) if self.step else 0.0
+        return min(1.0, useful / wall)
+
+
+def validate_submission(spec_dict: dict[str, Any], *, priority: int, checkpoint_interval_steps: int,
+                        max_restarts: int, cluster_chips: dict[str, int]) -> tuple[TrainSpec, StepPlan, int]:
+    """Check a submission; returns the parsed spec, its step plan and the number of steps.
+
+    Raises SpecError/InvalidArgument (INVALID_ARGUMENT), DoesNotFitError or FailedPrecondition
+    (FAILED_PRECONDITION: more chips than the cluster has).
+    """
+    if abs(priority) > MAX_PRIORITY:
+        raise InvalidArgument("priority", f"must be in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {priority}")
+    if max_restarts > 1000:
+        raise InvalidArgument("max_restarts", f"must be <= 1000, got {max_restarts}")
+    hw = spec_dict.get("hardware") or {}
+    if not hw.get("chip"):
+        raise InvalidArgument("spec.hardware.chip", "required (e.g. h100-sxm)")
+    if not hw.get("count"):
+        raise InvalidArgument("spec.hardware.count", "required: the number of chips (> 0)")
+    try:
+        spec = TrainSpec.from_dict(spec_dict)
+    except SpecError as exc:
+        raise InvalidArgument(f"spec.{exc.field}", str(exc).split(": ", 1)[-1]) from exc
+    have = cluster_chips.get(spec.chip, 0)
+    if spec.count > have:
+        raise FailedPrecondition(
+            f"spec.hardware.count: the job needs {spec.count} {spec.chip} chips but the cluster has {have}"
+            + (f" ({', '.join(f'{n} {c}' for c, n in cluster_chips.items())})" if cluster_chips else ""),
+            reason="CLUSTER_TOO_SMALL", need=spec.count, have=have,
+        )
+    steps = spec.total_steps()
+    if steps is None:
+        raise InvalidArgument("spec.steps", "give steps or tokens: how long the job trains")
+    if steps > MAX_STEPS:
+        raise InvalidArgument("spec.steps", f"must be <= {MAX_STEPS}, got {steps}")
+    if checkpoint_interval_steps > steps:
+        checkpoint_interval_steps = steps
+    plan = plan_step(spec)  # DoesNotFitError with the numbers
+    return spec, plan, steps
+
+
+def rank_groups(spec: TrainSpec, name: str) -> tuple[int, int, int, list[int]]:
+    """(group size, rank stride, copies, copy offsets) of a collective demand in Megatron order.
+
+    Ranks are laid out tp fastest, then cp, dp and pp; a group of ``size`` ranks spaced ``stride``
+    apart repeats at every offset in the returned list (all copies run at once).
+    """
+    tp, cp, dp, pp = spec.tp, spec.cp, spec.dp, spec.pp
+    stage = tp * cp * dp
+    if name == "tp":
+        return tp, 1, spec.count // tp, [k * tp for k in range(spec.count // tp)]
+    if name == "cp":
+        return cp, tp, tp, list(range(tp))
+    if name == "pp":
+        return 2, stage, stage, list(range(stage))
+    if name in ("dp_grad", "dp_param"):
+        return dp * cp, tp, tp * pp, [s * stage + r for s in range(pp) for r in range(tp)]
+    raise ValueError(f"unknown collective demand {name!r}")

@@ -1,0 +1,264 @@
+"""Runs one placed job step by step through the chip and fabric services.
+
+Each step: one ``ExecuteWork`` per chip shard for all the job's devices (a group of identical
+ranks), one ``StartCollective`` per run of identical parallel groups for every collective demand,
+then the step time from the model's own ``compose_step``. All calls carry ``not_before_s`` = the
+step's virtual start, so gRPC latency does not enter the timing; the runner then sleeps in
+virtual time until the step ends, which paces a live run at the clock's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import grpc
+import numpy as np
+
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+from gigacluster.errors import FailedPrecondition, Unavailable
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.hw.catalog import facility
+from gigacluster.model.comm import volume_factor
+from gigacluster.model.cost import job_cost
+from gigacluster.model.power import host_overhead_w, link_energy_j
+from gigacluster.model.training import StepBreakdown, compose_step
+from gigacluster.runtime import convert
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.clock import VirtualClock
+from gigacluster.scheduler.core import JobRecord, rank_groups
+
+OPS = {
+    "all_reduce": fabric_pb2.COLLECTIVE_OP_ALL_REDUCE,
+    "reduce_scatter": fabric_pb2.COLLECTIVE_OP_REDUCE_SCATTER,
+    "all_gather": fabric_pb2.COLLECTIVE_OP_ALL_GATHER,
+    "all_to_all": fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL,
+    "broadcast": fabric_pb2.COLLECTIVE_OP_BROADCAST,
+    "send_recv": fabric_pb2.COLLECTIVE_OP_SEND_RECV,
+}
+
+
+class StepFailed(Exception):
+    """A chip or link fault failed the running step; ``cause`` says which."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    start_s: float
+    breakdown: StepBreakdown
+    above_idle_j: float
+    comm_s: dict[str, float]
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.breakdown.step_time_s
+
+
+def arithmetic_runs(offsets: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Split sorted offsets into (first, count, stride) runs of equal spacing."""
+    runs: list[tuple[int, int, int]] = []
+    i = 0
+    while i < len(offsets):
+        if i + 1 == len(offsets):
+            runs.append((offsets[i], 1, 1))
+            break
+        stride = offsets[i + 1] - offsets[i]
+        j = i + 1
+        while j + 1 < len(offsets) and offsets[j + 1] - offsets[j] == stride:
+            j += 1
+        runs.append((offsets[i], j - i + 1, stride))
+        i = j + 1
+    return runs
+
+
+class JobRunner:
+    """The mesh side of one running job: devices, endpoints and the capability to use them."""
+
+    def __init__(self, job: JobRecord, *, devices: np.ndarray, shards: list[tuple[str, int, int]],
+                 fabric: str, capability: Callable[[], str], clock: VirtualClock) -> None:
+        self.job = job
+        self.devices = devices  # global ids in rank order
+        self.clock = clock
+        self.capability = capability
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.fabric_ep = fabric
+        # (endpoint, device ranges on that shard) for the job's devices
+        self.shard_ranges: list[tuple[str, list[tuple[int, int]]]] = []
+        for ep, start, end in shards:
+            sel = devices[(devices >= start) & (devices < end)]
+            if sel.size:
+                self.shard_ranges.append((ep, _ranges(np.sort(sel))))
+        self.collective_calls = self._collective_calls()
+
+    def _channel(self, ep: str) -> grpc.aio.Channel:
+        if ep not in self._channels:
+            self._channels[ep] = grpc.aio.insecure_channel(ep)
+        return self._channels[ep]
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+    def _collective_calls(self) -> list[tuple[str, fabric_pb2.StartCollectiveRequest]]:
+        spec = self.job.spec
+        calls = []
+        for d in self.job.plan.collectives:
+            size, stride, _copies, offsets = rank_groups(spec, d.name)
+            for first, count, group_stride in arithmetic_runs(offsets):
+                ranks = self.devices[first + stride * np.arange(size)]
+                calls.append((d.name, fabric_pb2.StartCollectiveRequest(
+                    op=OPS[d.op], ranks=convert.range_msgs(_ranges(ranks, keep_order=True)), bytes=d.bytes_,
+                    traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING, groups=count, group_stride=group_stride,
+                    tag=self.job.name,
+                )))
+        return calls
+
+    def _md(self) -> tuple[tuple[str, str], ...]:
+        return call_metadata(capability=self.capability())
+
+    async def run_step(self, start_s: float) -> StepResult:
+        """Run one step starting at virtual ``start_s``; returns when it has ended in virtual time."""
+        job = self.job
+        items = convert.work_msgs(job.plan.compute)
+        md = self._md()
+        try:
+            chip_calls = [
+                chip_pb2_grpc.ChipServiceStub(self._channel(ep)).ExecuteWork(
+                    chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
+                                                tag=job.name), metadata=md, timeout=30)
+                for ep, rs in self.shard_ranges
+            ]
+            fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
+            fab_calls = []
+            for _name, req in self.collective_calls:
+                req.not_before_s = start_s
+                fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
+            results = await asyncio.gather(*chip_calls, *fab_calls)
+        except grpc.aio.AioRpcError as err:
+            raise _step_error(err) from err
+        chip_res = results[: len(chip_calls)]
+        fab_res = results[len(chip_calls):]
+        compute_s = max(r.end_s for r in chip_res) - start_s
+        above = float(sum(r.energy_j for r in chip_res))
+        # Collectives: wait for the actual ends (other traffic may slow them after the prediction).
+        ends: dict[str, float] = {}
+        starts: dict[str, float] = {}
+        names = [n for n, _ in self.collective_calls]
+        preds = [r.predicted_end_s for r in fab_res]
+        first_bd = self._compose(compute_s, names, fab_res, [r.predicted_end_s for r in fab_res], start_s)
+        await self.clock.sleep_until(start_s + first_bd.step_time_s)
+        if fab_res:
+            try:
+                finals = await self._wait_flows([r.name for r in fab_res], preds)
+            except grpc.aio.AioRpcError as err:
+                raise _step_error(err) from err
+            for (name, _), r, end in zip(self.collective_calls, fab_res, finals, strict=True):
+                starts[name] = min(starts.get(name, r.start_s), r.start_s)
+                ends[name] = max(ends.get(name, end), end)
+        bd = self._compose(compute_s, names, fab_res, [ends[n] for n in names], start_s)
+        await self.clock.sleep_until(start_s + bd.step_time_s)
+        comm = {d.name: 0.0 for d in job.plan.collectives}
+        for d in job.plan.collectives:
+            if d.name in ends:
+                comm[d.name] = (ends[d.name] - starts[d.name]) * d.count
+        return StepResult(start_s, bd, above, comm)
+
+    def _compose(self, compute_s: float, names: list[str], fab_res: Sequence[fabric_pb2.StartCollectiveResponse],
+                 ends: list[float], start_s: float) -> StepBreakdown:
+        per: dict[str, float] = {}
+        for name, r, end in zip(names, fab_res, ends, strict=True):
+            per[name] = max(per.get(name, 0.0), end - r.start_s)
+        comm = {d.name: per.get(d.name, 0.0) * d.count for d in self.job.plan.collectives}
+        return compose_step(self.job.plan, compute_s, comm)
+
+    async def _wait_flows(self, names: list[str], preds: list[float]) -> list[float]:
+        """Actual end times of flow groups (watching those still running)."""
+        fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
+        md = self._md()
+        ends: dict[str, float] = {}
+        for n in names:
+            r = await fabric.GetFlow(fabric_pb2.GetFlowRequest(name=n), metadata=md, timeout=30)
+            if r.flow.state == fabric_pb2.Flow.STATE_DONE:
+                ends[n] = r.flow.end_s
+            elif r.flow.state == fabric_pb2.Flow.STATE_FAILED:
+                raise StepFailed(f"collective {n} failed: {r.flow.error}")
+        pending = [n for n in names if n not in ends]
+        if pending:
+            async for upd in fabric.WatchFlows(fabric_pb2.WatchFlowsRequest(names=pending), metadata=md, timeout=3600):
+                f = upd.flow
+                if f.state == fabric_pb2.Flow.STATE_DONE:
+                    ends[f.name] = f.end_s
+                elif f.state == fabric_pb2.Flow.STATE_FAILED:
+                    raise StepFailed(f"collective {f.name} failed: {f.error}")
+                if all(n in ends for n in names):
+                    break
+        return [ends[n] for n in names]
+
+
+def step_energy_it_j(job: JobRecord, res: StepResult) -> float:
+    """IT energy of one step for the whole job: the same terms as ``estimate_train``.
+
+    Chips at idle power for the step plus what the chip service booked above idle, the host
+    share per chip, and link energy for the bytes the step's collectives move.
+    """
+    chip = job.spec.chip_spec()
+    step = res.breakdown.step_time_s
+    up = out = 0.0
+    for d in job.plan.collectives:
+        moved = d.count * d.bytes_ * max(volume_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
+        if d.layout.domains > 1:
+            out += moved
+        else:
+            up += moved
+    n = job.spec.count
+    return n * (chip.idle_w + host_overhead_w()) * step + res.above_idle_j + n * link_energy_j(up, out)
+
+
+def account(job: JobRecord, res: StepResult) -> None:
+    """Fold one finished step into the job's progress, energy and cost."""
+    bd = res.breakdown
+    spec = job.spec
+    job.step += 1
+    job.tokens += spec.tokens_per_step
+    job.last_step_time_s = bd.step_time_s
+    job.run_s += bd.step_time_s
+    job.compute_s_sum += bd.compute_s
+    job.exposed_comm_s_sum += bd.exposed_comm_s
+    job.bubble_s_sum += bd.bubble_s
+    peak = spec.chip_spec().peak_flops(spec.precision)
+    job.mfu = job.plan.model_flops_per_step / spec.count / bd.step_time_s / peak
+    e = step_energy_it_j(job, res)
+    job.energy_it_j += e
+    job.energy_facility_j += e * spec.pue
+    job.chip_hours += spec.count * bd.step_time_s / 3600.0
+    cost = job_cost(spec.chip_spec(), spec.count, job.run_s, job.energy_facility_j,
+                    energy_price_usd_per_kwh=spec.energy_price_usd_per_kwh
+                    if spec.energy_price_usd_per_kwh is not None else facility().energy_price_usd_per_kwh)
+    job.cost_usd = cost.total_usd
+
+
+def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int]]:
+    """Compress ids into [start, end) runs (in the given order when ``keep_order``)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return []
+    if not keep_order:
+        ids = np.sort(ids)
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [ids.size]))
+    return [(int(ids[a]), int(ids[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
+
+
+def _step_error(err: grpc.aio.AioRpcError) -> Exception:
+    if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+        return StepFailed(err.details() or "device failed")
+    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return Unavailable(f"service unavailable during a step: {err.details()}")
+    return FailedPrecondition(f"step rejected by the mesh: {err.code().name}: {err.details()}")

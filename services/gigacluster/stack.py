@@ -1,0 +1,279 @@
+"""Start and supervise a whole local mesh: five service processes and an MQTT broker.
+
+Used by ``gigacluster up``, ``gigacluster demo`` and the integration tests, so the tests run the
+exact processes a user runs. Each service is its own OS process (``gigacluster serve ...``);
+the supervisor restarts one that dies, with exponential backoff, and stops all on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import secrets
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
+from gigacluster.client import DEFAULT_PORTS, Endpoints
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.telemetry import EmbeddedBroker
+
+log = structlog.get_logger()
+ORDER = ("chip", "fabric", "broker", "scheduler", "router")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclasses.dataclass
+class StackConfig:
+    """What to start. Ports of 0 are picked free at start."""
+
+    cluster: str = "local"
+    chip: str = "h100-sxm"
+    chips: int = 64
+    shards: int = 1
+    speedup: float = 1.0
+    mqtt: str = ""  # empty: start an embedded broker
+    mqtt_port: int = 1883
+    ports: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PORTS))
+    state_dir: pathlib.Path | None = None
+    http_port: int = -1
+    log_format: str = "json"
+    extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    restart: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
+            raise ValueError("chips must be a positive multiple of shards")
+
+
+class Proc:
+    """One supervised child process."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: pathlib.Path | None) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+
+    async def start(self) -> None:
+        out: Any = asyncio.subprocess.DEVNULL
+        if self.log_path is not None:
+            out = self.log_path.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(*self.argv, env=self.env, stdout=out, stderr=out,
+                                                         start_new_session=True)
+        if self.log_path is not None:
+            out.close()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(p.wait(), timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            await p.wait()
+
+
+class Stack:
+    """A running local mesh."""
+
+    def __init__(self, cfg: StackConfig) -> None:
+        self.cfg = cfg
+        self.admin_key = "gca_" + secrets.token_urlsafe(24)
+        self.service_key = "gcs_" + secrets.token_urlsafe(24)
+        self.api_key: str | None = None
+        self.epoch = time.time()
+        self.procs: dict[str, Proc] = {}
+        self.embedded: EmbeddedBroker | None = None
+        self.mqtt = cfg.mqtt
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.ports = dict(cfg.ports)
+        self.shard_ports: list[int] = []
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return Endpoints(**{k: f"127.0.0.1:{self.ports[k]}" for k in DEFAULT_PORTS})
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "GIGACLUSTER_CLUSTER": self.cfg.cluster,
+            "GIGACLUSTER_CLOCK_EPOCH": repr(self.epoch),
+            "GIGACLUSTER_SPEEDUP": repr(self.cfg.speedup),
+            "GIGACLUSTER_MQTT": self.mqtt,
+            "GIGACLUSTER_ADMIN_KEY": self.admin_key,
+            "GIGACLUSTER_SERVICE_KEY": self.service_key,
+            "GIGACLUSTER_BROKER": f"127.0.0.1:{self.ports['broker']}",
+            "GIGACLUSTER_LOG_FORMAT": self.cfg.log_format,
+            "PYTHONUNBUFFERED": "1",
+        })
+        if self.cfg.state_dir is not None:
+            env["GIGACLUSTER_STATE_DIR"] = str(self.cfg.state_dir)
+        env.update(self.cfg.extra_env)
+        return env
+
+    def _argv(self, service: str, *flags: str) -> list[str]:
+        return [sys.executable, "-m", "gigacluster.cli.main", "serve", service, *flags]
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        for k, v in list(self.ports.items()):
+            if v == 0:
+                self.ports[k] = free_port()
+        if cfg.state_dir is not None:
+            cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        if not self.mqtt:
+            port = cfg.mqtt_port or free_port()
+            self.embedded = EmbeddedBroker("127.0.0.1", port)
+            await self.embedded.start()
+            self.mqtt = self.embedded.endpoint
+        per = cfg.chips // cfg.shards
+        self.shard_ports = [self.ports["chip"]] + [free_port() for _ in range(cfg.shards - 1)]
+        env = self._env()
+        logs = cfg.state_dir / "logs" if cfg.state_dir is not None else None
+        if logs is not None:
+            logs.mkdir(exist_ok=True)
+
+        def lp(name: str) -> pathlib.Path | None:
+            return logs / f"{name}.log" if logs is not None else None
+
+        for i, port in enumerate(self.shard_ports):
+            name = "chip" if i == 0 else f"chip-{i}"
+            self.procs[name] = Proc(name, self._argv("chip", "--port", str(port), "--chip", cfg.chip,
+                                                     "--device-offset", str(i * per), "--device-count", str(per)),
+                                    env, lp(name))
+        shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
+        self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",
+                                                         cfg.chip, "--count", str(cfg.chips)), env, lp("fabric"))
+        self.procs["broker"] = Proc("broker", self._argv("broker", "--port", str(self.ports["broker"]), "--shards",
+                                                         shards, "--fabric", f"127.0.0.1:{self.ports['fabric']}"),
+                                    env, lp("broker"))
+        self.procs["scheduler"] = Proc("scheduler", self._argv("scheduler", "--port", str(self.ports["scheduler"])),
+                                       env, lp("scheduler"))
+        self.procs["router"] = Proc("router", self._argv("router", "--port", str(self.ports["router"]),
+                                                         "--http-port", str(cfg.http_port)), env, lp("router"))
+        for p in self.procs.values():
+            await p.start()
+        await self.wait_healthy()
+        if cfg.restart:
+            self._supervisor = asyncio.create_task(self._supervise())
+
+    def endpoint_of(self, name: str) -> str:
+        if name.startswith("chip"):
+            idx = 0 if name == "chip" else int(name.split("-")[1])
+            return f"127.0.0.1:{self.shard_ports[idx]}"
+        return f"127.0.0.1:{self.ports[name]}"
+
+    async def wait_healthy(self, timeout_s: float = 60.0, names: list[str] | None = None) -> None:
+        """Wait until every service answers SERVING on the gRPC health service."""
+        deadline = time.monotonic() + timeout_s
+        for name in names or list(self.procs):
+            async with grpc.aio.insecure_channel(self.endpoint_of(name)) as ch:
+                stub = health_pb2_grpc.HealthStub(ch)
+                while True:
+                    p = self.procs[name].proc
+                    if p is not None and p.returncode is not None and not self.cfg.restart:
+                        raise RuntimeError(f"{name} exited with {p.returncode} during start-up")
+                    try:
+                        r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                        if r.status == health_pb2.HealthCheckResponse.SERVING:
+                            break
+                    except grpc.aio.AioRpcError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{name} not healthy after {timeout_s}s")
+                    await asyncio.sleep(0.1)
+        # The broker answers health before it has discovered the shards; wait for that too.
+        async with grpc.aio.insecure_channel(self.endpoint_of("broker")) as ch:
+            stub2 = broker_pb2_grpc.BrokerServiceStub(ch)
+            while True:
+                try:
+                    await stub2.GetInventory(broker_pb2.GetInventoryRequest(),
+                                             metadata=call_metadata(api_key=self.admin_key), timeout=5)
+                    return
+                except grpc.aio.AioRpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+
+    async def _supervise(self) -> None:
+        backoff: dict[str, float] = {}
+        while not self._stopping:
+            await asyncio.sleep(0.2)
+            for name, p in self.procs.items():
+                if self._stopping or p.proc is None or p.proc.returncode is None:
+                    continue
+                delay = backoff.get(name, 0.5)
+                log.warning("service died; restarting", service=name, returncode=p.proc.returncode,
+                            restart_in_s=delay, restarts=p.restarts)
+                await asyncio.sleep(delay)
+                if self._stopping:
+                    return
+                backoff[name] = min(delay * 2, 30.0)
+                p.restarts += 1
+                await p.start()
+
+    async def create_tenant(self, tenant_id: str, weight: float = 1.0) -> str:
+        """Create a tenant through the broker (as admin); returns its API key."""
+        async with grpc.aio.insecure_channel(self.endpoint_of("broker")) as ch:
+            resp = await broker_pb2_grpc.BrokerServiceStub(ch).CreateTenant(
+                broker_pb2.CreateTenantRequest(tenant_id=tenant_id, weight=weight),
+                metadata=call_metadata(api_key=self.admin_key), timeout=10)
+        return str(resp.api_key)
+
+    def write_credentials(self, api_key: str) -> pathlib.Path | None:
+        if self.cfg.state_dir is None:
+            return None
+        path = self.cfg.state_dir / "credentials.json"
+        path.write_text(json.dumps({
+            "cluster": self.cfg.cluster, "tenant": "tenants/default", "api_key": api_key,
+            "admin_key": self.admin_key, "mqtt": self.mqtt,
+            "endpoints": dataclasses.asdict(self.endpoints),
+        }, indent=2))
+        path.chmod(0o600)
+        return path
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        for name in reversed(list(self.procs)):
+            await self.procs[name].stop()
+        if self.embedded is not None:
+            await self.embedded.stop()
+
+    async def __aenter__(self) -> Stack:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
