@@ -1,0 +1,61 @@
+"""The amqtt plugins enforce the same credentials and ACL as the Mosquitto files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from pathlib import Path
+
+import pytest
+from gigacluster.security.mqtt_auth import TelemetryAcl, render_password_file
+
+ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
+
+
+@pytest.mark.integration
+async def test_embedded_amqtt_broker_isolates_tenants(tmp_path: Path) -> None:
+    """An amqtt broker with our plugins admits only right passwords and shows a tenant only its subtree."""
+    import aiomqtt
+    from amqtt.broker import Broker
+
+    creds = ACL.credentials()
+    (tmp_path / "pw").write_text(render_password_file(creds, iterations=1000))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    broker = Broker({
+        "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{port}"}},
+        "plugins": {
+            "gigacluster.security.amqtt_plugin.GigaclusterAuthPlugin": {"password_file": str(tmp_path / "pw")},
+            "gigacluster.security.amqtt_plugin.GigaclusterTopicPlugin": {"cluster": "gc1", "tenants": ["acme", "beta"]},
+        },
+    })
+    await broker.start()
+    try:
+        got: list[str] = []
+        ready = asyncio.Event()
+
+        async def listen() -> None:
+            async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password=creds["tenant-acme"]) as c:
+                await c.subscribe("gigacluster/gc1/tenants/acme/#")
+                await c.subscribe("#")  # refused by the topic plugin
+                ready.set()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        async for m in c.messages:
+                            got.append(str(m.topic))
+
+        task = asyncio.create_task(listen())
+        await asyncio.wait_for(ready.wait(), 5)
+        async with aiomqtt.Client("127.0.0.1", port, username="service", password=creds["service"]) as c:
+            for t in ["gigacluster/gc1/tenants/acme/m", "gigacluster/gc1/tenants/beta/m"]:
+                await c.publish(t, b"1", qos=1)
+        await task
+        assert got == ["gigacluster/gc1/tenants/acme/m"]
+        for user, pw in [("tenant-acme", "wrong"), ("nobody", "x")]:
+            with pytest.raises(aiomqtt.MqttError):
+                async with aiomqtt.Client("127.0.0.1", port, username=user, password=pw):
+                    pass
+    finally:
+        await broker.shutdown()
