@@ -92,6 +92,8 @@ class DeviceAllocator:
             next_domain += -(-s.n_devices // size)
             start = stop
         self.domain_size_of = np.bincount(self.domain_of)
+        self._chip_mask = [self.chip_of == c for c in range(len(self.chip_types))]
+        self._max_domain = [int(self.domain_size_of[np.unique(self.domain_of[m])].max()) for m in self._chip_mask]
         self.owner = np.full(n, FREE, dtype=np.int32)  # tenant index per device
         self.instance_of = np.full(n, FREE, dtype=np.int32)  # instance index per device
         self._tenants: list[str] = []
@@ -107,7 +109,7 @@ class DeviceAllocator:
 
     def free_mask(self, chip_type: str) -> np.ndarray:
         """Boolean array over devices: free and of ``chip_type``."""
-        return (self.owner == FREE) & (self.chip_of == self._chip_code(chip_type))
+        return (self.owner == FREE) & self._chip_mask[self._chip_code(chip_type)]
 
     def free_count(self, chip_type: str) -> int:
         """Free devices of ``chip_type``."""
@@ -159,9 +161,7 @@ class DeviceAllocator:
         return alloc
 
     def _same_domain(self, mask: np.ndarray, chip_type: str, count: int, free: int) -> DeviceSet:
-        code = self._chip_code(chip_type)
-        domains_of_type = np.unique(self.domain_of[self.chip_of == code])
-        biggest = int(self.domain_size_of[domains_of_type].max())
+        biggest = self._max_domain[self._chip_code(chip_type)]
         if count > biggest:
             raise InvalidArgument("count", f"{chip_type} scale-up domains hold {biggest} devices; asked {count}")
         per_domain = np.bincount(self.domain_of[mask], minlength=self.domain_size_of.size)
@@ -173,7 +173,9 @@ class DeviceAllocator:
                 requested=count, available=int(per_domain.max()), reason="NO_DOMAIN_WITH_ENOUGH_DEVICES",
             )
         best = int(np.argmin(np.where(fits, per_domain, np.iinfo(np.int64).max)))
-        ids = np.flatnonzero(mask & (self.domain_of == best))[:count]
+        # Domains are runs of consecutive ids: search only the chosen one.
+        lo, hi = np.searchsorted(self.domain_of, [best, best + 1])
+        ids = lo + np.flatnonzero(mask[lo:hi])[:count]
         return DeviceSet.from_ids(ids)
 
     def _contiguous(self, mask: np.ndarray, chip_type: str, count: int, free: int) -> DeviceSet:
