@@ -1,0 +1,95 @@
+"""Shape-aware roofline: efficiency terms and timing."""
+
+from __future__ import annotations
+
+import pytest
+from gigacluster.hw.catalog import get_chip
+from gigacluster.model import SpecError
+from gigacluster.model.roofline import EfficiencyParams, Work, compute_efficiency, work_time_s, works_time_s
+
+H100 = get_chip("h100-sxm")
+
+
+def gemm(m: int, n: int, k: int) -> Work:
+    return Work(2.0 * m * n * k, 2.0 * (m * k + k * n + m * n), "bf16", "matmul", 1, (m, n, k))
+
+
+def test_large_gemm_reaches_kind_ceiling() -> None:
+    """A large, tile-aligned GEMM reaches the chip's matmul ceiling, less only the small depth term."""
+    p = EfficiencyParams.for_chip(H100)
+    eff = compute_efficiency(H100, gemm(16384, 16896, 16384))  # 128 x 132 tiles: whole waves
+    assert eff == pytest.approx(p.matmul_peak_fraction * 16384 / (16384 + p.k_overhead), rel=1e-9)
+
+
+def test_tile_quantisation_penalises_ragged_dims() -> None:
+    """m = 129 pads to two 128-row tiles, so it runs at about half the efficiency of m = 128."""
+    e128 = compute_efficiency(H100, gemm(128, 16896, 8192))
+    e129 = compute_efficiency(H100, gemm(129, 16896, 8192))
+    assert e129 == pytest.approx(e128 * 129 / 256, rel=1e-6)
+
+
+def test_wave_quantisation_on_few_tiles() -> None:
+    """133 output tiles on 132 SMs (H100 whitepaper) need two waves: about half the efficiency of 132 tiles."""
+    e132 = compute_efficiency(H100, gemm(128, 132 * 128, 4096))
+    e133 = compute_efficiency(H100, gemm(128, 133 * 128, 4096))
+    assert e133 == pytest.approx(e132 * 133 / 264, rel=1e-6)
+
+
+def test_shallow_k_is_less_efficient() -> None:
+    """A K loop of 64 amortises the tile prologue/epilogue worse than K = 8192."""
+    assert compute_efficiency(H100, gemm(8192, 8192, 64)) < 0.8 * compute_efficiency(H100, gemm(8192, 8192, 8192))
+
+
+def test_attention_efficiency_grows_with_sequence_and_head_dim() -> None:
+    """Attention at 128-wide heads and long KV is more efficient than at 64-wide heads or short KV."""
+    long = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 4096, 128))
+    short = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 128, 128))
+    thin = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 4096, 64))
+    assert compute_efficiency(H100, long) > compute_efficiency(H100, short)
+    assert compute_efficiency(H100, thin) == pytest.approx(compute_efficiency(H100, long) / 2)
+
+
+def test_memory_bound_work_runs_at_hbm_fraction_and_ignores_clock() -> None:
+    """Elementwise work takes bytes / (HBM bandwidth x fraction) + launch, whatever the clock."""
+    p = EfficiencyParams.for_chip(H100)
+    w = Work(1e6, 3.35e9, "bf16", "elementwise")
+    expect = 3.35e9 / (3.35e12 * p.hbm_peak_fraction) + p.launch_overhead_s
+    assert work_time_s(H100, w) == pytest.approx(expect)
+    assert work_time_s(H100, w, clock_factor=0.7) == pytest.approx(expect)
+
+
+def test_compute_bound_work_scales_with_clock_and_count() -> None:
+    """A compute-bound GEMM takes 1/clock as long, and count repeats it."""
+    p = EfficiencyParams.for_chip(H100)
+    w = gemm(8192, 8192, 8192)
+    t1 = work_time_s(H100, w) - p.launch_overhead_s
+    t08 = work_time_s(H100, w, clock_factor=0.8) - p.launch_overhead_s
+    assert t08 == pytest.approx(t1 / 0.8)
+    w3 = Work(w.flops, w.bytes_, "bf16", "matmul", 3, w.shape)
+    assert work_time_s(H100, w3) == pytest.approx(3 * work_time_s(H100, w))
+    assert works_time_s(H100, [w, w3]) == pytest.approx(4 * work_time_s(H100, w))
+
+
+def test_fp8_is_faster_than_bf16_where_the_chip_has_it() -> None:
+    """FP8 runs at the FP8 rate on H100 (2x BF16) and at the BF16 rate on A100 (no FP8 units)."""
+    w16 = gemm(8192, 8192, 8192)
+    w8 = Work(w16.flops, w16.bytes_, "fp8", "matmul", 1, w16.shape)
+    assert work_time_s(H100, w16) / work_time_s(H100, w8) == pytest.approx(2.0, rel=0.01)
+    a100 = get_chip("a100-80gb")
+    assert work_time_s(a100, w8) == pytest.approx(work_time_s(a100, w16))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"flops": -1.0, "bytes_": 0.0}, "flops"),
+        ({"flops": 1.0, "bytes_": 0.0, "kind": "conv"}, "kind"),
+        ({"flops": 1.0, "bytes_": 0.0, "count": 0}, "count"),
+        ({"flops": 1.0, "bytes_": 0.0, "precision": "int4"}, "precision"),
+    ],
+)
+def test_invalid_work_names_field(kwargs: dict, field: str) -> None:
+    """A bad work item raises SpecError naming the field."""
+    with pytest.raises(SpecError) as exc:
+        Work(**kwargs)
+    assert exc.value.field == field
