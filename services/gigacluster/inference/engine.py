@@ -740,9 +740,14 @@ class ReplicaEngine:
             self._remove_waiting(seq)
         return True
 
+    @property
+    def kv_used_frac(self) -> float:
+        """Share of KV blocks held by running sequences (cached-but-free blocks count as free)."""
+        return self._pool.used / self._pool.total_blocks
+
     def stats(self) -> ReplicaStats:
         act = self._active
-        running = int(act.sum())
+        running = self.cfg.max_batch - len(self._free_slots)
         out_tok = int(((self._length - self._computed) + (self._max - self._gen))[act].sum())
         pool = self._pool
         return ReplicaStats(

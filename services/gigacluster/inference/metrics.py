@@ -26,6 +26,8 @@ class LatencyHistogram:
 
     def __init__(self, *, sig_figs: int = 3) -> None:
         self._h = HdrHistogram(1, int(_MAX_S * _US), sig_figs)
+        self._sum_s = 0.0  # exact mean and max, kept beside the histogram (cheap, no iteration)
+        self._max_s = 0.0
 
     @staticmethod
     def _to_us(value_s: float) -> int:
@@ -35,6 +37,8 @@ class LatencyHistogram:
         if math.isnan(value_s):
             return
         self._h.record_value(self._to_us(value_s), count)
+        self._sum_s += value_s * count
+        self._max_s = max(self._max_s, value_s)
 
     def record_many(self, values_s: np.ndarray | Sequence[float]) -> None:
         """Record an array at once: equal microsecond values are recorded with one count each."""
@@ -43,6 +47,8 @@ class LatencyHistogram:
         if arr.size == 0:
             return
         us = (np.clip(arr, 1e-6, _MAX_S) * _US).astype(np.int64)
+        self._sum_s += float(arr.sum())
+        self._max_s = max(self._max_s, float(arr.max()))
         vals, counts = np.unique(us, return_counts=True)
         for v, c in zip(vals.tolist(), counts.tolist(), strict=True):
             self._h.record_value(v, c)
@@ -55,15 +61,23 @@ class LatencyHistogram:
         return self._h.get_value_at_percentile(p) / _US if self.count else 0.0
 
     def mean_s(self) -> float:
-        return self._h.get_mean_value() / _US if self.count else 0.0
+        """Exact mean of the recorded values."""
+        return self._sum_s / self.count if self.count else 0.0
 
     def max_s(self) -> float:
-        return self._h.get_max_value() / _US if self.count else 0.0
+        """Exact maximum of the recorded values."""
+        return self._max_s
 
     def summary(self) -> dict[str, float]:
         """``{"p50": s, "p90": s, "p99": s, "p99.9": s, "mean": s, "max": s, "count": n}``."""
-        out = {f"p{p:g}": self.percentile_s(p) for p in PERCENTILES}
-        out.update(mean=self.mean_s(), max=self.max_s(), count=float(self.count))
+        n = self.count
+        if n:
+            # One pass over the histogram for all percentiles.
+            pv = self._h.get_percentile_to_value_dict(list(PERCENTILES))
+            out = {f"p{p:g}": pv[p] / _US for p in PERCENTILES}
+        else:
+            out = {f"p{p:g}": 0.0 for p in PERCENTILES}
+        out.update(mean=self.mean_s(), max=self.max_s(), count=float(n))
         return out
 
 

@@ -107,7 +107,7 @@ def simulate(
             metrics.record_request(s)
             owner.pop(s.request_id, None)
             pol.on_finished(s.request_id, r_next)
-        metrics.record_kv(engines[r_next].stats().kv_used_frac)
+        metrics.record_kv(engines[r_next].kv_used_frac)
         start(r_next, t_done)
 
     stats = tuple(e.stats() for e in engines)
