@@ -517,7 +517,7 @@ class FlowSim:
         self._p_rate = rate
         fin = np.isfinite(rate[self._e_pos])
         self._link_rate = np.bincount(self._e_link[fin], weights=self._e_coef[fin] * rate[self._e_pos[fin]],
-                                      minlength=self.topo.n_links)
+                                      minlength=self.topo.n_links).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self._p_rem / rate, np.inf))
         self._p_drain = self._t_ref + dt
