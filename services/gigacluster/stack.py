@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import secrets
 import signal
 import socket
 import sys
@@ -28,6 +27,7 @@ from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.client import DEFAULT_PORTS, Endpoints
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.telemetry import EmbeddedBroker
+from gigacluster.security.apikeys import new_api_key
 
 log = structlog.get_logger()
 ORDER = ("chip", "fabric", "broker", "scheduler", "router")
@@ -101,8 +101,8 @@ class Stack:
 
     def __init__(self, cfg: StackConfig) -> None:
         self.cfg = cfg
-        self.admin_key = "gca_" + secrets.token_urlsafe(24)
-        self.service_key = "gcs_" + secrets.token_urlsafe(24)
+        self.admin_key = new_api_key()
+        self.service_key = new_api_key()
         self.api_key: str | None = None
         self.epoch = time.time()
         self.procs: dict[str, Proc] = {}

@@ -108,8 +108,11 @@ class BrokerCore:
         self.audit = audit
         self.tenants: dict[str, TenantRecord] = {}
         self.instances: dict[str, InstanceRecord] = {}
-        self._admin_hash = apikeys.hash_api_key(admin_key) if admin_key else None
-        self._service_hash = apikeys.hash_api_key(service_key) if service_key else None
+        # key id (the public part of a key) -> (principal, argon2 hash): one hash check per new key.
+        self._keys: dict[str, tuple[Principal, str]] = {}
+        for key, principal in ((admin_key, Principal("admin")), (service_key, Principal("service"))):
+            if key:
+                self._keys[apikeys.api_key_id(key)] = (principal, apikeys.hash_api_key(key))
         self._verified: dict[str, Principal] = {}
         self._ids = itertools.count(1)
 
@@ -121,18 +124,13 @@ class BrokerCore:
         hit = self._verified.get(digest)
         if hit is not None:
             return hit
-        p: Principal | None = None
-        if self._admin_hash and apikeys.verify_api_key(self._admin_hash, key):
-            p = Principal("admin")
-        elif self._service_hash and apikeys.verify_api_key(self._service_hash, key):
-            p = Principal("service")
-        else:
-            for t in self.tenants.values():
-                if any(apikeys.verify_api_key(h, key) for h in t.key_hashes):
-                    p = Principal("tenant", t.name)
-                    break
-        if p is None:
+        try:
+            entry = self._keys.get(apikeys.api_key_id(key))
+        except Exception as exc:
+            raise Unauthenticated("invalid API key (malformed)", reason="BAD_API_KEY") from exc
+        if entry is None or not apikeys.verify_api_key(entry[1], key):
             raise Unauthenticated("invalid API key", reason="BAD_API_KEY")
+        p = entry[0]
         self._verified[digest] = p
         return p
 
@@ -154,9 +152,10 @@ class BrokerCore:
         if tenant_id in self.tenants:
             raise AlreadyExists(f"tenant tenants/{tenant_id} already exists")
         key = apikeys.new_api_key()
-        rec = TenantRecord(tenant_id, display_name or tenant_id, weight or 1.0, time.time(),
-                           [apikeys.hash_api_key(key)])
+        key_hash = apikeys.hash_api_key(key)
+        rec = TenantRecord(tenant_id, display_name or tenant_id, weight or 1.0, time.time(), [key_hash])
         self.tenants[tenant_id] = rec
+        self._keys[apikeys.api_key_id(key)] = (Principal("tenant", rec.name), key_hash)
         self._log(actor, "tenant.create", rec.name, "ok")
         return rec, key
 

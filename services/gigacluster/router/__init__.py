@@ -1,0 +1,1 @@
+"""The inference router: deployments of model replicas on chips, routing, token streaming."""

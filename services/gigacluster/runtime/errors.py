@@ -54,7 +54,8 @@ def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
                 v = getattr(exc, attr, None)
                 if v is not None:
                     meta[attr] = f"{v:.3f}" if isinstance(v, float) else str(v)
-            return code, type(exc).__name__.upper(), str(exc), meta
+            reason = getattr(exc, "reason", "") or type(exc).__name__.upper()
+            return code, str(reason), str(exc), meta
     return "INTERNAL", "INTERNAL", f"internal error ({type(exc).__name__}); see the service log", {}
 
 
@@ -88,7 +89,7 @@ def _wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     yield item
             except (grpc.aio.AbortError, GeneratorExit):
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - mapped to a status; never crashes the server
                 await _abort(context, exc, name)
 
         return stream
@@ -99,7 +100,7 @@ def _wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - mapped to a status; never crashes the server
             await _abort(context, exc, name)
 
     return unary

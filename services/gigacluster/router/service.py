@@ -1,0 +1,336 @@
+"""The router's gRPC layer: deployments (replicas held through the broker) and Generate."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+import uuid
+from typing import Any
+
+import grpc
+import numpy as np
+import structlog
+
+from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
+from gigacluster.common.v1 import common_pb2
+from gigacluster.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
+from gigacluster.hw.catalog import chip_names, default_system, get_system
+from gigacluster.inference.engine import ReplicaConfig, Request
+from gigacluster.inference.errors import AdmissionError
+from gigacluster.inference.policies import POLICIES, make_policy
+from gigacluster.inference.tokenizer import Tokenizer
+from gigacluster.model.arch import arch_from_dict
+from gigacluster.router.deployment import LiveDeployment, Replica, ReplicaFailed
+from gigacluster.router.v1 import router_pb2, router_pb2_grpc
+from gigacluster.runtime import convert
+from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
+from gigacluster.runtime.config import RouterConfig
+from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.server import Service
+from gigacluster.scheduler.spec import ARCH_FIELDS
+
+log = structlog.get_logger()
+DEPLOYMENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+STATES = {"deploying": 1, "ready": 2, "failed": 3, "deleting": 4}
+
+
+class RouterService(Service[RouterConfig]):
+    name = "router"
+
+    def __init__(self, config: RouterConfig) -> None:
+        super().__init__(config)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.deployments: dict[str, LiveDeployment] = {}
+        self._ids = itertools.count(1)
+        self._tokenizers: dict[int, Tokenizer] = {}
+        self._lock = asyncio.Lock()
+
+    def add_to_server(self, server: grpc.aio.Server) -> list[str]:
+        router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)
+        return [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name]
+
+    async def start(self) -> None:
+        await super().start()
+        self.every(self.config.telemetry_interval_s, self._publish, "stats")
+
+    async def stop(self) -> None:
+        for d in self.deployments.values():
+            for r in d.replicas:
+                await r.close()
+        await super().stop()
+        await self.auth.close()
+
+    def tokenizer(self, vocab: int) -> Tokenizer:
+        if vocab not in self._tokenizers:
+            self._tokenizers[vocab] = Tokenizer(vocab)
+        return self._tokenizers[vocab]
+
+    def _smd(self) -> tuple[tuple[str, str], ...]:
+        return call_metadata(api_key=self.config.service_key)
+
+    @property
+    def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
+        return self.auth.stub
+
+    async def _publish(self) -> None:
+        for d in list(self.deployments.values()):
+            if d.state != "ready":
+                continue
+            s = d.stats_snapshot()
+            tenant = d.tenant.removeprefix("tenants/")
+            self.telemetry.publish(f"tenants/{tenant}/deployments/{d.deployment_id}/stats", {
+                "deployment": d.name, "t_s": self.clock.now(), "queue_depth": s["queue_depth"],
+                "running": s["running"], "kv_cache_usage": s["kv_used_now"], "requests": s["requests"],
+                "rejected": s["rejected"], "ttft_s": s["ttft_s"], "itl_s": s["itl_s"],
+                "tokens_per_s": s["output_tokens_per_s"], "prefix_hit_rate": s["prefix_hit_rate"],
+            })
+
+    async def deploy(self, p: Principal, request: Any) -> LiveDeployment:
+        did = request.deployment_id
+        if not DEPLOYMENT_ID_RE.match(did or ""):
+            raise InvalidArgument("deployment_id", f"must be 1-63 of a-z, 0-9, '-', '.', got {did!r}")
+        if did in self.deployments:
+            raise AlreadyExists(f"deployments/{did} already exists")
+        if not request.HasField("model"):
+            raise InvalidArgument("model", "required: a preset (e.g. llama3-8b) or an architecture")
+        m = request.model
+        arch = arch_from_dict({"preset": m.preset, **{k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)}}
+                              if m.preset else {k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)})
+        if request.chip not in chip_names():
+            raise InvalidArgument("chip", f"allowed: {', '.join(chip_names())}; got {request.chip!r}")
+        tp = int(request.tp) or 1
+        dom = get_system(default_system(request.chip)).chips
+        if tp > dom:
+            raise InvalidArgument("tp", f"must be <= {dom} (one {request.chip} scale-up domain), got {tp}")
+        replicas = int(request.replicas) or 1
+        if replicas > 1024:
+            raise InvalidArgument("replicas", f"must be <= 1024, got {replicas}")
+        policy_name = request.policy or "least_outstanding"
+        if policy_name not in POLICIES:
+            raise InvalidArgument("policy", f"allowed: {', '.join(sorted(POLICIES))}; got {policy_name!r}")
+        kv = request.kv_fraction or 0.9
+        if not 0 < kv <= 1:
+            raise InvalidArgument("kv_fraction", f"must be in (0, 1], got {kv}")
+        cfg = ReplicaConfig(arch=arch, chip=request.chip, tp=tp,
+                            precision=convert.precision_name(request.precision),
+                            max_batch=int(request.max_batch) or 256, kv_fraction=kv,
+                            max_queue=int(request.max_queue) or 1024)
+        dep = LiveDeployment(did, p.tenant, cfg, make_policy(policy_name), policy_name)
+        self.deployments[did] = dep
+        try:
+            inv = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=self._smd(), timeout=10)
+            for i in range(replicas):
+                resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+                    chip_type=request.chip, count=tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
+                    purpose=dep.name, tenant=p.tenant), metadata=self._smd(), timeout=30)
+                devs = convert.ranges(resp.instance.devices)
+                shard = next(s for s in inv.shards if s.devices.start <= devs[0][0] < s.devices.end)
+                cap = {"token": resp.capability, "exp": resp.capability_expires_s, "inst": resp.instance.name}
+                rep = Replica(i, cfg, instance=resp.instance.name, devices=devs, endpoint=shard.endpoint,
+                              capability=self._cap_getter(cap), clock=self.clock)
+                dep.replicas.append(rep)
+                rep.task = asyncio.ensure_future(rep.run(dep.on_finish))
+        except grpc.aio.AioRpcError as err:
+            await self.undeploy(dep)
+            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise ResourceExhausted(f"cannot place {replicas} replicas of {tp} {request.chip}: "
+                                        f"{err.details()}") from err
+            raise Unavailable(f"broker refused the replicas ({err.code().name}): {err.details()}") from err
+        dep.state = "ready"
+        log.info("deployed", deployment=dep.name, replicas=replicas, chip=request.chip, tp=tp,
+                 kv_cache_bytes=cfg.kv_cache_bytes)
+        return dep
+
+    def _cap_getter(self, cap: dict[str, Any]) -> Any:
+        def get() -> str:
+            if cap["exp"] - time.time() < 120 and "refresh" not in cap:
+                cap["refresh"] = asyncio.ensure_future(self._refresh(cap))
+            return str(cap["token"])
+        return get
+
+    async def _refresh(self, cap: dict[str, Any]) -> None:
+        try:
+            r = await self.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=cap["inst"]),
+                                                    metadata=self._smd(), timeout=10)
+            cap.update(token=r.capability, exp=r.capability_expires_s)
+        finally:
+            cap.pop("refresh", None)
+
+    async def undeploy(self, dep: LiveDeployment) -> None:
+        dep.state = "deleting"
+        for r in dep.replicas:
+            await r.close()
+            try:
+                await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=r.instance),
+                                                  metadata=self._smd(), timeout=30)
+            except grpc.aio.AioRpcError as err:
+                log.warning("release failed", instance=r.instance, error=err.details())
+        self.deployments.pop(dep.deployment_id, None)
+
+    def visible(self, p: Principal, name: str) -> LiveDeployment:
+        did = name.removeprefix("deployments/")
+        if not did:
+            raise InvalidArgument("model", "required: a deployment name (e.g. deployments/llama3-8b)")
+        dep = self.deployments.get(did)
+        if dep is None or (not p.privileged and dep.tenant != p.tenant):
+            raise NotFound(f"deployments/{did}")
+        return dep
+
+
+def _arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
+    a = dep.cfg.arch
+    return common_pb2.ModelArchitecture(preset=a.name, layers=a.layers, hidden=a.hidden, heads=a.heads,
+                                        kv_heads=a.kv_heads, ffn_hidden=a.ffn_hidden, vocab=a.vocab, seq_len=a.seq_len)
+
+
+def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
+    c = dep.cfg
+    return router_pb2.Deployment(
+        name=dep.name, tenant=dep.tenant, model=_arch_msg(dep), chip=c.chip, tp=c.tp, replicas=len(dep.replicas),
+        max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],
+        policy=dep.policy_name, state=STATES[dep.state], reason=dep.reason,
+        instances=[r.instance for r in dep.replicas], kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
+        max_queue=c.max_queue,
+    )
+
+
+def _summary(d: dict[str, float]) -> common_pb2.LatencySummary:
+    return common_pb2.LatencySummary(count=int(d["count"]), p50_s=d["p50"], p90_s=d["p90"], p99_s=d["p99"],
+                                     p999_s=d["p99.9"], mean_s=d["mean"], max_s=d["max"])
+
+
+@grpc_errors(router_pb2_grpc.RouterServiceServicer)
+class RouterServicer(router_pb2_grpc.RouterServiceServicer):
+    def __init__(self, svc: RouterService) -> None:
+        self.svc = svc
+
+    async def _tenant(self, context: grpc.aio.ServicerContext) -> Principal:
+        return await self.svc.auth.principal(context)
+
+    async def DeployModel(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        if p.kind != "tenant":
+            raise PermissionDenied("deployments belong to tenants: deploy with a tenant's API key",
+                                   reason="TENANT_ONLY")
+        dep = await self.svc.deploy(p, request)
+        return router_pb2.DeployModelResponse(deployment=deployment_msg(dep))
+
+    async def GetDeployment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        return router_pb2.GetDeploymentResponse(deployment=deployment_msg(self.svc.visible(p, request.name)))
+
+    async def ListDeployments(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        deps = [d for d in self.svc.deployments.values() if p.privileged or d.tenant == p.tenant]
+        items, token = convert.page(deps, request.page_size, request.page_token)
+        return router_pb2.ListDeploymentsResponse(deployments=[deployment_msg(d) for d in items],  # type: ignore[arg-type]
+                                                  next_page_token=token)
+
+    async def DeleteDeployment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        dep = self.svc.visible(p, request.name)
+        msg = deployment_msg(dep)
+        await self.svc.undeploy(dep)
+        msg.state = router_pb2.Deployment.STATE_DELETING
+        return router_pb2.DeleteDeploymentResponse(deployment=msg)
+
+    async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        dep = self.svc.visible(p, request.model)
+        if dep.state != "ready":
+            raise Unavailable(f"{dep.name} is {dep.state}")
+        arch = dep.cfg.arch
+        tok = self.svc.tokenizer(arch.vocab)
+        which = request.WhichOneof("prompt")
+        if which == "text":
+            if not request.text:
+                raise InvalidArgument("text", "must not be empty")
+            prompt = tok.encode(request.text)
+        elif which == "token_ids":
+            prompt = list(request.token_ids.ids)
+            if not prompt:
+                raise InvalidArgument("token_ids", "must hold at least one token")
+            bad = [t for t in prompt if t >= arch.vocab]
+            if bad:
+                raise InvalidArgument("token_ids", f"ids must be < the model's vocab ({arch.vocab}), got {bad[0]}")
+        else:
+            raise InvalidArgument("prompt", "give text or token_ids")
+        if request.max_tokens <= 0:
+            raise InvalidArgument("max_tokens", f"must be > 0, got {request.max_tokens}")
+        if len(prompt) + request.max_tokens > arch.seq_len:
+            raise InvalidArgument("max_tokens", f"prompt ({len(prompt)} tokens) + max_tokens ({request.max_tokens}) "
+                                                f"exceeds the model's context of {arch.seq_len}")
+        if abs(request.priority) > 1000:
+            raise InvalidArgument("priority", f"must be in [-1000, 1000], got {request.priority}")
+        rid = request.request_id or uuid.uuid4().hex[:16]
+        if len(rid) > 128:
+            raise InvalidArgument("request_id", "at most 128 characters")
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        now = self.svc.clock.now()
+        req = Request(id=rid, prompt_tokens=np.asarray(prompt, dtype=np.int64), max_tokens=int(request.max_tokens),
+                      priority=int(request.priority), arrival_s=now, tenant=dep.tenant)
+        try:
+            replica, stream = dep.route(req, now)
+        except AdmissionError as exc:
+            raise ResourceExhausted(f"{dep.name} is saturated: {exc}", retry_after_s=exc.retry_after_s) from exc
+        except ReplicaFailed as exc:
+            raise Unavailable(str(exc)) from exc
+        done = False
+        try:
+            while not done:
+                ev = await stream.queue.get()
+                batch = [ev]
+                while not stream.queue.empty():
+                    batch.append(stream.queue.get_nowait())
+                errs = [e for e in batch if isinstance(e, Exception)]
+                if errs:
+                    if isinstance(errs[0], AdmissionError):
+                        raise ResourceExhausted(f"shed by a higher-priority request: {errs[0]}",
+                                                retry_after_s=errs[0].retry_after_s)
+                    raise Unavailable(str(errs[0]))
+                toks = [e for e in batch if not isinstance(e, Exception)]
+                last = toks[-1]
+                resp = router_pb2.GenerateResponse(
+                    request_id=rid, index=toks[0].index, token_ids=[t.token_id for t in toks],
+                    text=tok.decode([t.token_id for t in toks]), time_s=last.time_s,
+                    replica=f"{dep.name}/replicas/{replica.index}")
+                if last.finished:
+                    done = True
+                    resp.finish_reason = last.finish_reason or "length"
+                    s = last.summary
+                    if s is not None:
+                        resp.usage.CopyFrom(router_pb2.GenerateUsage(
+                            prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
+                            cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s,
+                            e2e_s=s.e2e_s))
+                yield resp
+        finally:
+            if not done:
+                replica.engine.cancel(rid)
+                replica.streams.pop(rid, None)
+
+    async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self._tenant(context)
+        deps = ([self.svc.visible(p, request.deployment)] if request.deployment else
+                [d for d in self.svc.deployments.values() if p.privileged or d.tenant == p.tenant])
+        out = []
+        for d in deps:
+            s = d.stats_snapshot()
+            out.append(router_pb2.DeploymentStats(
+                deployment=d.name, ttft=_summary(s["ttft_s"]), tpot=_summary(s["tpot_s"]),  # type: ignore[arg-type]
+                itl=_summary(s["itl_s"]), e2e=_summary(s["e2e_s"]), queue=_summary(s["queue_s"]),  # type: ignore[arg-type]
+                tokens_per_s=float(s["output_tokens_per_s"]), kv_cache_usage=float(s["kv_used_now"]),  # type: ignore[arg-type]
+                prefix_hit_rate=float(s["prefix_hit_rate"]), queue_depth=int(s["queue_depth"]),  # type: ignore[call-overload]
+                running=int(s["running"]), completed=int(s["requests"]),  # type: ignore[call-overload]
+                rejected=int(s["rejected"]) + int(s["shed"]),  # type: ignore[call-overload]
+            ))
+        return router_pb2.GetStatsResponse(deployments=out, now_s=self.svc.clock.now())
