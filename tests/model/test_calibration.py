@@ -81,3 +81,11 @@ def test_llama3_average_power_sits_below_tdp_like_patterson() -> None:
     """As in Patterson's rows, average power per chip over a step (bubbles, comm) sits below TDP."""
     est = estimate_train(llama3_row_spec(8192, 1, 8192))
     assert 0.5 * 700 < est.chip_power_w < 700  # H100 SXM TDP 700 W (NVIDIA datasheet)
+
+
+def test_llama3_405b_total_flops() -> None:
+    """15.6T tokens x model FLOPs per token is about 3.8e25 FLOPs (Llama 3 paper)."""
+    from gigacluster.model.arch import preset
+    from gigacluster.model.training import model_flops_per_token
+
+    assert model_flops_per_token(preset("llama3-405b")) * 15.6e12 == pytest.approx(3.8e25, rel=0.05)
