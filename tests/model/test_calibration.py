@@ -89,3 +89,12 @@ def test_llama3_405b_total_flops() -> None:
     from gigacluster.model.training import model_flops_per_token
 
     assert model_flops_per_token(preset("llama3-405b")) * 15.6e12 == pytest.approx(3.8e25, rel=0.05)
+
+
+def test_gpt3_175b_on_a100_cross_check() -> None:
+    """GPT-3 175B on 1,024 A100 (TP 8, PP 16, batch 1,536, full recompute): 140 TFLOP/s per GPU counting
+    the recomputed forward (Narayanan et al., Megatron-LM SC'21, Table 1); not fitted, within 10%."""
+    spec = TrainSpec.from_dict(yaml.safe_load((EXAMPLE.parent / "train-gpt3-175b-a100.yaml").read_text()))
+    assert (spec.tp, spec.pp, spec.dp) == (8, 16, 8)
+    est = estimate_train(spec)
+    assert est.hardware_tflops_per_chip == pytest.approx(140.0, rel=0.10)

@@ -8,9 +8,10 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
 + launch overhead. The efficiency is a product of physical terms (catalog section
 ``efficiency``), not one constant:
 
-* matmul, shape ``(m, n, k)``: kind ceiling x tile quantisation on m and n x wave quantisation of
+* matmul, shape ``(m, n, k)``: kind ceiling (isolated-benchmark rate) x sustained fraction (the
+  same op inside a training step) x tile quantisation on m and n x wave quantisation of
   the output tiles over the chip's compute units x depth factor ``k / (k + k_overhead)``;
-* attention, shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x tile quantisation on seq_q x
+* attention, shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
 * elementwise and memory work: bandwidth bound, HBM fraction only.
@@ -78,6 +79,7 @@ class EfficiencyParams:
 
     matmul_peak_fraction: float
     attention_peak_fraction: float
+    sustained_fraction: float
     hbm_peak_fraction: float
     tile_m: int
     tile_n: int
@@ -89,7 +91,7 @@ class EfficiencyParams:
     power_clock_exponent: float
 
     def __post_init__(self) -> None:
-        for f in ("matmul_peak_fraction", "attention_peak_fraction", "hbm_peak_fraction"):
+        for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -135,7 +137,7 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
     if work.kind in _VECTOR_FRACTION:
         return _VECTOR_FRACTION[work.kind]
     if work.kind == "matmul":
-        eff = p.matmul_peak_fraction
+        eff = p.matmul_peak_fraction * p.sustained_fraction
         if len(work.shape) >= 3:
             m, n, k = work.shape[:3]
             tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n)
@@ -145,7 +147,7 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
             eff *= _tile_q(min(work.shape), p.tile_m)
         return max(eff, 1e-3)
     # attention
-    eff = p.attention_peak_fraction
+    eff = p.attention_peak_fraction * p.sustained_fraction
     if len(work.shape) >= 3:
         seq_q, seq_kv, head_dim = work.shape[:3]
         eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * min(1.0, head_dim / 128.0)
@@ -188,7 +190,7 @@ def compute_bound_fraction(chip: Chip, work: Work, *, clock_factor: float = 1.0)
         return 0.0, 0.0
     if work.kind in ("matmul", "attention"):
         ceiling = p.matmul_peak_fraction if work.kind == "matmul" else p.attention_peak_fraction
-        u_c = work.flops / (t * chip.peak_flops(work.precision) * clock_factor * ceiling)
+        u_c = work.flops / (t * chip.peak_flops(work.precision) * clock_factor * ceiling * p.sustained_fraction)
     else:
         u_c = 0.0
     u_m = work.bytes_ / (t * chip.hbm_Bps)
