@@ -1,6 +1,11 @@
 """Pure performance models: no gRPC, no I/O. The live services and the offline ``estimate``
 commands call the same functions here.
 
+Training and hardware: ``roofline`` (work timing, shape-aware efficiency), ``comm`` (CommModel,
+alpha-beta default), ``training`` (plan_step / compose_step / estimate_train), ``power``,
+``thermal``, ``cost`` and ``planning`` (compare, power budgets). Parameters live in the hardware
+catalog (sections ``chips``, ``efficiency``, ``thermal``, ``facility``); see docs/validation.md.
+
 Exceptions::
 
     ModelError (ValueError)
