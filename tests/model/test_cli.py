@@ -93,3 +93,13 @@ def test_plan_power_budget(capsys: pytest.CaptureFixture[str]) -> None:
     ref = d["reference_job"]
     assert ref["days_to_train_15t"] == pytest.approx(15e12 / ref["tokens_per_s"] / 86400)
     assert d["whole_cluster_job"]["average_facility_mw"] < 2000
+
+
+def test_scheduler_job_file_estimates_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job file with scheduler-only fields (checkpointing, restarts) estimates as its spec."""
+    f = tmp_path / "job.yaml"
+    extra = "checkpoint_interval_steps: 10\nmax_restarts: 2\n"
+    f.write_text((EXAMPLES / "train-llama3-8b-small.yaml").read_text() + extra)
+    rc, out, _ = run(["estimate", "train", str(f), "--json"], capsys)
+    assert rc == 0
+    assert json.loads(out)["count"] == 16

@@ -27,14 +27,21 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
+# Fields of a scheduler job file (gigacluster.scheduler.spec.JOB_FIELDS) that are not part of
+# the training spec; a job file can be estimated offline as it is.
+JOB_ONLY_FIELDS = ("queue", "priority", "checkpoint_interval_steps", "max_restarts", "request_id")
+
+
 def load_spec(path: Path) -> TrainSpec:
-    """Read and validate a spec file; raises SpecError naming the bad field."""
+    """Read and validate a spec (or scheduler job) file; raises SpecError naming the bad field."""
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise SpecError("spec", f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise SpecError("spec", f"{path} is not valid YAML: {exc}") from exc
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in JOB_ONLY_FIELDS}
     return TrainSpec.from_dict(data)
 
 
