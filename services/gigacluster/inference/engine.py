@@ -41,7 +41,6 @@ from gigacluster.model.roofline import Work, works_time_s
 FIRST_WORD_TOKEN = 256
 # vLLM keeps 1% of KV blocks free when admitting a prompt, so running decodes can grow.
 WATERMARK_FRAC = 0.01
-_RATE_EWMA = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,7 +371,7 @@ class ReplicaEngine:
         self._inflight: Iteration | None = None
         self._iter_seq = 0
         self._order_seq = 0
-        self._rate_tps = 0.0  # EWMA of new tokens processed per second
+        self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
         self._preemptions = 0
         self._rejected = 0
         self._shed_count = 0
@@ -471,10 +470,13 @@ class ReplicaEngine:
         """
         cfg = self.cfg
         act = self._active
-        running = int(act.sum())
+        running = cfg.max_batch - len(self._free_slots)
         n = self._queued + running
         if n == 0:
             return 0.0
+        key = (self._iter_seq, self._queued, running)
+        if self._retry_cache[0] == key:
+            return self._retry_cache[1]  # unchanged state: a saturated replica rejects cheaply
         out = self._queued_out + int((self._max - self._gen)[act].sum())
         ctx = (self._queued_prompt + int(self._length[act].sum())) / n
         chunk = max(1, min(cfg.max_prefill_tokens, self._queued_prompt))
@@ -488,7 +490,9 @@ class ReplicaEngine:
         step_s = works_time_s(self._chip, batch_work(
             self._shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
         waves = math.ceil(n / cfg.max_batch)
-        return max(1e-3, prefill_s + waves * (out / n) * step_s)
+        est = max(1e-3, prefill_s + waves * (out / n) * step_s)
+        self._retry_cache = (key, est)
+        return est
 
     # ----------------------------------------------------------------------------- scheduling
     @property
@@ -678,9 +682,6 @@ class ReplicaEngine:
         if self._inflight is None or it is not self._inflight:
             raise EngineStateError("complete() must be given the iteration in flight")
         self._inflight = None
-        dt = max(end_s - it.start_s, 1e-12)
-        rate = (it.prefill_tokens + it.decode_tokens) / dt
-        self._rate_tps = rate if self._rate_tps == 0.0 else (1 - _RATE_EWMA) * self._rate_tps + _RATE_EWMA * rate
         valid = self._epoch[it.slots] == it.epochs  # a cancelled or preempted slot is skipped
         slots, new = it.slots[valid], it.new_tokens[valid]
         self._computed[slots] += new

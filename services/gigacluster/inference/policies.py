@@ -144,6 +144,8 @@ class PrefixAware(RoutingPolicy):
         self._index: dict[int, OrderedDict[int, None]] = {}
         self._capacity: dict[int, int] = {}
         self._block_size = 16
+        self._last_pick: dict[int, int] = {}
+        self._picks = 0
         self.matched_blocks = 0
         self.queried_blocks = 0
 
@@ -174,10 +176,22 @@ class PrefixAware(RoutingPolicy):
         self.queried_blocks += len(hashes)
         best = int(match.max())
         if best / len(hashes) < self.match_threshold:
-            return _least(load, rng)
+            return self._fallback(load, replicas)
         self.matched_blocks += best
         cand = np.flatnonzero(match == best)
-        return int(cand[_least(load[cand], rng)])
+        return self._remember(int(cand[_least(load[cand], rng)]), replicas)
+
+    def _fallback(self, load: np.ndarray, replicas: Sequence[ReplicaView]) -> int:
+        """Least outstanding; ties go to the replica picked longest ago (round robin among equals),
+        which spreads bursts of arrivals better than a random tie-break."""
+        cand = np.flatnonzero(load == load.min())
+        age = [self._last_pick.get(replicas[int(i)].replica_id, -1) for i in cand]
+        return self._remember(int(cand[int(np.argmin(age))]), replicas)
+
+    def _remember(self, i: int, replicas: Sequence[ReplicaView]) -> int:
+        self._picks += 1
+        self._last_pick[replicas[i].replica_id] = self._picks
+        return i
 
     def on_routed(self, req: Request, replica_id: int) -> None:
         idx = self._index.get(replica_id)

@@ -1,0 +1,56 @@
+"""Metrics: HDR histogram percentiles and the serving snapshot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gigacluster.inference.engine import RequestSummary
+from gigacluster.inference.metrics import LatencyHistogram, ServingMetrics
+
+
+def test_histogram_percentiles_within_hdr_precision() -> None:
+    """Values 1..10,000 ms give p50 = 5 s and p99 = 9.9 s within the 3-significant-digit precision."""
+    h = LatencyHistogram()
+    vals = np.arange(1, 10_001) / 1000.0
+    h.record_many(vals)
+    assert h.count == 10_000
+    assert h.percentile_s(50) == pytest.approx(5.0, rel=2e-3)
+    assert h.percentile_s(99) == pytest.approx(9.9, rel=2e-3)
+    assert h.mean_s() == pytest.approx(vals.mean())
+    assert h.max_s() == pytest.approx(10.0)
+
+
+def test_record_many_matches_record() -> None:
+    """Batch recording (with NaN skipped) gives the same percentiles as one-by-one recording."""
+    rng = np.random.default_rng(1)
+    vals = rng.exponential(0.05, size=5000)
+    a, b = LatencyHistogram(), LatencyHistogram()
+    for v in vals:
+        a.record(float(v))
+    b.record_many(np.concatenate((vals, [np.nan])))
+    assert a.summary() == pytest.approx(b.summary())
+
+
+def test_histogram_memory_is_constant() -> None:
+    """The histogram's storage does not grow with the number of recorded values."""
+    import ctypes
+
+    h = LatencyHistogram()
+    size0 = ctypes.sizeof(h._h.counts)
+    h.record_many(np.random.default_rng(2).uniform(0, 100, size=200_000))
+    assert ctypes.sizeof(h._h.counts) == size0 and h.count == 200_000
+
+
+def test_snapshot_fields() -> None:
+    """The snapshot derives TTFT, TPOT, queue and throughput from request summaries."""
+    m = ServingMetrics()
+    m.record_request(RequestSummary("a", "", 0, 0.0, 0.1, 0.3, 1.3, 100, 11, 32, 0, "length"), itl_s=[0.1] * 10)
+    m.record_rejected()
+    m.set_prefix_counts(32, 100)
+    s = m.snapshot()
+    assert s["ttft_s"]["p50"] == pytest.approx(0.3, rel=1e-3)
+    assert s["tpot_s"]["p50"] == pytest.approx(0.1, rel=1e-3)
+    assert s["queue_s"]["p50"] == pytest.approx(0.1, rel=1e-3)
+    assert s["itl_s"]["count"] == 10
+    assert s["output_tokens_per_s"] == pytest.approx(11 / 1.3)
+    assert s["prefix_hit_rate"] == pytest.approx(0.32) and s["rejected"] == 1
