@@ -4,9 +4,9 @@ The flow x link incidence is a sparse matrix in coordinate form: entry ``i`` say
 ``e_flow[i]`` puts ``e_coef[i]`` of its rate on link ``e_link[i]`` (1 for a single path; a
 fraction when a flow is sprayed over several paths). Progressive filling raises a common
 *level* ``t``; every unfrozen flow runs at ``weight * t``. When a link fills, every flow crossing
-it freezes at its current rate. Each round is a handful of numpy passes over the remaining
-entries (bincount per link, a minimum, a mask), and frozen flows' entries are dropped, so the
-work shrinks as flows freeze. The number of rounds is the number of distinct bottleneck levels.
+it freezes at its current rate. Each round is one argmin over the links plus numpy work
+proportional to the flows that froze and the links they touch (see :func:`_fill_level`); the
+number of rounds is the number of distinct bottleneck levels.
 
 Strict priority: classes are solved from the highest priority down, each on the capacity the
 levels above left over. Within a priority level, weights give weighted max-min fairness.
@@ -22,37 +22,77 @@ import numpy as np
 _REL_TOL = 1e-9
 
 
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[i], starts[i] + lengths[i])`` for all i, without a loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offs = np.cumsum(lengths) - lengths
+    return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
+
+
 def _fill_level(
     n_flows: int, e_flow: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, rem_Bps: np.ndarray,
     weight: np.ndarray, rate: np.ndarray,
-) -> None:
-    """Progressive filling of the flows named in ``e_flow`` on ``rem_Bps`` (both updated in place)."""
+) -> int:
+    """Progressive filling of the flows named in ``e_flow`` on ``rem_Bps`` (both updated in place).
+
+    Level form: every unfrozen flow runs at ``weight * T``, so link ``l`` fills at
+    ``T_l = (cap_l - frozen_l) / load_l`` (``frozen_l``: rate of its frozen flows, ``load_l``:
+    weighted count of its unfrozen ones). Each round takes the smallest ``T_l``, freezes the flows
+    on the links that fill there and updates ``T`` only on the links those flows touch (through
+    flow-major and link-major CSR views of the incidence), so a round costs one argmin over the
+    links plus work proportional to what froze. Returns the number of rounds.
+    """
     if e_flow.size == 0:
-        return
-    # compact the links used to 0..k-1 so each round's bincount is over used links only
+        return 0
     used, e_l = np.unique(e_link, return_inverse=True)
-    rem = rem_Bps[used].copy()
-    cap0 = np.maximum(rem, 0.0)
-    e_f = e_flow
-    e_w = e_coef * weight[e_f]
-    active = np.unique(e_f)
+    n_used = used.size
+    cap = np.maximum(rem_Bps[used], 0.0)
+    e_w = e_coef * weight[e_flow]
+    by_flow = np.argsort(e_flow, kind="stable")
+    f_sorted = e_flow[by_flow]
+    f_ptr = np.searchsorted(f_sorted, np.arange(n_flows + 1))
+    fl_link, fl_w = e_l[by_flow], e_w[by_flow]
+    by_link = np.argsort(e_l, kind="stable")
+    l_ptr = np.searchsorted(e_l[by_link], np.arange(n_used + 1))
+    lk_flow = e_flow[by_link]
+    load = np.bincount(e_l, weights=e_w, minlength=n_used)
+    count = np.bincount(e_l, minlength=n_used)
+    frozen_use = np.zeros(n_used)
+    with np.errstate(divide="ignore"):
+        level = np.where(count > 0, cap / np.where(load > 0, load, 1.0), np.inf)
+    level[(count > 0) & (load <= 0)] = np.inf
     frozen = np.zeros(n_flows, dtype=bool)
-    while e_f.size:
-        load = np.bincount(e_l, weights=e_w, minlength=used.size)
-        live = np.flatnonzero(load > 0)
-        t = np.maximum(rem[live], 0.0) / load[live]
-        k = int(np.argmin(t))
-        tmin = float(t[k])
-        rate[active] += weight[active] * tmin
-        rem[live] -= load[live] * tmin
-        rem[live[k]] = 0.0
-        sat = np.zeros(used.size, dtype=bool)
-        sat[live[rem[live] <= _REL_TOL * cap0[live] + 1e-12]] = True
-        frozen[e_f[sat[e_l]]] = True
-        keep = ~frozen[e_f]
-        e_f, e_l, e_w = e_f[keep], e_l[keep], e_w[keep]
-        active = active[~frozen[active]]
-    rem_Bps[used] = np.maximum(rem, 0.0)
+    rounds = 0
+    while True:
+        k = int(np.argmin(level))
+        t = float(level[k])
+        if not np.isfinite(t):
+            break
+        rounds += 1
+        sat = np.flatnonzero(level <= t * (1.0 + _REL_TOL))
+        level[sat] = np.inf
+        cand = lk_flow[_ranges(l_ptr[sat], l_ptr[sat + 1] - l_ptr[sat])]
+        flows = np.unique(cand[~frozen[cand]])
+        if flows.size == 0:
+            continue
+        frozen[flows] = True
+        rate[flows] += weight[flows] * t
+        ent = _ranges(f_ptr[flows], f_ptr[flows + 1] - f_ptr[flows])
+        dl, dw = fl_link[ent], fl_w[ent]
+        touched = dl  # duplicates are harmless below (ufunc.at accumulates, assignments repeat)
+        np.subtract.at(load, dl, dw)
+        np.add.at(frozen_use, dl, dw * t)
+        np.subtract.at(count, dl, 1)
+        live = touched[(count[touched] > 0) & (level[touched] < np.inf)]
+        dead = touched[count[touched] <= 0]
+        level[dead] = np.inf
+        ld = load[live]
+        level[live] = np.where(ld > 0, np.maximum(cap[live] - frozen_use[live], 0.0) / np.where(ld > 0, ld, 1.0),
+                               np.inf)
+    rem_Bps[used] = np.maximum(cap - frozen_use, 0.0)
+    return rounds
 
 
 def maxmin_rates(
