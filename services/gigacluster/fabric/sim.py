@@ -118,18 +118,32 @@ class LinkStats:
     active_flows_total: int
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Group:
     """Mutable simulator state of one flow group (the public view is :class:`FlowGroupHandle`)."""
 
-    __slots__ = (
-        "algorithm", "bytes_", "end_s", "error", "id", "kind", "n_pool", "n_ranks", "op", "overhead",
-        "phase_est_s", "phase_idx", "phase_lat_s", "phases", "priority", "seq", "start_s", "state", "tag",
-        "timer_s", "traffic_class", "weight",
-    )
-
-    def __init__(self, **kw: object) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+    id: str
+    seq: int
+    kind: str
+    op: str
+    algorithm: str
+    bytes_: float
+    n_ranks: int
+    traffic_class: str
+    tag: str
+    start_s: float
+    state: str
+    error: str
+    end_s: float
+    phases: tuple[Phase, ...]
+    phase_idx: int
+    phase_lat_s: float
+    phase_est_s: list[float]
+    timer_s: float
+    n_pool: int
+    priority: int
+    weight: float
+    overhead: bool
 
 
 class FlowGroupHandle:

@@ -483,7 +483,7 @@ def build_topology(cfg: TopologyConfig) -> Topology:
         up3 = np.full((n_t2, 0), -1, dtype=np.int64)
         down3 = np.full((n_t2, 0), -1, dtype=np.int64)
 
-    src, dst, cap, line, lat, tier = lb.arrays()
+    src, dst, cap_a, line, lat_a, tier = lb.arrays()
     t2_kind = "spine" if cfg.tiers == 2 else "agg"
     node_base = {"chip": 0, "sw": base_sw, "leaf": base_leaf, "spine": base_t2, "agg": base_t2, "core": base_core}
     node_count = {"chip": n, "sw": n_su, "leaf": n_leaves, "spine": 0, "agg": 0, "core": n_core}
@@ -497,9 +497,9 @@ def build_topology(cfg: TopologyConfig) -> Topology:
         node_kind=node_kind,
         link_src=src,
         link_dst=dst,
-        link_capacity_Bps=cap,
+        link_capacity_Bps=cap_a,
         link_line_rate_Bps=line,
-        link_latency_s=lat,
+        link_latency_s=lat_a,
         link_tier=tier,
         chip_domain=chip_domain,
         chip_local=chip_local,
