@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning, serve
+from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning, serve, up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     estimate_infer.register(est_sub)
     planning.register(sub)
     serve.register(sub)
+    up.register(sub)
     return parser
 
 

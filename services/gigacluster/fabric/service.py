@@ -274,7 +274,6 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                                              DeviceSet.from_ids([request.src_device, request.dst_device]))
         self.svc.check_capacity(1)
         start = self._start_s(request.not_before_s)
-        self.svc.advance(start)
         h = self.svc.sim.start_transfer(int(request.src_device), int(request.dst_device), float(request.bytes),
                                         start_s=start, traffic_class=CLASSES[request.traffic_class], tag=request.tag)
         name = f"flows/f-{next(self.svc._ids)}"
@@ -317,7 +316,6 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         cap = await self.svc.auth.capability(context, "fabric.send", DeviceSet.from_ids(all_ranks))
         self.svc.check_capacity(groups)
         start = self._start_s(request.not_before_s)
-        self.svc.advance(start)
         handles = [self.svc.sim.start_collective(op, ranks + stride * k, float(request.bytes), start_s=start,
                                                  algo=request.algorithm or None,
                                                  traffic_class=CLASSES[request.traffic_class], tag=request.tag)

@@ -158,5 +158,8 @@ class AlphaBetaCommModel:
 
 
 def default_comm_model() -> CommModel:
-    """The model used when a caller passes none."""
-    return AlphaBetaCommModel()
+    """The model used when a caller passes none: the flow-level fabric model, the same code the
+    live fabric service runs, so an offline estimate and a live job on an idle cluster agree."""
+    from gigacluster.fabric.comm_model import FabricCommModel
+
+    return FabricCommModel()

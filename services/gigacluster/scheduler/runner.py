@@ -128,23 +128,20 @@ class JobRunner:
         items = convert.work_msgs(job.plan.compute)
         md = self._md()
         try:
-            chip_calls = [
+            chip_res = await asyncio.gather(*(
                 chip_pb2_grpc.ChipServiceStub(self._channel(ep)).ExecuteWork(
                     chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
                                                 tag=job.name), metadata=md, timeout=30)
-                for ep, rs in self.shard_ranges
-            ]
+                for ep, rs in self.shard_ranges))
+            compute_s = max(r.end_s for r in chip_res) - start_s
             fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
             fab_calls = []
-            for _name, req in self.collective_calls:
-                req.not_before_s = start_s
+            for name, req in self.collective_calls:
+                req.not_before_s = start_s + self._offset_s(name, compute_s)
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
-            results = await asyncio.gather(*chip_calls, *fab_calls)
+            fab_res = await asyncio.gather(*fab_calls)
         except grpc.aio.AioRpcError as err:
             raise _step_error(err) from err
-        chip_res = results[: len(chip_calls)]
-        fab_res = results[len(chip_calls):]
-        compute_s = max(r.end_s for r in chip_res) - start_s
         above = float(sum(r.energy_j for r in chip_res))
         # Collectives: wait for the actual ends (other traffic may slow them after the prediction).
         ends: dict[str, float] = {}
@@ -168,6 +165,23 @@ class JobRunner:
             if d.name in ends:
                 comm[d.name] = (ends[d.name] - starts[d.name]) * d.count
         return StepResult(start_s, bd, above, comm)
+
+    def _offset_s(self, name: str, compute_s: float) -> float:
+        """When in the step a demand's collective runs (its window in ``compose_step``).
+
+        The parameter all-gather overlaps the first forward (step start); the gradient
+        reduce-scatter the last backward; inline collectives (TP, CP, PP) are spread over the
+        microbatches and sampled at mid-step. Staggering them as the real step does keeps a job's
+        own collectives from contending with each other when they would not.
+        """
+        plan = self.job.plan
+        window = next(d.window for d in plan.collectives if d.name == name)
+        if window == "param":
+            return 0.0
+        pipe = compute_s * plan.pipelined_fraction
+        if window == "grad":
+            return max(0.0, pipe - plan.bwd_fraction * pipe / plan.microbatches)
+        return 0.5 * pipe
 
     def _compose(self, compute_s: float, names: list[str], fab_res: Sequence[fabric_pb2.StartCollectiveResponse],
                  ends: list[float], start_s: float) -> StepBreakdown:

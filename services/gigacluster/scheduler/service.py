@@ -181,7 +181,8 @@ class SchedulerService(Service[SchedulerConfig]):
         spec = job.spec
         self.set_state(job, State.PLACING, "allocating chips through the broker")
         dom = get_system(spec.system).chips
-        topo = (broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN if spec.count <= dom
+        # Whole scale-up domains (or one domain), so TP groups never straddle two domains.
+        topo = (broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN if spec.count <= dom or spec.count % dom == 0
                 else broker_pb2.TOPOLOGY_CONSTRAINT_NONE)
         try:
             resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(

@@ -9,7 +9,9 @@ Topology constraints:
 
 - ``none``: the lowest-numbered free devices of the chip type;
 - ``same_domain``: all devices inside one scale-up domain (best fit: the domain with the fewest
-  free devices that still has enough, to keep whole domains free for large requests);
+  free devices that still has enough, to keep whole domains free for large requests); a request
+  larger than a domain takes whole free domains (a multiple of the domain size), so a training
+  gang's tensor-parallel groups never straddle two domains;
 - ``contiguous``: one run of consecutive device ids (best fit among the free runs), which also
   keeps the instance's capability token a single range.
 """
@@ -163,7 +165,7 @@ class DeviceAllocator:
     def _same_domain(self, mask: np.ndarray, chip_type: str, count: int, free: int) -> DeviceSet:
         biggest = self._max_domain[self._chip_code(chip_type)]
         if count > biggest:
-            raise InvalidArgument("count", f"{chip_type} scale-up domains hold {biggest} devices; asked {count}")
+            return self._whole_domains(mask, chip_type, count, free, biggest)
         per_domain = np.bincount(self.domain_of[mask], minlength=self.domain_size_of.size)
         fits = per_domain >= count
         if not fits.any():
@@ -177,6 +179,24 @@ class DeviceAllocator:
         lo, hi = np.searchsorted(self.domain_of, [best, best + 1])
         ids = lo + np.flatnonzero(mask[lo:hi])[:count]
         return DeviceSet.from_ids(ids)
+
+    def _whole_domains(self, mask: np.ndarray, chip_type: str, count: int, free: int, size: int) -> DeviceSet:
+        """``count / size`` entirely free domains (lowest ids first), so groups of up to ``size``
+        consecutive ranks each sit inside one scale-up domain."""
+        if count % size:
+            raise InvalidArgument(
+                "count", f"{chip_type} scale-up domains hold {size} devices; a larger same-domain instance "
+                f"takes whole domains, so count must be a multiple of {size}, got {count}")
+        free_per_domain = np.bincount(self.domain_of[mask], minlength=self.domain_size_of.size)
+        whole = np.flatnonzero((free_per_domain == self.domain_size_of) & (self.domain_size_of == size))
+        need = count // size
+        if whole.size < need:
+            raise ResourceExhausted(
+                f"need {need} entirely free {chip_type} domains of {size}; {whole.size} are free"
+                f" ({free} devices free in total)",
+                requested=count, available=int(whole.size) * size, reason="NOT_ENOUGH_FREE_DOMAINS",
+            )
+        return DeviceSet.from_mask(np.isin(self.domain_of, whole[:need]) & mask)
 
     def _contiguous(self, mask: np.ndarray, chip_type: str, count: int, free: int) -> DeviceSet:
         runs = DeviceSet.from_mask(mask)

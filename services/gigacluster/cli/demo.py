@@ -1,0 +1,143 @@
+"""``gigacluster demo``: a live mesh, a training job and an inference burst sharing it, a report.
+
+The stack runs on free ports with its own embedded MQTT broker, so the demo never collides with
+a ``gigacluster up`` already running. Prompts share a few long system prompts (as chat traffic
+does), which the router's prefix-aware policy exploits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gigacluster.chip.v1 import chip_pb2
+from gigacluster.cli.up import DEFAULT_MODEL, bring_up, stack_config
+from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.scheduler.v1 import scheduler_pb2
+from gigacluster.stack import Stack
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
+SYSTEM_PROMPTS = [
+    "You are a careful assistant for platform engineers. Answer with exact commands and explain each flag. " * 6,
+    "You are a capacity planner. Give numbers with units and state every assumption you make. " * 6,
+    "You review Python services for correctness, latency and memory use, citing the line you mean. " * 6,
+    "You summarise incident reports into cause, impact, timeline and follow-up actions. " * 6,
+]
+
+
+def _prompt(rng: np.random.Generator, i: int) -> str:
+    system = SYSTEM_PROMPTS[int(rng.integers(len(SYSTEM_PROMPTS)))]
+    return f"{system}\nUser {i}: how long would request {i} take on this cluster, and why?"
+
+
+async def _inference(gc: Client, n: int, duration_s: float, speedup: float, progress: Progress,
+                     task: Any) -> list[str]:
+    """Poisson arrivals (open loop) over ``duration_s`` virtual seconds; returns error strings."""
+    rng = np.random.default_rng(7)
+    gaps = rng.exponential(duration_s / n, size=n) / speedup
+    errors: list[str] = []
+
+    async def one(i: int) -> None:
+        try:
+            async for _chunk in gc.generate(f"deployments/{DEFAULT_MODEL['deployment_id']}", _prompt(rng, i),
+                                            max_tokens=int(rng.integers(32, 128))):
+                pass
+        except Exception as exc:  # noqa: BLE001 - reported, the demo goes on
+            errors.append(f"request {i}: {exc}")
+        progress.advance(task)
+
+    tasks = []
+    for i in range(n):
+        await asyncio.sleep(float(gaps[i]))
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    return errors
+
+
+async def _watch(gc: Client, name: str, progress: Progress, task: Any) -> scheduler_pb2.Job:
+    job = None
+    async for upd in gc.watch_job(name):
+        job = upd.job
+        progress.update(task, completed=job.step, total=job.steps_total,
+                        description=f"training {name} [{scheduler_pb2.Job.State.Name(job.state)[6:].lower()}]")
+    assert job is not None
+    return job
+
+
+def _pct(s: Any) -> str:
+    return f"{s.p50_s * 1e3:.0f} / {s.p90_s * 1e3:.0f} / {s.p99_s * 1e3:.0f} ms"
+
+
+async def demo(args: argparse.Namespace) -> int:
+    console = Console()
+    job_file = pathlib.Path(args.job) if args.job else EXAMPLES / "demo-train-h100.yaml"
+    with tempfile.TemporaryDirectory(prefix="gigacluster-demo-") as tmp:
+        args.base_port = 0
+        cfg = stack_config(args, state=pathlib.Path(tmp))
+        cfg.ports = {k: 0 for k in DEFAULT_PORTS}
+        cfg.mqtt_port = 0
+        stack = Stack(cfg)
+        t0 = time.monotonic()
+        console.print(f"[bold]gigacluster demo[/]: {cfg.chips} x {cfg.chip}, speed-up {cfg.speedup:g}x")
+        try:
+            key = await bring_up(stack)
+            console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
+            async with Client(stack.endpoints, key) as gc:
+                job = await gc.submit_job_file(job_file)
+                predicted = job.predicted_step_time_s
+                duration = predicted * job.steps_total
+                with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=console) as progress:
+                    jt = progress.add_task(f"training {job.name}", total=job.steps_total)
+                    it = progress.add_task("inference requests", total=args.requests)
+                    final, errors = await asyncio.gather(
+                        _watch(gc, job.name, progress, jt),
+                        _inference(gc, args.requests, duration, cfg.speedup, progress, it))
+                stats = (await gc.router.GetStats(router_pb2.GetStatsRequest(
+                    deployment=f"deployments/{DEFAULT_MODEL['deployment_id']}"), metadata=gc.md)).deployments[0]
+                md = call_metadata(api_key=stack.admin_key)
+                chips = await gc.chip.GetStats(chip_pb2.GetStatsRequest(), metadata=md)
+            _report(console, final, predicted, stats, chips, errors, time.monotonic() - t0)
+        finally:
+            await stack.stop()
+    return 0 if final.state == scheduler_pb2.Job.STATE_SUCCEEDED else 1
+
+
+def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: Any, chips: Any,
+            errors: list[str], wall_s: float) -> None:
+    t = Table(title="gigacluster demo report (virtual time)", show_header=False)
+    t.add_column("metric")
+    t.add_column("value")
+    state = scheduler_pb2.Job.State.Name(job.state)[6:]
+    t.add_row("training job", f"{job.name}: {state}, {job.step}/{job.steps_total} steps, {job.tokens:,.0f} tokens")
+    t.add_row("step time (last / model)", f"{job.last_step_time_s:.3f} s / {predicted:.3f} s "
+              f"({(job.last_step_time_s / predicted - 1) * 100:+.1f}%)")
+    t.add_row("step breakdown (mean)", f"compute {job.compute_s:.3f} s, exposed comm {job.exposed_comm_s:.3f} s, "
+              f"bubble {job.bubble_s:.3f} s")
+    t.add_row("MFU", f"{job.mfu * 100:.1f}%")
+    t.add_row("training energy", f"{job.usage.energy_it_j / 3.6e6:.3f} kWh IT, "
+              f"{job.usage.energy_facility_j / 3.6e6:.3f} kWh at the meter")
+    t.add_row("training cost", f"${job.usage.cost_usd:.2f} ({job.usage.chip_hours:.2f} chip-hours)")
+    t.add_row("inference requests", f"{stats.completed} completed, {stats.rejected} rejected, "
+              f"{len(errors)} errors")
+    t.add_row("TTFT p50 / p90 / p99", _pct(stats.ttft))
+    t.add_row("ITL p50 / p90 / p99", _pct(stats.itl))
+    t.add_row("decode throughput", f"{stats.tokens_per_s:,.0f} tokens/s; prefix hit rate "
+              f"{stats.prefix_hit_rate * 100:.0f}%")
+    t.add_row("cluster chips", f"{chips.devices} devices, {chips.energy_j / 3.6e6:.3f} kWh drawn since start, "
+              f"{chips.power_w / 1e3:.1f} kW now")
+    t.add_row("wall time", f"{wall_s:.1f} s")
+    console.print(t)
+    for e in errors[:5]:
+        console.print(f"[red]{e}[/]")
