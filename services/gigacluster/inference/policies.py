@@ -124,8 +124,8 @@ class PrefixAware(RoutingPolicy):
     SGLang's cache-aware rule: when the busiest and idlest replicas differ by more than
     ``balance_abs`` outstanding requests and by a factor ``balance_rel``, route to the least
     loaded; otherwise route to the replica whose approximate index matches the longest prefix,
-    if that match covers at least ``match_threshold`` of the prompt's blocks, else to the least
-    loaded. The index holds at most ``capacity_blocks`` hashes per replica (LRU), by default the
+    if that match covers at least ``match_threshold`` of the prompt's blocks, else round robin.
+    The index holds at most ``capacity_blocks`` hashes per replica (LRU), by default the
     replica's KV capacity in blocks as reported by its view.
     """
 
@@ -182,11 +182,12 @@ class PrefixAware(RoutingPolicy):
         return self._remember(int(cand[_least(load[cand], rng)]), replicas)
 
     def _fallback(self, load: np.ndarray, replicas: Sequence[ReplicaView]) -> int:
-        """Least outstanding; ties go to the replica picked longest ago (round robin among equals),
-        which spreads bursts of arrivals better than a random tie-break."""
-        cand = np.flatnonzero(load == load.min())
-        age = [self._last_pick.get(replicas[int(i)].replica_id, -1) for i in cand]
-        return self._remember(int(cand[int(np.argmin(age))]), replicas)
+        """No useful cache match and balanced load: the replica picked longest ago (round robin).
+
+        On a balanced cluster, round robin's even spacing of arrivals per replica gives lower TTFT
+        than chasing a noisy outstanding count (see docs/inference.md, uniform workload)."""
+        age = [self._last_pick.get(r.replica_id, -1) for r in replicas]
+        return self._remember(int(np.argmin(age)), replicas)
 
     def _remember(self, i: int, replicas: Sequence[ReplicaView]) -> int:
         self._picks += 1
