@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gigacluster.cli import estimate_collective, estimate_infer, estimate_train, planning, serve, up
+from gigacluster.cli import client_cmds, estimate_collective, estimate_infer, estimate_train, planning, serve, up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.register(sub)
     serve.register(sub)
     up.register(sub)
+    client_cmds.register(sub)
     return parser
 
 
