@@ -14,6 +14,7 @@ tenant's cached blocks invisible to another.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def stable_u64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
-def block_hashes(tokens: np.ndarray | list[int], block_size: int, *, salt: str = "") -> list[int]:
+def block_hashes(tokens: np.ndarray | Sequence[int], block_size: int, *, salt: str = "") -> list[int]:
     """Chained hashes of every FULL block of ``tokens`` (a trailing partial block is not hashed)."""
     arr = np.asarray(tokens, dtype=np.int64)
     n_blocks = arr.size // block_size

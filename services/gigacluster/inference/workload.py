@@ -118,8 +118,8 @@ def load_trace(path: str | Path, *, vocab: int = 128256, seed: int = 0) -> list[
             toks = _tokens(rng, p, vocab)
         else:
             g = str(group)
-            shared = int(rec.get("prefix_tokens", p))
-            if not 0 <= shared <= p:
+            shared = rec.get("prefix_tokens", p)
+            if not isinstance(shared, int) or not 0 <= shared <= p:
                 raise SpecError(f"trace:{no}.prefix_tokens", f"must be in [0, prompt_tokens={p}], got {shared}")
             have = group_tokens.get(g, np.empty(0, dtype=np.int32))
             if have.size < shared:
@@ -127,7 +127,10 @@ def load_trace(path: str | Path, *, vocab: int = 128256, seed: int = 0) -> list[
                 have = np.concatenate((have, _tokens(gen, shared - have.size, vocab)))
                 group_tokens[g] = have
             toks = np.concatenate((have[:shared], _tokens(rng, p - shared, vocab)))
-        out.append(Request(str(rec.get("id", f"t{no}")), toks, o, priority=int(rec.get("priority", 0)),
+        prio = rec.get("priority", 0)
+        if not isinstance(prio, int):
+            raise SpecError(f"trace:{no}.priority", f"must be an integer, got {prio!r}")
+        out.append(Request(str(rec.get("id", f"t{no}")), toks, o, priority=prio,
                            arrival_s=float(arrival), tenant=str(rec.get("tenant", ""))))
     out.sort(key=lambda r: r.arrival_s)
     return out
