@@ -72,18 +72,7 @@ def _batch1_decode_fraction(chip: str) -> float:
     return (1.0 / s.tpot_s) / cfg.decode_roofline_tokens_per_s(512 + 128)
 
 
-# The shape-aware roofline (model/roofline.py) pads a decode GEMM's m = 1 to a 128-row tile and
-# adds a 4 us launch per op; decode then lands below 70% on these chips. See docs/inference.md.
-_ROOFLINE_GAP = "roofline pads skinny decode GEMMs (m=1) to 128-row tiles; needs the skinny-GEMM fix"
-_DECODE_BELOW_BAND = {"a100-40gb", "a100-80gb", "b200", "h100-sxm", "h200", "mi300x", "mi325x", "mi355x",
-                      "trainium3"}
-
-
-@pytest.mark.parametrize(
-    "chip",
-    [pytest.param(c, marks=pytest.mark.xfail(reason=_ROOFLINE_GAP, strict=True)) if c in _DECODE_BELOW_BAND else c
-     for c in chip_names()],
-)
+@pytest.mark.parametrize("chip", chip_names())
 def test_decode_batch1_lands_at_70_to_80pct_of_hbm_roofline(chip: str) -> None:
     """calibration.md section 5: measured serving stacks reach 70-80% of the HBM bound at batch 1."""
     frac = _batch1_decode_fraction(chip)

@@ -111,6 +111,8 @@ def batch_work(
     bpp, act = BYTES_PER_PARAM[prec], ACT_BYTES[prec]
     h, q, ffn, layers = arch.hidden, shape.q_dim, shape.ffn, arch.layers
     items: list[Work] = []
+    # vLLM replays decode-only batches from captured CUDA graphs (prefill runs eagerly).
+    graph = prefill_tokens == 0
     # The layer's four GEMMs with their true (m, n, k): QKV, attention output, gate+up, down.
     m = tokens
     for n_out, k_in in shape.gemms:
@@ -119,6 +121,7 @@ def batch_work(
                 flops=2.0 * m * n_out * k_in,
                 bytes_=n_out * k_in * bpp + m * (n_out + k_in) * act,
                 precision=prec,
+            graph=graph,
                 kind="matmul",
                 count=layers,
                 shape=(m, n_out, k_in),
@@ -132,6 +135,7 @@ def batch_work(
                 flops=attn_flops_per_pair * prefill_pairs,
                 bytes_=prefill_kv_tokens * kv_layer + prefill_tokens * 2 * q * act,
                 precision=prec,
+            graph=graph,
                 kind="attention",
                 count=layers,
                 shape=(prefill_tokens, max(1, round(prefill_kv_tokens / max(1, prefill_seqs))), arch.head_dim),
@@ -143,6 +147,7 @@ def batch_work(
                 flops=attn_flops_per_pair * decode_kv_tokens,
                 bytes_=decode_kv_tokens * kv_layer + decode_seqs * 2 * q * act,
                 precision=prec,
+            graph=graph,
                 kind="attention",
                 count=layers,
                 # Decode kernels (FlashDecoding) pack the query heads sharing a KV head into one tile.
@@ -155,6 +160,7 @@ def batch_work(
             flops=tokens * (10.0 * h + 4.0 * ffn),
             bytes_=tokens * ((8.0 * h + 3.0 * ffn) * act + kv_layer),
             precision=prec,
+            graph=graph,
             kind="elementwise",
             count=layers,
         )
@@ -166,6 +172,7 @@ def batch_work(
                 flops=2.0 * logits * shape.head_params,
                 bytes_=shape.head_params * bpp + logits * (h * act + vocab_s * 4.0),
                 precision=prec,
+            graph=graph,
                 kind="matmul",
                 count=1,
                 shape=(logits, int(vocab_s), h),

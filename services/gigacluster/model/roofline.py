@@ -47,6 +47,7 @@ class Work:
     kind: str = "matmul"
     count: int = 1
     shape: tuple[int, ...] = ()
+    graph: bool = False  # launched from a captured CUDA/Neuron graph (decode batches): lower launch cost
 
     def __post_init__(self) -> None:
         if not self.flops >= 0:
@@ -86,12 +87,15 @@ class EfficiencyParams:
     k_overhead: float
     compute_units: int
     launch_overhead_s: float
+    graph_launch_overhead_s: float
+    skinny_hbm_fraction: float
     power_compute_share: float
     power_memory_share: float
     power_clock_exponent: float
 
     def __post_init__(self) -> None:
-        for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction"):
+        for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
+                  "skinny_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -140,6 +144,10 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
         eff = p.matmul_peak_fraction * p.sustained_fraction
         if len(work.shape) >= 3:
             m, n, k = work.shape[:3]
+            if _skinny(work, p):
+                # GEMV-like (decode, m < one tile): kernels split K instead of padding m to a tile and
+                # are bound by streaming the weights; the FLOPs are small either way.
+                return max(eff, 1e-3)
             tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n)
             eff *= _tile_q(m, p.tile_m) * _tile_q(n, p.tile_n) * _wave_q(tiles, p.compute_units)
             eff *= k / (k + p.k_overhead)
@@ -154,16 +162,24 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
     return max(eff, 1e-3)
 
 
+def _skinny(work: Work, p: EfficiencyParams) -> bool:
+    """A matmul whose m is below one tile: a GEMV-like weight stream (LLM decode)."""
+    return work.kind == "matmul" and len(work.shape) >= 3 and work.shape[0] < p.tile_m
+
+
 def memory_efficiency(chip: Chip, work: Work) -> float:
-    """Fraction of HBM bandwidth a streaming access pattern reaches."""
-    return EfficiencyParams.for_chip(chip).hbm_peak_fraction
+    """Fraction of HBM bandwidth the access pattern reaches (weight-streaming GEMVs reach less than
+    STREAM-like kernels)."""
+    p = EfficiencyParams.for_chip(chip)
+    return p.skinny_hbm_fraction if _skinny(work, p) else p.hbm_peak_fraction
 
 
 def _one_time_s(chip: Chip, work: Work, clock_factor: float) -> float:
     peak = chip.peak_flops(work.precision) * compute_efficiency(chip, work) * clock_factor
     bw = chip.hbm_Bps * memory_efficiency(chip, work)
     t = max(work.flops / peak if work.flops else 0.0, work.bytes_ / bw if work.bytes_ else 0.0)
-    return t + EfficiencyParams.for_chip(chip).launch_overhead_s
+    p = EfficiencyParams.for_chip(chip)
+    return t + (p.graph_launch_overhead_s if work.graph else p.launch_overhead_s)
 
 
 def work_time_s(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> float:

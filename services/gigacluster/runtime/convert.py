@@ -59,7 +59,8 @@ def works(items: Sequence[object], field: str = "items") -> list[Work]:
             raise InvalidArgument(f"{f}.count", f"must be <= 1000000, got {count}")
         out.append(Work(flops=flops, bytes_=bytes_,
                         precision=precision_name(it.precision, f"{f}.precision"),  # type: ignore[attr-defined]
-                        kind=kind, count=count, shape=tuple(int(s) for s in it.shape)))  # type: ignore[attr-defined]
+                        kind=kind, count=count, shape=tuple(int(s) for s in it.shape),  # type: ignore[attr-defined]
+                        graph=bool(it.graph)))  # type: ignore[attr-defined]
     return out
 
 
@@ -68,7 +69,7 @@ def work_msgs(ws: Iterable[Work]) -> list[object]:
 
     return [
         chip_pb2.WorkItem(kind=w.kind, flops=w.flops, bytes=w.bytes_, precision=PRECISION_ENUMS[w.precision],
-                          count=w.count, shape=list(w.shape))
+                          count=w.count, shape=list(w.shape), graph=w.graph)
         for w in ws
     ]
 

@@ -196,8 +196,9 @@ class JobRunner:
         fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
         md = self._md()
         ends: dict[str, float] = {}
-        for n in names:
-            r = await fabric.GetFlow(fabric_pb2.GetFlowRequest(name=n), metadata=md, timeout=30)
+        got = await asyncio.gather(*(fabric.GetFlow(fabric_pb2.GetFlowRequest(name=n), metadata=md, timeout=30)
+                                     for n in names))
+        for n, r in zip(names, got, strict=True):
             if r.flow.state == fabric_pb2.Flow.STATE_DONE:
                 ends[n] = r.flow.end_s
             elif r.flow.state == fabric_pb2.Flow.STATE_FAILED:

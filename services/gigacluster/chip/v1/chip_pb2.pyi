@@ -96,20 +96,22 @@ class ListDevicesResponse(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WorkItem(_message.Message):
-    __slots__ = ("kind", "flops", "bytes", "precision", "count", "shape")
+    __slots__ = ("kind", "flops", "bytes", "precision", "count", "shape", "graph")
     KIND_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
     kind: str
     flops: float
     bytes: float
     precision: _common_pb2.Precision
     count: int
     shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[str] = ..., flops: _Optional[float] = ..., bytes: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., count: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    graph: bool
+    def __init__(self, kind: _Optional[str] = ..., flops: _Optional[float] = ..., bytes: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., count: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., graph: _Optional[bool] = ...) -> None: ...
 
 class ExecuteWorkRequest(_message.Message):
     __slots__ = ("devices", "items", "not_before_s", "wait", "tag")
