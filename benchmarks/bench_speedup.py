@@ -9,7 +9,7 @@ the demo training job, and compare with ``estimate_train`` for the same spec:
   the job's step loop falls behind the clock because its RPCs take longer in wall time than a
   step lasts at that speed-up.
 
-    python benchmarks/bench_speedup.py [--speedups 1 10 100 1000] [--steps 20] [--markdown]
+    python benchmarks/bench_speedup.py [--speedups 1 10 100 1000] [--steps 20] [--job FILE] [--markdown]
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from gigacluster.stack import Stack, StackConfig
 JOB = pathlib.Path(__file__).resolve().parents[1] / "examples" / "demo-train-h100.yaml"
 
 
-async def one(speedup: float, steps: int) -> dict[str, float]:
-    data = yaml.safe_load(JOB.read_text())
+async def one(speedup: float, steps: int, job_file: pathlib.Path) -> dict[str, float]:
+    data = yaml.safe_load(job_file.read_text())
     data["steps"] = steps
     spec, job = split_job_file(data)
     model = estimate_train(TrainSpec.from_dict(spec)).step_time_s
@@ -63,8 +63,9 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--speedups", type=float, nargs="+", default=[1, 10, 100, 300, 1000, 3000])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--job", type=pathlib.Path, default=JOB, help="job file (default: the demo job)")
     args = ap.parse_args(argv)
-    rows = [await one(s, args.steps) for s in args.speedups]
+    rows = [await one(s, args.steps, args.job) for s in args.speedups]
     if args.markdown:
         print("| speed-up | model step (s) | live step (s) | step error | makespan error | wall (s) |")
         print("|---:|---:|---:|---:|---:|---:|")

@@ -153,11 +153,16 @@ class BrokerAuth:
         if not token:
             raise Unauthenticated(f"missing capability: send '{CAPABILITY_HEADER}' from the broker's AllocateInstance",
                                   reason="NO_CAPABILITY")
-        if self._verifier is None:
+        for attempt in range(5):
+            if self._verifier is not None:
+                break
             try:
                 await self.refresh(force=True)
             except grpc.aio.AioRpcError as err:
-                raise Unavailable("isolation broker unavailable to verify capabilities; retry") from err
+                log.warning("cannot fetch verification keys", code=err.code().name, attempt=attempt)
+                if attempt == 4:
+                    raise Unavailable("isolation broker unavailable to verify capabilities; retry") from err
+                await asyncio.sleep(0.2 * 2**attempt)
         assert self._verifier is not None
         cap = self._verifier.verify(token, time.time())
         cap.require(action, devices)

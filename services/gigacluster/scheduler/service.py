@@ -219,7 +219,7 @@ class SchedulerService(Service[SchedulerConfig]):
                     r = await self.broker.RefreshCapability(
                         broker_pb2.RefreshCapabilityRequest(instance=job.instance), metadata=self._smd(), timeout=10)
                     cap.update(token=r.capability, expires=r.capability_expires_s)
-                res = await runner.run_step(t)
+                res = await self._step_with_retry(runner, job, t)
                 if job.state != State.RUNNING:
                     break
                 account(job, res)
@@ -253,6 +253,21 @@ class SchedulerService(Service[SchedulerConfig]):
             await runner.close()
             self._running.pop(job.job_id, None)
             await self._release(job)
+
+    async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float) -> Any:
+        """Run a step; a service that is briefly unavailable (restarting) delays the step, it does
+        not fail the job. Chip and link faults (StepFailed) go to the caller."""
+        delay = 0.2
+        for attempt in range(8):
+            try:
+                return await runner.run_step(t)
+            except Unavailable as exc:
+                log.warning("step delayed: a service is unavailable", job=job.name, error=str(exc), attempt=attempt)
+                self.notify(job, "event", f"step {job.step + 1} delayed: {exc}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                t = max(t, self.clock.now())
+        return await runner.run_step(t)
 
     async def _release(self, job: JobRecord) -> None:
         if not job.instance:
