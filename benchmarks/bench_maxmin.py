@@ -17,6 +17,7 @@ import platform
 import time
 
 import numpy as np
+
 from gigacluster.fabric.maxmin import maxmin_rates, progressive_filling_py
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import TopologyConfig, build_topology

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.stack import Stack, StackConfig
 

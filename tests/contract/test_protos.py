@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+
 from gigacluster.runtime import protogen
 
 pytestmark = pytest.mark.contract

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.v1 import chip_pb2
 from gigacluster.client import Client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
 
 

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from gigacluster.cli.estimate_collective import parse_bytes
 from gigacluster.cli.main import main
 from gigacluster.fabric.collectives import (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.fabric.maxmin import maxmin_rates, progressive_filling_py
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from gigacluster.fabric.routing import flow_hash, route
 from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
 

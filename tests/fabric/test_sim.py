@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.fabric import UnknownFlowGroupError
 from gigacluster.fabric.collectives import collective_constants
 from gigacluster.fabric.comm_model import FabricCommModel

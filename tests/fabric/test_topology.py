@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.fabric.topology import TIER_NAMES, Topology, TopologyConfig, build_topology
 from gigacluster.model import SpecError
 

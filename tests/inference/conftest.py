@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.model.arch import preset
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from gigacluster.hw.catalog import chip_names, get_chip
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.errors import AdmissionError, EngineStateError
@@ -14,7 +15,6 @@ from gigacluster.inference.work import batch_work
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import preset
 from gigacluster.model.roofline import works_time_s
-
 from tests.inference.conftest import make_req, run_until_idle
 
 LLAMA8B = preset("llama3-8b")

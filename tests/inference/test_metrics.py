@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.inference.engine import RequestSummary
 from gigacluster.inference.metrics import LatencyHistogram, ServingMetrics
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.inference.policies import POLICIES, PrefixAware, ReplicaView, make_policy
 from gigacluster.model import SpecError
-
 from tests.inference.conftest import make_req
 
 

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from gigacluster.cli.main import main as cli_main
 from gigacluster.inference.compare import prefix_heavy, uniform
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from gigacluster.inference.tokenizer import BYTE_TOKENS, Tokenizer, decode, encode
 from gigacluster.model import SpecError
 

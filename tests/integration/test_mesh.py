@@ -12,6 +12,7 @@ import aiomqtt
 import numpy as np
 import pytest
 import yaml
+
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gigacluster.model.power import energy_mwh
 from gigacluster.model.training import TrainSpec, estimate_train
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from gigacluster.cli.main import main
 from gigacluster.hw.catalog import facility, get_chip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model import SpecError
 from gigacluster.model.comm import AlphaBetaCommModel, CommModel, GroupLayout, volume_factor

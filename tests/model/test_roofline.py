@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model import SpecError
 from gigacluster.model.roofline import EfficiencyParams, Work, compute_efficiency, work_time_s, works_time_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.hw.catalog import facility, get_chip
 from gigacluster.model import SpecError
 from gigacluster.model.cost import job_cost

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.comm import default_comm_model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gigacluster.security import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from gigacluster.security.allocator import DeviceAllocator, Shard, Topology
 

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from gigacluster.security.mqtt_auth import TelemetryAcl, render_password_file
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argon2
 import pytest
+
 from gigacluster.security import FailedPrecondition, NotFound, PermissionDenied, Unauthenticated
 from gigacluster.security.apikeys import (
     DATA_ACTIONS,

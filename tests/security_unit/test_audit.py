@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gigacluster.security import InvalidArgument
 from gigacluster.security.audit import AuditLog, verify_chain
 

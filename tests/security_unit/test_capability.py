@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from gigacluster.security import InvalidArgument, PermissionDenied, Unauthenticated
 from gigacluster.security.capability import (
     MAX_TOKEN_CHARS,

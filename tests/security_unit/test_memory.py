@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.hw.catalog import get_chip
 from gigacluster.security import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from gigacluster.security.memory import MAX_IO_BYTES, DeviceMemory

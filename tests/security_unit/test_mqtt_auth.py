@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gigacluster.security import InvalidArgument
 from gigacluster.security.mqtt_auth import (
     TelemetryAcl,

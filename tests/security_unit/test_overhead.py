@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model.roofline import Work, work_time_s
 from gigacluster.security import InvalidArgument

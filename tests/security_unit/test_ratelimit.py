@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gigacluster.security import InvalidArgument, RateLimited
 from gigacluster.security.ratelimit import BucketSpec, RateLimitSpec, TenantRateLimiter, TokenBucket, TokenType
 
