@@ -28,6 +28,7 @@ from gigacluster.security.capability import (
     ACTION_TELEMETRY_READ,
     CapabilityIssuer,
     CapabilityVerifier,
+    DeviceSet,
 )
 
 TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -172,7 +173,7 @@ class BrokerCore:
 
     # -- instances --------------------------------------------------------------------------------
     def allocate(self, actor: Principal, *, chip_type: str, count: int, topology: int, purpose: str,
-                 on_behalf: str) -> tuple[InstanceRecord, str, float]:
+                 on_behalf: str, devices: DeviceSet | None = None) -> tuple[InstanceRecord, str, float]:
         if on_behalf:
             if not actor.privileged:
                 raise PermissionDenied("only the admin or a service allocates for another tenant",
@@ -195,9 +196,14 @@ class BrokerCore:
         topo = {0: Topology.NONE, 1: Topology.NONE, 2: Topology.SAME_DOMAIN, 3: Topology.CONTIGUOUS}.get(topology)
         if topo is None:
             raise InvalidArgument("topology", "allowed: TOPOLOGY_CONSTRAINT_NONE, _SAME_DOMAIN, _CONTIGUOUS")
+        if devices is not None and not actor.privileged:
+            raise PermissionDenied("only the admin or a service names exact devices", reason="ADMIN_ONLY")
+        if devices is not None and len(devices) != count:
+            raise InvalidArgument("devices", f"names {len(devices)} devices but count is {count}")
         iid = f"i-{next(self._ids)}"
         try:
-            alloc = self.allocator.allocate(tid, iid, chip_type, int(count), topo)
+            alloc = (self.allocator.allocate_exact(tid, iid, chip_type, devices) if devices is not None
+                     else self.allocator.allocate(tid, iid, chip_type, int(count), topo))
         except Exception:
             self._log(actor, "instance.allocate", f"instances/{iid}", "failed")
             raise

@@ -7,6 +7,7 @@ import pathlib
 from typing import Any
 
 import grpc
+import numpy as np
 import structlog
 
 from gigacluster.broker.core import BrokerCore, InstanceRecord, ShardInfo, TenantRecord, tenant_id_of
@@ -19,6 +20,7 @@ from gigacluster.runtime.config import BrokerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.server import Service
 from gigacluster.security.audit import AuditLog
+from gigacluster.security.capability import DeviceSet
 
 log = structlog.get_logger()
 
@@ -153,9 +155,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return broker_pb2.AuthenticateResponse(principal=q.tenant or q.kind, admin=q.kind == "admin")
 
     async def GetInventory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        core, _ = await self._caller(context)
-        free = int((core.allocator.owner < 0).sum()) if core.allocator is not None else 0
+        core, p = await self._caller(context)
+        free_mask = core.allocator.owner < 0 if core.allocator is not None else None
+        free = int(free_mask.sum()) if free_mask is not None else 0
+        free_ranges = []
+        if p.privileged and free_mask is not None:
+            fs = DeviceSet.from_mask(free_mask)
+            free_ranges = convert.range_msgs(zip(fs.starts.tolist(), fs.stops.tolist(), strict=True))
         return broker_pb2.GetInventoryResponse(
+            free=free_ranges,
             cluster=core.cluster, fabric_endpoint=self.svc.config.fabric, free_devices=free,
             shards=[broker_pb2.Shard(endpoint=s.endpoint, chip_type=s.chip_type,
                                      devices=convert.range_msgs([(s.start, s.end)])[0], system=s.system,
@@ -166,9 +174,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         core, p = await self._caller(context)
         if request.tenant:
             tenant_id_of(request.tenant, "tenant")
+        devices = None
+        if request.devices:
+            for i, r in enumerate(request.devices):
+                if r.end <= r.start:
+                    raise InvalidArgument(f"devices[{i}]", f"end ({r.end}) must be > start ({r.start})")
+            devices = DeviceSet.from_ids(np.concatenate([np.arange(r.start, r.end) for r in request.devices]))
         rec, token, exp = core.allocate(p, chip_type=request.chip_type, count=int(request.count),
                                         topology=int(request.topology), purpose=request.purpose,
-                                        on_behalf=request.tenant)
+                                        on_behalf=request.tenant, devices=devices)
         self.svc.telemetry.publish("events", {"event": "instance_allocated", "instance": rec.name,
                                               "tenant": f"tenants/{rec.alloc.tenant}",
                                               "devices": len(rec.alloc.devices)})

@@ -212,6 +212,44 @@ class DeviceAllocator:
         start = int(runs.starts[best])
         return DeviceSet.from_range(start, start + count)
 
+    def allocate_exact(self, tenant: str, instance: str, chip_type: str, devices: DeviceSet) -> InstanceAllocation:
+        """Give ``tenant`` exactly ``devices`` (all free and of ``chip_type``) as ``instance``.
+
+        For a scheduler that places gangs itself (topology-aware placement); ResourceExhausted
+        names the first device that is taken.
+        """
+        check_name("tenant", tenant)
+        check_name("instance", instance)
+        if instance in self._instances:
+            raise FailedPrecondition(f"instance {instance!r} already exists", reason="INSTANCE_EXISTS")
+        ids = devices.ids()
+        if ids.size == 0:
+            raise InvalidArgument("devices", "must name at least one device")
+        if int(ids.max()) >= self.n_devices:
+            raise NotFound(f"device {int(ids.max())} does not exist (the cluster has {self.n_devices})",
+                           reason="DEVICE_NOT_FOUND")
+        code = self._chip_code(chip_type)
+        wrong = ids[self.chip_of[ids] != code]
+        if wrong.size:
+            raise InvalidArgument("devices", f"device {int(wrong[0])} is not a {chip_type}")
+        taken = ids[self.owner[ids] != FREE]
+        if taken.size:
+            raise ResourceExhausted(f"device {int(taken[0])} is not free ({taken.size} of {ids.size} taken)",
+                                    requested=int(ids.size), available=int(ids.size - taken.size),
+                                    reason="DEVICES_TAKEN")
+        t_idx = self._tenant_idx.setdefault(tenant, len(self._tenants))
+        if t_idx == len(self._tenants):
+            self._tenants.append(tenant)
+        i_idx = self._next_instance
+        self._next_instance += 1
+        self.owner[ids] = t_idx
+        self.instance_of[ids] = i_idx
+        alloc = InstanceAllocation(instance, tenant, chip_type, devices, Topology.CONTIGUOUS
+                                   if devices.n_ranges == 1 else Topology.NONE)
+        self._instances[instance] = alloc
+        self._instance_idx[instance] = i_idx
+        return alloc
+
     def release(self, instance: str) -> InstanceAllocation:
         """Free the instance's devices; returns what was released (its devices must be scrubbed)."""
         alloc = self._instances.pop(instance, None)

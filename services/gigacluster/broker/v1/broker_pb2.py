@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gigacluster.common.v1 import common_pb2 as gigacluster_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gigacluster/broker/v1/broker.proto\x12\x15gigacluster.broker.v1\x1a\"gigacluster/common/v1/common.proto\"e\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x11\n\tcreated_s\x18\x03 \x01(\x01\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x14\n\x0c\x64\x65vices_held\x18\x05 \x01(\x04\"N\n\x13\x43reateTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\"V\n\x14\x43reateTenantResponse\x12-\n\x06tenant\x18\x01 \x01(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"B\n\x11GetTenantResponse\x12-\n\x06tenant\x18\x01 \x01(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x13ListTenantsResponse\x12.\n\x07tenants\x18\x01 \x03(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x13\x41uthenticateRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"8\n\x14\x41uthenticateResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\r\n\x05\x61\x64min\x18\x02 \x01(\x08\"\x15\n\x13GetInventoryRequest\"\x8b\x01\n\x05Shard\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x11\n\tchip_type\x18\x02 \x01(\t\x12\x33\n\x07\x64\x65vices\x18\x03 \x01(\x0b\x32\".gigacluster.common.v1.DeviceRange\x12\x0e\n\x06system\x18\x04 \x01(\t\x12\x18\n\x10\x63hips_per_domain\x18\x05 \x01(\r\"\x84\x01\n\x14GetInventoryResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12,\n\x06shards\x18\x02 \x03(\x0b\x32\x1c.gigacluster.broker.v1.Shard\x12\x17\n\x0f\x66\x61\x62ric_endpoint\x18\x03 \x01(\t\x12\x14\n\x0c\x66ree_devices\x18\x04 \x01(\x04\"\xbd\x01\n\x08Instance\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x11\n\tchip_type\x18\x03 \x01(\t\x12\x33\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\".gigacluster.common.v1.DeviceRange\x12\x14\n\x0c\x64\x65vice_count\x18\x05 \x01(\x04\x12\x11\n\tnic_share\x18\x06 \x01(\x01\x12\x11\n\tcreated_s\x18\x07 \x01(\x01\x12\x0f\n\x07purpose\x18\x08 \x01(\t\"\x99\x01\n\x17\x41llocateInstanceRequest\x12\x11\n\tchip_type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12;\n\x08topology\x18\x03 \x01(\x0e\x32).gigacluster.broker.v1.TopologyConstraint\x12\x0f\n\x07purpose\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\"\x7f\n\x18\x41llocateInstanceResponse\x12\x31\n\x08instance\x18\x01 \x01(\x0b\x32\x1f.gigacluster.broker.v1.Instance\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x1c\n\x14\x63\x61pability_expires_s\x18\x03 \x01(\x01\"\"\n\x12GetInstanceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"H\n\x13GetInstanceResponse\x12\x31\n\x08instance\x18\x01 \x01(\x0b\x32\x1f.gigacluster.broker.v1.Instance\"=\n\x14ListInstancesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"d\n\x15ListInstancesResponse\x12\x32\n\tinstances\x18\x01 \x03(\x0b\x32\x1f.gigacluster.broker.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16ReleaseInstanceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x17ReleaseInstanceResponse\x12\x0f\n\x07scrub_s\x18\x01 \x01(\x01\",\n\x18RefreshCapabilityRequest\x12\x10\n\x08instance\x18\x01 \x01(\t\"M\n\x19RefreshCapabilityResponse\x12\x12\n\ncapability\x18\x01 \x01(\t\x12\x1c\n\x14\x63\x61pability_expires_s\x18\x02 \x01(\x01\"\x1c\n\x1aGetVerificationKeysRequest\"1\n\nRevocation\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x11\n\trevoked_s\x18\x02 \x01(\x01\"\xf2\x01\n\x1bGetVerificationKeysResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12W\n\x0bpublic_keys\x18\x02 \x03(\x0b\x32\x42.gigacluster.broker.v1.GetVerificationKeysResponse.PublicKeysEntry\x12\x36\n\x0brevocations\x18\x03 \x03(\x0b\x32!.gigacluster.broker.v1.Revocation\x1a\x31\n\x0fPublicKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xa0\x01\n\x12TopologyConstraint\x12#\n\x1fTOPOLOGY_CONSTRAINT_UNSPECIFIED\x10\x00\x12\x1c\n\x18TOPOLOGY_CONSTRAINT_NONE\x10\x01\x12#\n\x1fTOPOLOGY_CONSTRAINT_SAME_DOMAIN\x10\x02\x12\"\n\x1eTOPOLOGY_CONSTRAINT_CONTIGUOUS\x10\x03\x32\xbf\t\n\rBrokerService\x12g\n\x0c\x43reateTenant\x12*.gigacluster.broker.v1.CreateTenantRequest\x1a+.gigacluster.broker.v1.CreateTenantResponse\x12^\n\tGetTenant\x12\'.gigacluster.broker.v1.GetTenantRequest\x1a(.gigacluster.broker.v1.GetTenantResponse\x12\x64\n\x0bListTenants\x12).gigacluster.broker.v1.ListTenantsRequest\x1a*.gigacluster.broker.v1.ListTenantsResponse\x12g\n\x0c\x41uthenticate\x12*.gigacluster.broker.v1.AuthenticateRequest\x1a+.gigacluster.broker.v1.AuthenticateResponse\x12g\n\x0cGetInventory\x12*.gigacluster.broker.v1.GetInventoryRequest\x1a+.gigacluster.broker.v1.GetInventoryResponse\x12s\n\x10\x41llocateInstance\x12..gigacluster.broker.v1.AllocateInstanceRequest\x1a/.gigacluster.broker.v1.AllocateInstanceResponse\x12\x64\n\x0bGetInstance\x12).gigacluster.broker.v1.GetInstanceRequest\x1a*.gigacluster.broker.v1.GetInstanceResponse\x12j\n\rListInstances\x12+.gigacluster.broker.v1.ListInstancesRequest\x1a,.gigacluster.broker.v1.ListInstancesResponse\x12p\n\x0fReleaseInstance\x12-.gigacluster.broker.v1.ReleaseInstanceRequest\x1a..gigacluster.broker.v1.ReleaseInstanceResponse\x12v\n\x11RefreshCapability\x12/.gigacluster.broker.v1.RefreshCapabilityRequest\x1a\x30.gigacluster.broker.v1.RefreshCapabilityResponse\x12|\n\x13GetVerificationKeys\x12\x31.gigacluster.broker.v1.GetVerificationKeysRequest\x1a\x32.gigacluster.broker.v1.GetVerificationKeysResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gigacluster/broker/v1/broker.proto\x12\x15gigacluster.broker.v1\x1a\"gigacluster/common/v1/common.proto\"e\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x11\n\tcreated_s\x18\x03 \x01(\x01\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\x14\n\x0c\x64\x65vices_held\x18\x05 \x01(\x04\"N\n\x13\x43reateTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\"V\n\x14\x43reateTenantResponse\x12-\n\x06tenant\x18\x01 \x01(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"B\n\x11GetTenantResponse\x12-\n\x06tenant\x18\x01 \x01(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x13ListTenantsResponse\x12.\n\x07tenants\x18\x01 \x03(\x0b\x32\x1d.gigacluster.broker.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x13\x41uthenticateRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"8\n\x14\x41uthenticateResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\r\n\x05\x61\x64min\x18\x02 \x01(\x08\"\x15\n\x13GetInventoryRequest\"\x8b\x01\n\x05Shard\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x11\n\tchip_type\x18\x02 \x01(\t\x12\x33\n\x07\x64\x65vices\x18\x03 \x01(\x0b\x32\".gigacluster.common.v1.DeviceRange\x12\x0e\n\x06system\x18\x04 \x01(\t\x12\x18\n\x10\x63hips_per_domain\x18\x05 \x01(\r\"\xb6\x01\n\x14GetInventoryResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12,\n\x06shards\x18\x02 \x03(\x0b\x32\x1c.gigacluster.broker.v1.Shard\x12\x17\n\x0f\x66\x61\x62ric_endpoint\x18\x03 \x01(\t\x12\x14\n\x0c\x66ree_devices\x18\x04 \x01(\x04\x12\x30\n\x04\x66ree\x18\x05 \x03(\x0b\x32\".gigacluster.common.v1.DeviceRange\"\xbd\x01\n\x08Instance\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x11\n\tchip_type\x18\x03 \x01(\t\x12\x33\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\".gigacluster.common.v1.DeviceRange\x12\x14\n\x0c\x64\x65vice_count\x18\x05 \x01(\x04\x12\x11\n\tnic_share\x18\x06 \x01(\x01\x12\x11\n\tcreated_s\x18\x07 \x01(\x01\x12\x0f\n\x07purpose\x18\x08 \x01(\t\"\xce\x01\n\x17\x41llocateInstanceRequest\x12\x11\n\tchip_type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12;\n\x08topology\x18\x03 \x01(\x0e\x32).gigacluster.broker.v1.TopologyConstraint\x12\x0f\n\x07purpose\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x33\n\x07\x64\x65vices\x18\x06 \x03(\x0b\x32\".gigacluster.common.v1.DeviceRange\"\x7f\n\x18\x41llocateInstanceResponse\x12\x31\n\x08instance\x18\x01 \x01(\x0b\x32\x1f.gigacluster.broker.v1.Instance\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x1c\n\x14\x63\x61pability_expires_s\x18\x03 \x01(\x01\"\"\n\x12GetInstanceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"H\n\x13GetInstanceResponse\x12\x31\n\x08instance\x18\x01 \x01(\x0b\x32\x1f.gigacluster.broker.v1.Instance\"=\n\x14ListInstancesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"d\n\x15ListInstancesResponse\x12\x32\n\tinstances\x18\x01 \x03(\x0b\x32\x1f.gigacluster.broker.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16ReleaseInstanceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x17ReleaseInstanceResponse\x12\x0f\n\x07scrub_s\x18\x01 \x01(\x01\",\n\x18RefreshCapabilityRequest\x12\x10\n\x08instance\x18\x01 \x01(\t\"M\n\x19RefreshCapabilityResponse\x12\x12\n\ncapability\x18\x01 \x01(\t\x12\x1c\n\x14\x63\x61pability_expires_s\x18\x02 \x01(\x01\"\x1c\n\x1aGetVerificationKeysRequest\"1\n\nRevocation\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x11\n\trevoked_s\x18\x02 \x01(\x01\"\xf2\x01\n\x1bGetVerificationKeysResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12W\n\x0bpublic_keys\x18\x02 \x03(\x0b\x32\x42.gigacluster.broker.v1.GetVerificationKeysResponse.PublicKeysEntry\x12\x36\n\x0brevocations\x18\x03 \x03(\x0b\x32!.gigacluster.broker.v1.Revocation\x1a\x31\n\x0fPublicKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xa0\x01\n\x12TopologyConstraint\x12#\n\x1fTOPOLOGY_CONSTRAINT_UNSPECIFIED\x10\x00\x12\x1c\n\x18TOPOLOGY_CONSTRAINT_NONE\x10\x01\x12#\n\x1fTOPOLOGY_CONSTRAINT_SAME_DOMAIN\x10\x02\x12\"\n\x1eTOPOLOGY_CONSTRAINT_CONTIGUOUS\x10\x03\x32\xbf\t\n\rBrokerService\x12g\n\x0c\x43reateTenant\x12*.gigacluster.broker.v1.CreateTenantRequest\x1a+.gigacluster.broker.v1.CreateTenantResponse\x12^\n\tGetTenant\x12\'.gigacluster.broker.v1.GetTenantRequest\x1a(.gigacluster.broker.v1.GetTenantResponse\x12\x64\n\x0bListTenants\x12).gigacluster.broker.v1.ListTenantsRequest\x1a*.gigacluster.broker.v1.ListTenantsResponse\x12g\n\x0c\x41uthenticate\x12*.gigacluster.broker.v1.AuthenticateRequest\x1a+.gigacluster.broker.v1.AuthenticateResponse\x12g\n\x0cGetInventory\x12*.gigacluster.broker.v1.GetInventoryRequest\x1a+.gigacluster.broker.v1.GetInventoryResponse\x12s\n\x10\x41llocateInstance\x12..gigacluster.broker.v1.AllocateInstanceRequest\x1a/.gigacluster.broker.v1.AllocateInstanceResponse\x12\x64\n\x0bGetInstance\x12).gigacluster.broker.v1.GetInstanceRequest\x1a*.gigacluster.broker.v1.GetInstanceResponse\x12j\n\rListInstances\x12+.gigacluster.broker.v1.ListInstancesRequest\x1a,.gigacluster.broker.v1.ListInstancesResponse\x12p\n\x0fReleaseInstance\x12-.gigacluster.broker.v1.ReleaseInstanceRequest\x1a..gigacluster.broker.v1.ReleaseInstanceResponse\x12v\n\x11RefreshCapability\x12/.gigacluster.broker.v1.RefreshCapabilityRequest\x1a\x30.gigacluster.broker.v1.RefreshCapabilityResponse\x12|\n\x13GetVerificationKeys\x12\x31.gigacluster.broker.v1.GetVerificationKeysRequest\x1a\x32.gigacluster.broker.v1.GetVerificationKeysResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._loaded_options = None
   _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._serialized_options = b'8\001'
-  _globals['_TOPOLOGYCONSTRAINT']._serialized_start=2313
-  _globals['_TOPOLOGYCONSTRAINT']._serialized_end=2473
+  _globals['_TOPOLOGYCONSTRAINT']._serialized_start=2416
+  _globals['_TOPOLOGYCONSTRAINT']._serialized_end=2576
   _globals['_TENANT']._serialized_start=97
   _globals['_TENANT']._serialized_end=198
   _globals['_CREATETENANTREQUEST']._serialized_start=200
@@ -59,37 +59,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHARD']._serialized_start=749
   _globals['_SHARD']._serialized_end=888
   _globals['_GETINVENTORYRESPONSE']._serialized_start=891
-  _globals['_GETINVENTORYRESPONSE']._serialized_end=1023
-  _globals['_INSTANCE']._serialized_start=1026
-  _globals['_INSTANCE']._serialized_end=1215
-  _globals['_ALLOCATEINSTANCEREQUEST']._serialized_start=1218
-  _globals['_ALLOCATEINSTANCEREQUEST']._serialized_end=1371
-  _globals['_ALLOCATEINSTANCERESPONSE']._serialized_start=1373
-  _globals['_ALLOCATEINSTANCERESPONSE']._serialized_end=1500
-  _globals['_GETINSTANCEREQUEST']._serialized_start=1502
-  _globals['_GETINSTANCEREQUEST']._serialized_end=1536
-  _globals['_GETINSTANCERESPONSE']._serialized_start=1538
-  _globals['_GETINSTANCERESPONSE']._serialized_end=1610
-  _globals['_LISTINSTANCESREQUEST']._serialized_start=1612
-  _globals['_LISTINSTANCESREQUEST']._serialized_end=1673
-  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1675
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1775
-  _globals['_RELEASEINSTANCEREQUEST']._serialized_start=1777
-  _globals['_RELEASEINSTANCEREQUEST']._serialized_end=1815
-  _globals['_RELEASEINSTANCERESPONSE']._serialized_start=1817
-  _globals['_RELEASEINSTANCERESPONSE']._serialized_end=1859
-  _globals['_REFRESHCAPABILITYREQUEST']._serialized_start=1861
-  _globals['_REFRESHCAPABILITYREQUEST']._serialized_end=1905
-  _globals['_REFRESHCAPABILITYRESPONSE']._serialized_start=1907
-  _globals['_REFRESHCAPABILITYRESPONSE']._serialized_end=1984
-  _globals['_GETVERIFICATIONKEYSREQUEST']._serialized_start=1986
-  _globals['_GETVERIFICATIONKEYSREQUEST']._serialized_end=2014
-  _globals['_REVOCATION']._serialized_start=2016
-  _globals['_REVOCATION']._serialized_end=2065
-  _globals['_GETVERIFICATIONKEYSRESPONSE']._serialized_start=2068
-  _globals['_GETVERIFICATIONKEYSRESPONSE']._serialized_end=2310
-  _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._serialized_start=2261
-  _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._serialized_end=2310
-  _globals['_BROKERSERVICE']._serialized_start=2476
-  _globals['_BROKERSERVICE']._serialized_end=3691
+  _globals['_GETINVENTORYRESPONSE']._serialized_end=1073
+  _globals['_INSTANCE']._serialized_start=1076
+  _globals['_INSTANCE']._serialized_end=1265
+  _globals['_ALLOCATEINSTANCEREQUEST']._serialized_start=1268
+  _globals['_ALLOCATEINSTANCEREQUEST']._serialized_end=1474
+  _globals['_ALLOCATEINSTANCERESPONSE']._serialized_start=1476
+  _globals['_ALLOCATEINSTANCERESPONSE']._serialized_end=1603
+  _globals['_GETINSTANCEREQUEST']._serialized_start=1605
+  _globals['_GETINSTANCEREQUEST']._serialized_end=1639
+  _globals['_GETINSTANCERESPONSE']._serialized_start=1641
+  _globals['_GETINSTANCERESPONSE']._serialized_end=1713
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=1715
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=1776
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1778
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1878
+  _globals['_RELEASEINSTANCEREQUEST']._serialized_start=1880
+  _globals['_RELEASEINSTANCEREQUEST']._serialized_end=1918
+  _globals['_RELEASEINSTANCERESPONSE']._serialized_start=1920
+  _globals['_RELEASEINSTANCERESPONSE']._serialized_end=1962
+  _globals['_REFRESHCAPABILITYREQUEST']._serialized_start=1964
+  _globals['_REFRESHCAPABILITYREQUEST']._serialized_end=2008
+  _globals['_REFRESHCAPABILITYRESPONSE']._serialized_start=2010
+  _globals['_REFRESHCAPABILITYRESPONSE']._serialized_end=2087
+  _globals['_GETVERIFICATIONKEYSREQUEST']._serialized_start=2089
+  _globals['_GETVERIFICATIONKEYSREQUEST']._serialized_end=2117
+  _globals['_REVOCATION']._serialized_start=2119
+  _globals['_REVOCATION']._serialized_end=2168
+  _globals['_GETVERIFICATIONKEYSRESPONSE']._serialized_start=2171
+  _globals['_GETVERIFICATIONKEYSRESPONSE']._serialized_end=2413
+  _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._serialized_start=2364
+  _globals['_GETVERIFICATIONKEYSRESPONSE_PUBLICKEYSENTRY']._serialized_end=2413
+  _globals['_BROKERSERVICE']._serialized_start=2579
+  _globals['_BROKERSERVICE']._serialized_end=3794
 # @@protoc_insertion_point(module_scope)

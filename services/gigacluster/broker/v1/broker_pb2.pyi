@@ -112,16 +112,18 @@ class Shard(_message.Message):
     def __init__(self, endpoint: _Optional[str] = ..., chip_type: _Optional[str] = ..., devices: _Optional[_Union[_common_pb2.DeviceRange, _Mapping]] = ..., system: _Optional[str] = ..., chips_per_domain: _Optional[int] = ...) -> None: ...
 
 class GetInventoryResponse(_message.Message):
-    __slots__ = ("cluster", "shards", "fabric_endpoint", "free_devices")
+    __slots__ = ("cluster", "shards", "fabric_endpoint", "free_devices", "free")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     FABRIC_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     FREE_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     shards: _containers.RepeatedCompositeFieldContainer[Shard]
     fabric_endpoint: str
     free_devices: int
-    def __init__(self, cluster: _Optional[str] = ..., shards: _Optional[_Iterable[_Union[Shard, _Mapping]]] = ..., fabric_endpoint: _Optional[str] = ..., free_devices: _Optional[int] = ...) -> None: ...
+    free: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    def __init__(self, cluster: _Optional[str] = ..., shards: _Optional[_Iterable[_Union[Shard, _Mapping]]] = ..., fabric_endpoint: _Optional[str] = ..., free_devices: _Optional[int] = ..., free: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ...) -> None: ...
 
 class Instance(_message.Message):
     __slots__ = ("name", "tenant", "chip_type", "devices", "device_count", "nic_share", "created_s", "purpose")
@@ -144,18 +146,20 @@ class Instance(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., chip_type: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., device_count: _Optional[int] = ..., nic_share: _Optional[float] = ..., created_s: _Optional[float] = ..., purpose: _Optional[str] = ...) -> None: ...
 
 class AllocateInstanceRequest(_message.Message):
-    __slots__ = ("chip_type", "count", "topology", "purpose", "tenant")
+    __slots__ = ("chip_type", "count", "topology", "purpose", "tenant", "devices")
     CHIP_TYPE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
     chip_type: str
     count: int
     topology: TopologyConstraint
     purpose: str
     tenant: str
-    def __init__(self, chip_type: _Optional[str] = ..., count: _Optional[int] = ..., topology: _Optional[_Union[TopologyConstraint, str]] = ..., purpose: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    def __init__(self, chip_type: _Optional[str] = ..., count: _Optional[int] = ..., topology: _Optional[_Union[TopologyConstraint, str]] = ..., purpose: _Optional[str] = ..., tenant: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ...) -> None: ...
 
 class AllocateInstanceResponse(_message.Message):
     __slots__ = ("instance", "capability", "capability_expires_s")
