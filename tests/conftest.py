@@ -69,7 +69,7 @@ async def stack(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> Asy
     """The five services as real processes (64 H100, one shard) on free ports, telemetry to Mosquitto."""
     cfg = StackConfig(cluster="itest", chip="h100-sxm", chips=64, shards=2, speedup=TEST_SPEEDUP, mqtt=mosquitto,
                       ports={k: 0 for k in DEFAULT_PORTS}, state_dir=tmp_path_factory.mktemp("stack"),
-                      log_format="json", restart=True)
+                      log_format="json", restart=True, metrics=True)
     st = Stack(cfg)
     await st.start()
     try:

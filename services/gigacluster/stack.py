@@ -56,6 +56,7 @@ class StackConfig:
     log_format: str = "json"
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     restart: bool = True
+    metrics: bool = False  # give every service a Prometheus /metrics port (see Stack.metrics_ports)
 
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
@@ -112,6 +113,7 @@ class Stack:
         self._stopping = False
         self.ports = dict(cfg.ports)
         self.shard_ports: list[int] = []
+        self.metrics_ports: dict[str, int] = {}
 
     @property
     def endpoints(self) -> Endpoints:
@@ -135,8 +137,12 @@ class Stack:
         env.update(self.cfg.extra_env)
         return env
 
-    def _argv(self, service: str, *flags: str) -> list[str]:
-        return [sys.executable, "-m", "gigacluster.cli.main", "serve", service, *flags]
+    def _argv(self, service: str, *flags: str, name: str = "") -> list[str]:
+        extra: list[str] = []
+        if self.cfg.metrics:
+            port = self.metrics_ports.setdefault(name or service, free_port())
+            extra = ["--metrics-port", str(port)]
+        return [sys.executable, "-m", "gigacluster.cli.main", "serve", service, *flags, *extra]
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -163,7 +169,8 @@ class Stack:
         for i, port in enumerate(self.shard_ports):
             name = "chip" if i == 0 else f"chip-{i}"
             self.procs[name] = Proc(name, self._argv("chip", "--port", str(port), "--chip", cfg.chip,
-                                                     "--device-offset", str(i * per), "--device-count", str(per)),
+                                                     "--device-offset", str(i * per), "--device-count", str(per),
+                                                     name=name),
                                     env, lp(name))
         shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
         self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",

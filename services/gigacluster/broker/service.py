@@ -18,6 +18,7 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal, bearer_token, call_metadata
 from gigacluster.runtime.config import BrokerConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.audit import AuditLog
 from gigacluster.security.capability import DeviceSet
@@ -52,6 +53,22 @@ class BrokerService(Service[BrokerConfig]):
         super().__init__(config)
         self.core: BrokerCore | None = None
         self._ready = asyncio.Event()
+        self.registry.register(FunctionCollector(self.metrics))
+
+    def metrics(self) -> list[Any]:
+        """Tenants, instances and devices by state."""
+        core = self.core
+        if core is None or core.allocator is None:
+            return []
+        tenants = gauge("gigacluster_tenants", "Tenants of the cluster.")
+        tenants.add_metric([], float(len(core.tenants)))
+        inst = gauge("gigacluster_instances", "Live instances.")
+        inst.add_metric([], float(len(core.instances)))
+        devs = gauge("gigacluster_devices", "Devices by allocation state.", ["state"])
+        free = float(np.count_nonzero(core.allocator.owner < 0))
+        devs.add_metric(["free"], free)
+        devs.add_metric(["allocated"], float(core.allocator.n_devices) - free)
+        return [tenants, inst, devs]
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)

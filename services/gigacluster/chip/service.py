@@ -15,11 +15,14 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, bearer_token
 from gigacluster.runtime.config import ChipConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.memory import DeviceMemory
 
 MAX_IO_BYTES = 4 * 1024 * 1024
+PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
+DCGM_LABELS = ["gpu", "Hostname", "modelName"]
 
 
 class ChipService(Service[ChipConfig]):
@@ -34,6 +37,51 @@ class ChipService(Service[ChipConfig]):
         self.shard_name = f"shards/{chip.name}-{config.device_offset}"
         self.memory = DeviceMemory.for_chip(chip, config.device_count)
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.registry.register(FunctionCollector(self.metrics))
+
+    def metrics(self) -> list[Any]:
+        """dcgm-exporter-named gauges per device (up to PER_DEVICE_SERIES_MAX) plus shard aggregates."""
+        s = self.shard
+        now = self.clock.now()
+        energy = s.energy_j(now)
+        used = self.memory.used_bytes
+        fams = {
+            "DCGM_FI_DEV_POWER_USAGE": gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS),
+            "DCGM_FI_DEV_GPU_UTIL": gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", DCGM_LABELS),
+            "DCGM_FI_DEV_FB_USED": gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", DCGM_LABELS),
+            "DCGM_FI_DEV_FB_FREE": gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", DCGM_LABELS),
+            "DCGM_FI_DEV_GPU_TEMP": gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gauge(
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", DCGM_LABELS),
+        }
+        n = min(s.count, PER_DEVICE_SERIES_MAX)
+        mib = 2**20
+        for i in range(n):
+            labels = [str(s.offset + i), self.shard_name, s.chip.name]
+            fams["DCGM_FI_DEV_POWER_USAGE"].add_metric(labels, float(s.power_w[i]))
+            fams["DCGM_FI_DEV_GPU_UTIL"].add_metric(labels, float(s.utilization[i] * 100.0))
+            fams["DCGM_FI_DEV_FB_USED"].add_metric(labels, float(used[i]) / mib)
+            fams["DCGM_FI_DEV_FB_FREE"].add_metric(labels, float(s.chip.hbm_bytes - used[i]) / mib)
+            fams["DCGM_FI_DEV_GPU_TEMP"].add_metric(labels, float(s.temp_c[i]))
+            fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].add_metric(labels, float(energy[i] * 1e3))
+        agg = [
+            ("gigacluster_shard_power_watts", "Power of all devices of the shard.", float(s.power_w.sum())),
+            ("gigacluster_shard_utilization", "Mean busy fraction of the devices.", float(s.utilization.mean())),
+            ("gigacluster_shard_energy_joules", "Energy drawn by the shard since start.", float(energy.sum())),
+            ("gigacluster_shard_memory_used_bytes", "HBM allocated on the shard.", float(used.sum())),
+            ("gigacluster_shard_max_temperature_celsius", "Hottest device of the shard.", float(s.temp_c.max())),
+        ]
+        out: list[Any] = list(fams.values())
+        for name, doc, value in agg:
+            g = gauge(name, doc, ["shard", "chip"])
+            g.add_metric([self.shard_name, s.chip.name], value)
+            out.append(g)
+        states = gauge("gigacluster_shard_devices", "Devices of the shard by state.", ["shard", "state"])
+        st = s.state()
+        for code, label in ((1, "healthy"), (2, "throttled"), (3, "failed")):
+            states.add_metric([self.shard_name, label], float(np.count_nonzero(st == code)))
+        out.append(states)
+        return out
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         chip_pb2_grpc.add_ChipServiceServicer_to_server(ChipServicer(self), server)

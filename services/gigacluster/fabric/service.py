@@ -27,6 +27,7 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token
 from gigacluster.runtime.config import FabricConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.capability import DeviceSet
 
@@ -89,6 +90,25 @@ class FabricService(Service[FabricConfig]):
         self._watchers: set[asyncio.Queue[str]] = set()
         self._wake = asyncio.Event()
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.registry.register(FunctionCollector(self.metrics))
+
+    def metrics(self) -> list[Any]:
+        """Link utilisation per switch tier, link states and active flows."""
+        stats = self.sim.link_stats()
+        mean = gauge("gigacluster_link_utilization", "Mean link utilisation of the tier (0-1).", ["tier"])
+        peak = gauge("gigacluster_link_utilization_max", "Highest link utilisation of the tier (0-1).", ["tier"])
+        used = gauge("gigacluster_link_used_bytes_per_second", "Traffic carried by the tier.", ["tier"])
+        links = gauge("gigacluster_links", "Links of the tier by state.", ["tier", "state"])
+        for t in stats.tiers:
+            mean.add_metric([t.tier], t.mean_utilization)
+            peak.add_metric([t.tier], t.max_utilization)
+            used.add_metric([t.tier], t.used_Bps)
+            links.add_metric([t.tier, "down"], float(t.links_down))
+            links.add_metric([t.tier, "degraded"], float(t.links_degraded))
+            links.add_metric([t.tier, "up"], float(t.links - t.links_down - t.links_degraded))
+        flows = gauge("gigacluster_active_flows", "Flows sharing the fabric now.")
+        flows.add_metric([], float(stats.active_flows_total))
+        return [mean, peak, used, links, flows]
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(FabricServicer(self), server)

@@ -53,10 +53,13 @@ class CommonConfig:
     state_dir: str = _f("", "directory for durable state (empty = in memory)")
     telemetry_interval_s: float = _f(1.0, "wall seconds between telemetry publications")
     grace_s: float = _f(5.0, "grace period for in-flight calls on SIGTERM")
+    metrics_port: int = _f(-1, "Prometheus /metrics port (-1 = off, 0 = any free port)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        if not -1 <= self.metrics_port < 65536:
+            raise ConfigError(f"metrics_port must be -1 (off) or in 0..65535, got {self.metrics_port}")
         if not self.speedup > 0:
             raise ConfigError(f"speedup must be > 0, got {self.speedup}")
         if self.log_format not in ("json", "console"):

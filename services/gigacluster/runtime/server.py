@@ -18,9 +18,11 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.metrics import serve_metrics
 from gigacluster.runtime.telemetry import Telemetry
 
 CfgT = TypeVar("CfgT", bound=CommonConfig)
@@ -64,6 +66,8 @@ class Service(Generic[CfgT]):
             password=config.mqtt_password,
         )
         self._tasks: list[asyncio.Task[Any]] = []
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.metrics_port: int | None = None
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         """Register servicers; return their full service names (for health and reflection)."""
@@ -72,6 +76,9 @@ class Service(Generic[CfgT]):
     async def start(self) -> None:
         """Start background work (called after the server has bound its port)."""
         await self.telemetry.start()
+        if self.config.metrics_port >= 0:
+            self.metrics_port = serve_metrics(self.registry, self.config.host, self.config.metrics_port)
+            log.info("metrics", address=f"http://{self.config.host}:{self.metrics_port}/metrics")
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -1,0 +1,36 @@
+"""Prometheus metrics for every service, read from the services' own arrays at scrape time.
+
+Each service registers collectors on its own registry; ``serve`` exposes them on
+``--metrics-port`` (``GIGACLUSTER_METRICS_PORT``; -1 = off). Chip metrics carry dcgm-exporter's
+names (``DCGM_FI_DEV_POWER_USAGE``, ...) and router metrics vLLM's, so existing Grafana
+dashboards work unchanged. Per-device series are capped (``per_device_max``): a 65,536-chip
+shard exports its aggregates, not 65,536 series per metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class FunctionCollector(Collector):
+    """A collector whose metrics come from a function called at every scrape."""
+
+    def __init__(self, fn: Callable[[], Iterable[Metric]]) -> None:
+        self.fn = fn
+
+    def collect(self) -> Iterable[Metric]:
+        return self.fn()
+
+
+def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
+    """Start the /metrics HTTP endpoint (a daemon thread); returns the bound port."""
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)
