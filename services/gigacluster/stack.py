@@ -28,6 +28,7 @@ from gigacluster.client import DEFAULT_PORTS, Endpoints
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.telemetry import EmbeddedBroker
 from gigacluster.security.apikeys import new_api_key
+from gigacluster.security.mqtt_auth import new_password
 
 log = structlog.get_logger()
 ORDER = ("chip", "fabric", "broker", "scheduler", "router")
@@ -104,6 +105,9 @@ class Stack:
         self.cfg = cfg
         self.admin_key = new_api_key()
         self.service_key = new_api_key()
+        self.mqtt_service_password = new_password()
+        self.mqtt_admin_password = new_password()
+        self.tenant_mqtt: dict[str, tuple[str, str]] = {}
         self.api_key: str | None = None
         self.epoch = time.time()
         self.procs: dict[str, Proc] = {}
@@ -128,6 +132,9 @@ class Stack:
             "GIGACLUSTER_MQTT": self.mqtt,
             "GIGACLUSTER_ADMIN_KEY": self.admin_key,
             "GIGACLUSTER_SERVICE_KEY": self.service_key,
+            "GIGACLUSTER_MQTT_USERNAME": "service",
+            "GIGACLUSTER_MQTT_PASSWORD": self.mqtt_service_password,
+            "GIGACLUSTER_BROKER_MQTT_ADMIN_PASSWORD": self.mqtt_admin_password,
             "GIGACLUSTER_BROKER": f"127.0.0.1:{self.ports['broker']}",
             "GIGACLUSTER_LOG_FORMAT": self.cfg.log_format,
             "PYTHONUNBUFFERED": "1",
@@ -153,7 +160,10 @@ class Stack:
             cfg.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.mqtt:
             port = cfg.mqtt_port or free_port()
-            self.embedded = EmbeddedBroker("127.0.0.1", port)
+            # With a state dir, the embedded broker enforces the isolation broker's generated
+            # credentials and ACLs (services write; each tenant reads only its own topics).
+            pw = str(cfg.state_dir / "mqtt" / "passwd") if cfg.state_dir is not None else ""
+            self.embedded = EmbeddedBroker("127.0.0.1", port, password_file=pw, cluster=cfg.cluster)
             await self.embedded.start()
             self.mqtt = self.embedded.endpoint
         per = cfg.chips // cfg.shards
@@ -249,6 +259,7 @@ class Stack:
             resp = await broker_pb2_grpc.BrokerServiceStub(ch).CreateTenant(
                 broker_pb2.CreateTenantRequest(tenant_id=tenant_id, weight=weight),
                 metadata=call_metadata(api_key=self.admin_key), timeout=10)
+        self.tenant_mqtt[tenant_id] = (resp.mqtt_username, resp.mqtt_password)
         return str(resp.api_key)
 
     def write_credentials(self, api_key: str) -> pathlib.Path | None:
@@ -258,6 +269,9 @@ class Stack:
         path.write_text(json.dumps({
             "cluster": self.cfg.cluster, "tenant": "tenants/default", "api_key": api_key,
             "admin_key": self.admin_key, "mqtt": self.mqtt,
+            "mqtt_username": self.tenant_mqtt.get("default", ("", ""))[0],
+            "mqtt_password": self.tenant_mqtt.get("default", ("", ""))[1],
+            "mqtt_admin": {"username": "admin", "password": self.mqtt_admin_password},
             "endpoints": dataclasses.asdict(self.endpoints),
         }, indent=2))
         path.chmod(0o600)

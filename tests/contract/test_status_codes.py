@@ -29,6 +29,12 @@ IA, NF = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
 FP, RE, AE = grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ALREADY_EXISTS
 R = common_pb2.DeviceRange
 M = common_pb2.ModelArchitecture
+BASE = [0]  # first device of the tenant's 8-device instance on chip shard 0 (set by the fixture)
+
+
+def dev(a: int, b: int) -> common_pb2.DeviceRange:
+    """Devices [a, b) of the tenant's instance."""
+    return R(start=BASE[0] + a, end=BASE[0] + b)
 
 
 def work(**kw: Any) -> chip_pb2.WorkItem:
@@ -55,7 +61,7 @@ def spec(**over: Any) -> scheduler_pb2.TrainingSpec:
 
 
 # (service, rpc, request factory, who calls, expected code, text the message must contain)
-# who: "tenant" (API key), "cap" (the tenant's capability for devices 0-7), "admin".
+# who: "tenant" (API key), "cap" (the tenant's capability for its 8 devices, dev(0, 8)), "admin".
 CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     # chip
     ("chip", "GetShard", lambda: chip_pb2.GetShardRequest(), "none", grpc.StatusCode.OK, ""),
@@ -63,19 +69,19 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("chip", "ListDevices", lambda: chip_pb2.ListDevicesRequest(devices=[R(start=9000, end=9001)]), "admin", NF,
      "devices"),
     ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(items=[work()]), "cap", IA, "devices"),
-    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=0, end=8)]), "cap", IA, "items"),
-    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=0, end=8)], items=[work(flops=-1)]),
+    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)]), "cap", IA, "items"),
+    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work(flops=-1)]),
      "cap", IA, "items[0].flops"),
-    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=0, end=8)], items=[work(flops=1e30)]),
+    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work(flops=1e30)]),
      "cap", IA, "items[0].flops"),
-    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=0, end=8)],
+    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)],
                                                                 items=[work(kind="quantum")]), "cap", IA,
      "items[0].kind"),
-    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=0, end=8)], items=[work()],
+    ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()],
                                                                 not_before_s=-5), "cap", IA, "not_before_s"),
     ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=5000, end=5008)], items=[work()]),
      "cap", NF, "devices"),
-    ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=0, size_bytes=0), "cap", IA,
+    ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=BASE[0], size_bytes=0), "cap", IA,
      "size_bytes"),
     ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=9999, size_bytes=10), "cap", NF,
      "device"),
@@ -97,20 +103,22 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     # fabric
     ("fabric", "GetTopology", lambda: fabric_pb2.GetTopologyRequest(), "admin", grpc.StatusCode.OK, ""),
     ("fabric", "ListLinks", lambda: fabric_pb2.ListLinksRequest(tier="bogus"), "admin", IA, "tier"),
-    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(src_device=0, dst_device=1, bytes=-1),
+    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(
+        src_device=BASE[0], dst_device=BASE[0] + 1, bytes=-1),
      "cap", IA, "bytes"),
-    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(src_device=0, dst_device=0, bytes=10),
+    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(
+        src_device=BASE[0], dst_device=BASE[0], bytes=10),
      "cap", IA, "dst_device"),
-    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(src_device=0, dst_device=99999, bytes=10),
+    ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(src_device=BASE[0], dst_device=99999, bytes=10),
      "cap", NF, "dst_device"),
-    ("fabric", "StartCollective", lambda: fabric_pb2.StartCollectiveRequest(ranks=[R(start=0, end=8)], bytes=1e6),
+    ("fabric", "StartCollective", lambda: fabric_pb2.StartCollectiveRequest(ranks=[dev(0, 8)], bytes=1e6),
      "cap", IA, "op"),
     ("fabric", "StartCollective", lambda: fabric_pb2.StartCollectiveRequest(
         op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, bytes=1e6), "cap", IA, "ranks"),
     ("fabric", "StartCollective", lambda: fabric_pb2.StartCollectiveRequest(
-        op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, ranks=[R(start=0, end=8)], bytes=1e300), "cap", IA, "bytes"),
+        op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, ranks=[dev(0, 8)], bytes=1e300), "cap", IA, "bytes"),
     ("fabric", "StartCollective", lambda: fabric_pb2.StartCollectiveRequest(
-        op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, ranks=[R(start=0, end=4)], bytes=1e6, groups=2), "cap", IA,
+        op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, ranks=[dev(0, 4)], bytes=1e6, groups=2), "cap", IA,
      "group_stride"),
     ("fabric", "GetFlow", lambda: fabric_pb2.GetFlowRequest(name="f-1"), "cap", IA, "name"),
     ("fabric", "GetFlow", lambda: fabric_pb2.GetFlowRequest(name="flows/f-999999"), "cap", NF, "flows/f-999999"),
@@ -216,9 +224,14 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
 async def callers(stack: Stack) -> dict[str, Any]:
     key = await stack.create_tenant("contract")
     gc = Client(stack.endpoints, key)
+    admin_md = call_metadata(api_key=stack.admin_key)
+    inv = await gc.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=admin_md)
+    free = {i for r in inv.free for i in range(r.start, r.end)}
+    base = next(b for b in range(0, 32, 8) if set(range(b, b + 8)) <= free)  # a whole free domain on shard 0
+    BASE[0] = base
     r = await gc.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-        chip_type="h100-sxm", count=8, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN), metadata=gc.md)
-    assert (r.instance.devices[0].start, r.instance.devices[0].end) == (0, 8), "contract cases assume devices 0-7"
+        chip_type="h100-sxm", count=8, devices=[R(start=base, end=base + 8)], tenant="tenants/contract"),
+        metadata=admin_md)
     yield {
         "client": gc,
         "tenant": call_metadata(api_key=key),
@@ -226,7 +239,7 @@ async def callers(stack: Stack) -> dict[str, Any]:
         "admin": call_metadata(api_key=stack.admin_key),
         "none": (),
     }
-    await gc.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=r.instance.name), metadata=gc.md)
+    await gc.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=r.instance.name), metadata=admin_md)
     await gc.close()
 
 

@@ -39,7 +39,7 @@ async def test_embedded_amqtt_broker_isolates_tenants(tmp_path: Path) -> None:
 
         async def listen() -> None:
             async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password=creds["tenant-acme"]) as c:
-                await c.subscribe("gigacluster/gc1/tenants/acme/#")
+                await c.subscribe("gigacluster/gc1/scheduler/tenants/acme/#")
                 await c.subscribe("#")  # refused by the topic plugin
                 ready.set()
                 with contextlib.suppress(TimeoutError):
@@ -50,10 +50,10 @@ async def test_embedded_amqtt_broker_isolates_tenants(tmp_path: Path) -> None:
         task = asyncio.create_task(listen())
         await asyncio.wait_for(ready.wait(), 5)
         async with aiomqtt.Client("127.0.0.1", port, username="service", password=creds["service"]) as c:
-            for t in ["gigacluster/gc1/tenants/acme/m", "gigacluster/gc1/tenants/beta/m"]:
+            for t in ["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m"]:
                 await c.publish(t, b"1", qos=1)
         await task
-        assert got == ["gigacluster/gc1/tenants/acme/m"]
+        assert got == ["gigacluster/gc1/scheduler/tenants/acme/m"]
         for user, pw in [("tenant-acme", "wrong"), ("nobody", "x")]:
             with pytest.raises(aiomqtt.MqttError):
                 async with aiomqtt.Client("127.0.0.1", port, username=user, password=pw):

@@ -69,26 +69,26 @@ def test_password_file_round_trip_and_bad_user_names() -> None:
 @pytest.mark.parametrize(
     ("user", "topic", "access", "allowed"),
     [
-        ("tenant-acme", "gigacluster/gc1/tenants/acme/chips/3/power", "read", True),
-        ("tenant-acme", "gigacluster/gc1/tenants/acme/#", "subscribe", True),
-        ("tenant-acme", "gigacluster/gc1/tenants/acme", "read", True),
-        ("tenant-acme", "gigacluster/gc1/tenants/beta/chips/3/power", "read", False),
-        ("tenant-acme", "gigacluster/gc1/tenants/+/chips/3/power", "subscribe", False),
-        ("tenant-acme", "gigacluster/gc1/tenants/#", "subscribe", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme/chips/3/power", "read", True),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme/#", "subscribe", True),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme", "read", True),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/beta/chips/3/power", "read", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/+/chips/3/power", "subscribe", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/#", "subscribe", False),
         ("tenant-acme", "#", "subscribe", False),
-        ("tenant-acme", "gigacluster/gc2/tenants/acme/x", "read", False),
-        ("tenant-acme", "gigacluster/gc1/tenants/acme/x", "write", False),
-        ("tenant-acme", "gigacluster/gc1/tenants/acme/+", "read", False),
-        ("tenant-ghost", "gigacluster/gc1/tenants/ghost/x", "read", False),
-        ("service", "gigacluster/gc1/tenants/beta/x", "write", True),
+        ("tenant-acme", "gigacluster/gc2/scheduler/tenants/acme/x", "read", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme/x", "write", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme/+", "read", False),
+        ("tenant-ghost", "gigacluster/gc1/scheduler/tenants/ghost/x", "read", False),
+        ("service", "gigacluster/gc1/scheduler/tenants/beta/x", "write", True),
         ("service", "gigacluster/gc1/cluster/power", "write", True),
-        ("service", "gigacluster/gc1/tenants/beta/x", "read", False),
+        ("service", "gigacluster/gc1/scheduler/tenants/beta/x", "read", False),
         ("admin", "#", "subscribe", True),
-        ("admin", "gigacluster/gc1/tenants/beta/x", "read", True),
-        ("admin", "gigacluster/gc1/tenants/beta/x", "write", False),
+        ("admin", "gigacluster/gc1/scheduler/tenants/beta/x", "read", True),
+        ("admin", "gigacluster/gc1/scheduler/tenants/beta/x", "write", False),
         ("admin", "$SYS/broker/clients", "read", False),
-        (None, "gigacluster/gc1/tenants/acme/x", "read", False),
-        ("tenant-acme", "gigacluster/gc1/tenants/acme/x", "delete", False),
+        (None, "gigacluster/gc1/scheduler/tenants/acme/x", "read", False),
+        ("tenant-acme", "gigacluster/gc1/scheduler/tenants/acme/x", "delete", False),
     ],
 )
 def test_acl_allows(user: str | None, topic: str, access: str, allowed: bool) -> None:
@@ -100,9 +100,9 @@ def test_acl_allows(user: str | None, topic: str, access: str, allowed: bool) ->
 def test_acl_file_lists_exactly_the_rules() -> None:
     """The Mosquitto ACL file has one user block per rule and no anonymous or pattern entries."""
     text = ACL.render_acl_file()
-    assert "user tenant-acme\ntopic read gigacluster/gc1/tenants/acme/#\n" in text
+    assert "user tenant-acme\ntopic read gigacluster/gc1/scheduler/tenants/acme/#\n" in text
     assert "user service\ntopic write #\n" in text and "user admin\ntopic read #\n" in text
-    assert "pattern" not in text and text.count("\ntopic ") == 4
+    assert "pattern" not in text and text.count("\ntopic ") == 2 + 5 * len(ACL.tenants)  # 5 services per tenant
 
 
 def test_credentials_keep_existing_passwords() -> None:
@@ -159,10 +159,12 @@ async def test_real_mosquitto_enforces_generated_files(tmp_path: Path) -> None:
         task = asyncio.create_task(listen())
         await asyncio.wait_for(ready.wait(), 5)
         async with aiomqtt.Client("127.0.0.1", port, username="service", password=creds["service"]) as c:
-            for t in ["gigacluster/gc1/tenants/acme/m", "gigacluster/gc1/tenants/beta/m", "gigacluster/gc1/x"]:
+            topics = ["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m",
+                      "gigacluster/gc1/x"]
+            for t in topics:
                 await c.publish(t, b"1", qos=1)
         await task
-        assert got == ["gigacluster/gc1/tenants/acme/m"]
+        assert got == ["gigacluster/gc1/scheduler/tenants/acme/m"]
         with pytest.raises(aiomqtt.MqttError):
             async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password="wrong"):
                 pass

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import os
+import pathlib
 import re
 import time
 from collections.abc import Iterable
@@ -29,6 +31,15 @@ from gigacluster.security.capability import (
     CapabilityIssuer,
     CapabilityVerifier,
     DeviceSet,
+)
+from gigacluster.security.mqtt_auth import (
+    ADMIN_USER,
+    SERVICE_USER,
+    TelemetryAcl,
+    mosquitto_hash,
+    new_password,
+    render_hashed_password_file,
+    tenant_user,
 )
 
 TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -90,7 +101,8 @@ class BrokerCore:
     """Tenants, keys, instances and capabilities of one cluster."""
 
     def __init__(self, *, cluster: str, shards: Iterable[ShardInfo], admin_key: str, service_key: str,
-                 capability_ttl_s: float, audit: AuditLog | None = None) -> None:
+                 capability_ttl_s: float, audit: AuditLog | None = None, mqtt_dir: pathlib.Path | None = None,
+                 mqtt_service_password: str = "", mqtt_admin_password: str = "") -> None:
         shards = sorted(shards, key=lambda s: s.start)
         expect = 0
         for s in shards:
@@ -116,6 +128,27 @@ class BrokerCore:
                 self._keys[apikeys.api_key_id(key)] = (principal, apikeys.hash_api_key(key))
         self._verified: dict[str, Principal] = {}
         self._ids = itertools.count(1)
+        # Telemetry (MQTT) users: hashes only, written as Mosquitto passwd + acl files.
+        self.mqtt_dir = mqtt_dir
+        self.mqtt_hashes: dict[str, str] = {}
+        if mqtt_service_password:
+            self.mqtt_hashes[SERVICE_USER] = mosquitto_hash(mqtt_service_password)
+        if mqtt_admin_password:
+            self.mqtt_hashes[ADMIN_USER] = mosquitto_hash(mqtt_admin_password)
+        self.write_mqtt_files()
+
+    def write_mqtt_files(self) -> None:
+        """Regenerate the Mosquitto password and ACL files from the tenants (atomic replace)."""
+        if self.mqtt_dir is None:
+            return
+        self.mqtt_dir.mkdir(parents=True, exist_ok=True)
+        acl = TelemetryAcl.of(self.cluster, self.tenants)
+        for name, text in (("passwd", render_hashed_password_file(self.mqtt_hashes)),
+                           ("acl", acl.render_acl_file())):
+            tmp = self.mqtt_dir / f".{name}.tmp"
+            tmp.write_text(text)
+            tmp.chmod(0o644)
+            os.replace(tmp, self.mqtt_dir / name)
 
     # -- identities -------------------------------------------------------------------------------
     def authenticate(self, key: str | None) -> Principal:
@@ -142,7 +175,8 @@ class BrokerCore:
             self.audit.append(actor=who, action=action, resource=resource, outcome=outcome, time_s=time.time())
 
     def create_tenant(self, actor: Principal, tenant_id: str, display_name: str,
-                      weight: float) -> tuple[TenantRecord, str]:
+                      weight: float) -> tuple[TenantRecord, str, str]:
+        """A new tenant, its API key and its MQTT password (both shown once, stored as hashes)."""
         if actor.kind != "admin":
             self._log(actor, "tenant.create", f"tenants/{tenant_id}", "denied")
             raise PermissionDenied("only the admin creates tenants", reason="ADMIN_ONLY")
@@ -157,8 +191,11 @@ class BrokerCore:
         rec = TenantRecord(tenant_id, display_name or tenant_id, weight or 1.0, time.time(), [key_hash])
         self.tenants[tenant_id] = rec
         self._keys[apikeys.api_key_id(key)] = (Principal("tenant", rec.name), key_hash)
+        mqtt_password = new_password()
+        self.mqtt_hashes[tenant_user(tenant_id)] = mosquitto_hash(mqtt_password)
+        self.write_mqtt_files()
         self._log(actor, "tenant.create", rec.name, "ok")
-        return rec, key
+        return rec, key, mqtt_password
 
     def get_tenant(self, actor: Principal, name: str) -> TenantRecord:
         tid = tenant_id_of(name)

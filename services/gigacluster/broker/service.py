@@ -22,6 +22,7 @@ from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.audit import AuditLog
 from gigacluster.security.capability import DeviceSet
+from gigacluster.security.mqtt_auth import tenant_user
 
 log = structlog.get_logger()
 
@@ -82,10 +83,15 @@ class BrokerService(Service[BrokerConfig]):
         shards = await discover_shards(self.config.shard_endpoints)
         audit_path = self.config.audit_log or (
             str(pathlib.Path(self.config.state_dir) / "audit.jsonl") if self.config.state_dir else "")
+        mqtt_dir = self.config.mqtt_files or (
+            str(pathlib.Path(self.config.state_dir) / "mqtt") if self.config.state_dir else "")
         self.core = BrokerCore(
             cluster=self.config.cluster, shards=shards, admin_key=self.config.admin_key,
             service_key=self.config.service_key, capability_ttl_s=self.config.capability_ttl_s,
             audit=AuditLog(audit_path) if audit_path else None,
+            mqtt_dir=pathlib.Path(mqtt_dir) if mqtt_dir else None,
+            mqtt_service_password=self.config.mqtt_password if self.config.mqtt_username == "service" else "",
+            mqtt_admin_password=self.config.mqtt_admin_password,
         )
         log.info("broker ready", shards=len(shards), devices=sum(s.end - s.start for s in shards))
         self._ready.set()
@@ -146,8 +152,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         core, p = await self._caller(context)
-        rec, key = core.create_tenant(p, request.tenant_id, request.display_name, request.weight)
-        return broker_pb2.CreateTenantResponse(tenant=_tenant_msg(core, rec), api_key=key)
+        rec, key, mqtt_password = core.create_tenant(p, request.tenant_id, request.display_name, request.weight)
+        return broker_pb2.CreateTenantResponse(tenant=_tenant_msg(core, rec), api_key=key,
+                                               mqtt_username=tenant_user(rec.tenant_id), mqtt_password=mqtt_password)
 
     async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         core, p = await self._caller(context)

@@ -135,6 +135,8 @@ class BrokerConfig(CommonConfig):
     fabric: str = _f("127.0.0.1:50052", "fabric service HOST:PORT")
     capability_ttl_s: float = _f(900.0, "wall seconds a capability token lives")
     audit_log: str = _f("", "path of the JSON-lines audit log (empty = <state_dir>/audit.jsonl or none)")
+    mqtt_files: str = _f("", "directory for the generated Mosquitto passwd and acl files (empty = <state_dir>/mqtt)")
+    mqtt_admin_password: str = _f("", "MQTT password of the admin user, who reads every topic (empty = none)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

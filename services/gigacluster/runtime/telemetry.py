@@ -107,11 +107,19 @@ class Telemetry:
 
 
 class EmbeddedBroker:
-    """An in-process MQTT broker (amqtt) for when the user gives none."""
+    """An in-process MQTT broker (amqtt) for when the user gives none.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 1883) -> None:
+    With ``password_file`` it enforces the same credentials and topic ACLs as the generated
+    Mosquitto files (the isolation broker writes that file; it is re-read when it changes):
+    services write, each tenant reads only its own subtree. Without it, anonymous access.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 1883, *, password_file: str = "",
+                 cluster: str = "local") -> None:
         self.host = host
         self.port = port
+        self.password_file = password_file
+        self.cluster = cluster
         self._broker: Any = None
 
     @property
@@ -121,10 +129,16 @@ class EmbeddedBroker:
     async def start(self) -> None:
         from amqtt.broker import Broker
 
-        config = {
-            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-        }
+        plugins: dict[str, Any] = (
+            {
+                "gigacluster.security.amqtt_plugin.GigaclusterAuthPlugin": {"password_file": self.password_file},
+                "gigacluster.security.amqtt_plugin.GigaclusterTopicPlugin": {
+                    "cluster": self.cluster, "password_file": self.password_file},
+            }
+            if self.password_file
+            else {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
+        )
+        config = {"listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}}, "plugins": plugins}
         self._broker = Broker(config)
         await self._broker.start()
 

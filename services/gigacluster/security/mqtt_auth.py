@@ -83,6 +83,14 @@ def render_password_file(passwords: Mapping[str, str], *, iterations: int = MOSQ
     return "\n".join(lines) + "\n"
 
 
+def render_hashed_password_file(hashes: Mapping[str, str]) -> str:
+    """A Mosquitto password file from already-hashed ``{user: $7$...}`` (the broker keeps hashes only)."""
+    for user, h in hashes.items():
+        if not user or any(c in user for c in ":\n\r#+/ ") or not h.startswith("$7$"):
+            raise InvalidArgument("user", f"{user!r} needs a name without ':#+/ ' and a $7$ hash")
+    return "".join(f"{u}:{hashes[u]}\n" for u in sorted(hashes))
+
+
 def parse_password_file(text: str) -> dict[str, str]:
     """``{user: hash}`` from a Mosquitto password file (comments and blank lines skipped)."""
     out: dict[str, str] = {}
@@ -148,6 +156,10 @@ def _valid_topic(topic: str, access: Access) -> bool:
     return True
 
 
+#: Services that publish per-tenant telemetry under ``<service>/tenants/<tenant>/``.
+TENANT_SERVICES = ("chip", "fabric", "broker", "scheduler", "router")
+
+
 @dataclass(frozen=True)
 class TelemetryAcl:
     """Topic rules of one cluster's telemetry broker for its tenants, services and admin."""
@@ -164,14 +176,16 @@ class TelemetryAcl:
         """Rules for ``cluster`` with ``tenants``."""
         return cls(cluster, frozenset(tenants))
 
-    def tenant_prefix(self, tenant: str) -> str:
-        """The topic subtree a tenant reads."""
-        return f"gigacluster/{self.cluster}/tenants/{tenant}"
+    def tenant_prefixes(self, tenant: str) -> list[str]:
+        """The topic subtrees a tenant reads: its own branch under every service
+        (``gigacluster/<cluster>/<service>/tenants/<tenant>``, docs/telemetry.md)."""
+        return [f"gigacluster/{self.cluster}/{svc}/tenants/{tenant}" for svc in TENANT_SERVICES]
 
     def rules(self) -> list[AclRule]:
         """Every rule, in the order the ACL file lists them."""
         out = [AclRule(SERVICE_USER, "write", "#"), AclRule(ADMIN_USER, "read", "#")]
-        out += [AclRule(tenant_user(t), "read", self.tenant_prefix(t) + "/#") for t in sorted(self.tenants)]
+        out += [AclRule(tenant_user(t), "read", prefix + "/#")
+                for t in sorted(self.tenants) for prefix in self.tenant_prefixes(t)]
         return out
 
     def render_acl_file(self) -> str:

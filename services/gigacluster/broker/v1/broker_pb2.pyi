@@ -44,12 +44,16 @@ class CreateTenantRequest(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., display_name: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class CreateTenantResponse(_message.Message):
-    __slots__ = ("tenant", "api_key")
+    __slots__ = ("tenant", "api_key", "mqtt_username", "mqtt_password")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     API_KEY_FIELD_NUMBER: _ClassVar[int]
+    MQTT_USERNAME_FIELD_NUMBER: _ClassVar[int]
+    MQTT_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     tenant: Tenant
     api_key: str
-    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., api_key: _Optional[str] = ...) -> None: ...
+    mqtt_username: str
+    mqtt_password: str
+    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., api_key: _Optional[str] = ..., mqtt_username: _Optional[str] = ..., mqtt_password: _Optional[str] = ...) -> None: ...
 
 class GetTenantRequest(_message.Message):
     __slots__ = ("name",)
