@@ -1,0 +1,302 @@
+"""The dispatcher's decisions: admission by quota, fair-share order, placement, preemption and
+backfill, as one pure function over arrays and small records (no gRPC, no clock).
+
+Each pass (:func:`decide`) takes the queued jobs, the running gangs and the free devices, and
+returns which jobs to place (with their devices), which gangs to evict, and why every other job
+waits. The rules, after Kueue, Volcano and Slurm:
+
+1. **Order**: higher priority first; within a priority, the tenant with the least weighted usage
+   first (chip-seconds run plus chip-seconds committed to its running gangs, divided by the
+   tenant's weight), so saturated tenants converge to chip-hours in proportion to their weights;
+   then submission order.
+2. **Quota**: a job whose queue is defined runs within the queue's nominal quota per chip type,
+   or borrows idle quota of its cohort (the cohort's total is never exceeded). A job within its
+   own nominal quota may reclaim borrowed quota by evicting borrowing gangs of its cohort. A job
+   held by quota does not block others.
+3. **Gang placement** by the configured policy (:mod:`scheduler.placement`): all chips or none.
+4. **Preemption**: the first job that does not fit may evict whole gangs of strictly lower
+   priority (lowest priority, then youngest first, pruned to a minimal set).
+5. **Backfill (EASY)**: otherwise the first job that does not fit gets a reservation: the earliest
+   time enough running gangs end (by their estimated ends) and the devices it would get then.
+   Later jobs may start now only if they avoid those devices or end before the reserved start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from gigacluster.scheduler.placement import Layout, PlacementPolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSpec:
+    """A tenant's queue: nominal quota per chip type and an optional cohort."""
+
+    tenant: str
+    queue: str
+    cohort: str = ""
+    quota: tuple[tuple[str, int], ...] = ()
+
+    def nominal(self, chip: str) -> int:
+        return dict(self.quota).get(chip, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A queued job as the dispatcher sees it."""
+
+    job_id: str
+    tenant: str
+    queue: str
+    priority: int
+    seq: int
+    chip: str
+    count: int
+    tp: int
+    duration_s: float  # estimated run time left (for backfill and committed usage)
+
+
+@dataclasses.dataclass(frozen=True)
+class Running:
+    """A placed gang."""
+
+    job_id: str
+    tenant: str
+    queue: str
+    priority: int
+    chip: str
+    devices: np.ndarray
+    end_s: float  # estimated end
+    started_s: float
+    borrowing: bool = False
+    draining: bool = False  # being preempted: its devices free up at end_s
+    restart_s: float = 0.0  # modelled cost of evicting it (checkpoint write)
+
+
+@dataclasses.dataclass
+class Decision:
+    place: list[tuple[str, np.ndarray, bool]] = dataclasses.field(default_factory=list)
+    preempt: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (victim, reason)
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    reserved: dict[str, float] = dataclasses.field(default_factory=dict)  # job -> reserved start
+
+
+def _key(queue: QueueSpec | None) -> str:
+    return queue.cohort if queue is not None and queue.cohort else ""
+
+
+class _Quota:
+    """Chips in use per (tenant, queue, chip) and per (cohort, chip), updated as the pass places."""
+
+    def __init__(self, queues: dict[tuple[str, str], QueueSpec], running: list[Running]) -> None:
+        self.queues = queues
+        self.used: dict[tuple[str, str, str], int] = {}
+        self.cohort_nominal: dict[tuple[str, str], int] = {}
+        self.cohort_used: dict[tuple[str, str], int] = {}
+        for q in queues.values():
+            if q.cohort:
+                for chip, n in q.quota:
+                    self.cohort_nominal[(q.cohort, chip)] = self.cohort_nominal.get((q.cohort, chip), 0) + n
+        for r in running:
+            self.add(r.tenant, r.queue, r.chip, int(r.devices.size))
+
+    def add(self, tenant: str, queue: str, chip: str, n: int) -> None:
+        k = (tenant, queue, chip)
+        self.used[k] = self.used.get(k, 0) + n
+        q = self.queues.get((tenant, queue))
+        if q is not None and q.cohort:
+            ck = (q.cohort, chip)
+            self.cohort_used[ck] = self.cohort_used.get(ck, 0) + n
+
+    def check(self, tenant: str, queue: str, chip: str, n: int) -> tuple[str, bool, int]:
+        """('ok'|'borrow'|'reclaim'|'held', borrowing, chips to reclaim) for ``n`` more chips."""
+        q = self.queues.get((tenant, queue))
+        if q is None:
+            return "ok", False, 0
+        used = self.used.get((tenant, queue, chip), 0)
+        nominal = q.nominal(chip)
+        if not q.cohort:
+            return ("ok", False, 0) if used + n <= nominal else ("held", False, 0)
+        ck = (q.cohort, chip)
+        c_used, c_nom = self.cohort_used.get(ck, 0), self.cohort_nominal.get(ck, 0)
+        if used + n <= nominal:
+            over = c_used + n - c_nom
+            return ("ok", False, 0) if over <= 0 else ("reclaim", False, over)
+        if c_used + n <= c_nom:
+            return "borrow", True, 0
+        return "held", False, 0
+
+    def reason(self, tenant: str, queue: str, chip: str, n: int) -> str:
+        q = self.queues[(tenant, queue)]
+        used = self.used.get((tenant, queue, chip), 0)
+        msg = (f"queue {queue} quota: needs {n} {chip}, uses {used} of its nominal {q.nominal(chip)}")
+        if q.cohort:
+            ck = (q.cohort, chip)
+            idle = self.cohort_nominal.get(ck, 0) - self.cohort_used.get(ck, 0)
+            msg += f"; cohort {q.cohort} has {max(idle, 0)} idle to lend"
+        return msg
+
+
+def _order(pending: list[Pending], usage: dict[str, float], weights: dict[str, float]) -> list[Pending]:
+    """Priority desc; within a priority, repeatedly the tenant with least weighted usage."""
+    out: list[Pending] = []
+    use = dict(usage)
+    by_prio: dict[int, list[Pending]] = {}
+    for p in pending:
+        by_prio.setdefault(p.priority, []).append(p)
+    for prio in sorted(by_prio, reverse=True):
+        rest = sorted(by_prio[prio], key=lambda p: p.seq)
+        while rest:
+            best = min(rest, key=lambda p: (use.get(p.tenant, 0.0) / max(weights.get(p.tenant, 1.0), 1e-9), p.seq))
+            rest.remove(best)
+            out.append(best)
+            use[best.tenant] = use.get(best.tenant, 0.0) + best.count * best.duration_s
+    return out
+
+
+def decide(now: float, pending: list[Pending], running: list[Running], *, layouts: dict[str, Layout],
+           free: dict[str, np.ndarray], policy: PlacementPolicy, queues: dict[tuple[str, str], QueueSpec],
+           weights: dict[str, float], usage: dict[str, float], preemption: bool = True,
+           backfill: bool = True) -> Decision:
+    """One dispatch pass. ``free`` masks are per layout device (False = held or unhealthy);
+    ``usage`` is each tenant's chip-seconds run so far. The masks are not modified."""
+    out = Decision()
+    free = {c: m.copy() for c, m in free.items()}
+    quota = _Quota(queues, running)
+    use = dict(usage)
+    for r in running:
+        use[r.tenant] = use.get(r.tenant, 0.0) + r.devices.size * max(r.end_s - now, 0.0)
+    # per chip type: (head job, reserved start, reserved device mask)
+    reservation: dict[str, tuple[str, float, np.ndarray]] = {}
+    live = [r for r in running if not r.draining]
+    draining = [r for r in running if r.draining]
+    evicted: set[str] = set()
+
+    for job in _order(pending, usage, weights):
+        lay = layouts.get(job.chip)
+        if lay is None:
+            out.reasons[job.job_id] = f"no {job.chip} chips in this cluster"
+            continue
+        verdict, borrowing, reclaim = quota.check(job.tenant, job.queue, job.chip, job.count)
+        if verdict == "held":
+            out.reasons[job.job_id] = quota.reason(job.tenant, job.queue, job.chip, job.count)
+            continue
+        if verdict == "reclaim":
+            cohort = queues[(job.tenant, job.queue)].cohort
+            lenders = sorted((r for r in live if r.borrowing and r.chip == job.chip and r.job_id not in evicted
+                              and _key(queues.get((r.tenant, r.queue))) == cohort),
+                             key=lambda r: (r.priority, -r.started_s))
+            got = 0
+            for r in lenders:
+                if got >= reclaim:
+                    break
+                out.preempt.append((r.job_id, f"quota reclaimed by {job.job_id} (cohort {cohort})"))
+                evicted.add(r.job_id)
+                got += int(r.devices.size)
+            out.reasons[job.job_id] = (f"reclaiming {reclaim} {job.chip} of its nominal quota from borrowers in "
+                                       f"cohort {cohort}" if got >= reclaim else
+                                       f"cohort {cohort} quota is in use by non-borrowing jobs")
+            continue
+        mask = free[job.chip]
+        res = reservation.get(job.chip)
+        devs: np.ndarray | None
+        if res is not None:
+            head, start, rmask = res
+            devs = policy.place(lay, mask & ~rmask, job.count, job.tp) if backfill else None
+            if devs is None and backfill and now + job.duration_s <= start:
+                devs = policy.place(lay, mask, job.count, job.tp)
+            if devs is None:
+                out.reasons[job.job_id] = (f"waiting behind {head} (reserved start t={start:.0f}s); "
+                                           f"no backfill hole for {job.count} {job.chip}")
+                continue
+        else:
+            devs = policy.place(lay, mask, job.count, job.tp)
+        if devs is not None:
+            mask[devs - lay.offset] = False
+            quota.add(job.tenant, job.queue, job.chip, job.count)
+            use[job.tenant] = use.get(job.tenant, 0.0) + job.count * job.duration_s
+            out.place.append((job.job_id, devs, borrowing))
+            continue
+        # The job does not fit now: preempt, or reserve.
+        hyp = mask.copy()
+        ends = sorted(draining, key=lambda r: r.end_s)
+        for r in ends:
+            if r.chip == job.chip:
+                hyp[r.devices - lay.offset] = True
+        later = policy.place(lay, hyp, job.count, job.tp) if ends else None
+        if later is not None:
+            start = max(r.end_s for r in ends if r.chip == job.chip)
+            out.reasons[job.job_id] = "waiting for preempted gangs to checkpoint and release their chips"
+            _reserve(reservation, out, job, start, later, lay)
+            continue
+        if preemption:
+            victims = _victims(job, [r for r in live if r.job_id not in evicted], hyp, lay, policy)
+            if victims:
+                for r in victims:
+                    out.preempt.append((r.job_id, f"preempted by {job.job_id} (priority {job.priority} > "
+                                                  f"{r.priority})"))
+                    evicted.add(r.job_id)
+                vmask = hyp.copy()
+                for r in victims:
+                    vmask[r.devices - lay.offset] = True
+                got = policy.place(lay, vmask, job.count, job.tp)
+                start = now + max(r.restart_s for r in victims)
+                out.reasons[job.job_id] = (f"preempting {', '.join(r.job_id for r in victims)}; starts when they "
+                                           f"have checkpointed")
+                if got is not None:
+                    _reserve(reservation, out, job, start, got, lay)
+                continue
+        # reservation from estimated ends of running gangs
+        start_at, got = None, None
+        for r in sorted((r for r in live if r.chip == job.chip and r.job_id not in evicted), key=lambda r: r.end_s):
+            hyp[r.devices - lay.offset] = True
+            got = policy.place(lay, hyp, job.count, job.tp)
+            if got is not None:
+                start_at = max(r.end_s, now)
+                break
+        if got is None or start_at is None:
+            healthy = int(free[job.chip].sum()) + sum(int(r.devices.size) for r in running if r.chip == job.chip)
+            out.reasons[job.job_id] = (f"needs {job.count} {job.chip} chips in whole TP groups of {job.tp}; "
+                                       f"{healthy} are healthy and schedulable")
+            continue
+        out.reasons[job.job_id] = (f"waiting for {job.count} {job.chip} chips; reserved start t={start_at:.0f}s "
+                                   f"(when {r.job_id} ends)")
+        _reserve(reservation, out, job, start_at, got, lay)
+    return out
+
+
+def _reserve(reservation: dict[str, tuple[str, float, np.ndarray]], out: Decision, job: Pending, start: float,
+             devs: np.ndarray, lay: Layout) -> None:
+    if job.chip in reservation:
+        return
+    rmask = np.zeros(lay.n_devices, dtype=bool)
+    rmask[devs - lay.offset] = True
+    reservation[job.chip] = (job.job_id, start, rmask)
+    out.reserved[job.job_id] = start
+
+
+def _victims(job: Pending, live: list[Running], base: np.ndarray, lay: Layout,
+             policy: PlacementPolicy) -> list[Running]:
+    """A minimal set of strictly lower-priority gangs whose devices make ``job`` fit, or []."""
+    cand = sorted((r for r in live if r.chip == job.chip and r.priority < job.priority),
+                  key=lambda r: (r.priority, -r.started_s))
+    hyp = base.copy()
+    chosen: list[Running] = []
+    for r in cand:
+        hyp[r.devices - lay.offset] = True
+        chosen.append(r)
+        if policy.place(lay, hyp, job.count, job.tp) is not None:
+            break
+    else:
+        return []
+    # prune: drop any victim the job fits without (most valuable first)
+    for r in sorted(chosen, key=lambda r: (-r.priority, r.started_s)):
+        trial = base.copy()
+        for o in chosen:
+            if o is not r:
+                trial[o.devices - lay.offset] = True
+        if policy.place(lay, trial, job.count, job.tp) is not None:
+            chosen.remove(r)
+    return chosen
