@@ -15,6 +15,13 @@ over decode. With chunked prefill (Sarathi / vLLM v1), every iteration has a tok
 A decode that needs a new KV block when none is free preempts the lowest-priority, most recently
 started sequence, which gives up its blocks and is recomputed later (vLLM's recompute mode).
 Prefix caching: full prompt blocks are hashed (chained, salted by tenant) and reused while cached.
+
+Disaggregated serving (NVIDIA Dynamo, vLLM's disaggregated prefill) splits the two phases across
+replicas by ``ReplicaConfig.role``: a ``prefill`` engine computes the prompt and samples the first
+token, then finishes the request with ``finish_reason="prefilled"`` and HOLDS its KV blocks until
+the caller has sent them elsewhere (:meth:`ReplicaEngine.release_kv`); a ``decode`` engine takes
+requests that carry a :class:`Handoff` (their KV cache and first token arrived from a prefill
+replica) and only decodes them. A preempted handed-off sequence is recomputed locally.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from gigacluster.model.roofline import Work, works_time_s
 FIRST_WORD_TOKEN = 256
 # vLLM keeps 1% of KV blocks free when admitting a prompt, so running decodes can grow.
 WATERMARK_FRAC = 0.01
+ROLES = ("both", "prefill", "decode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +74,7 @@ class ReplicaConfig:
     chunked_prefill: bool = False
     max_prefill_tokens: int = 8192
     max_queue: int = 1024
+    role: str = "both"
 
     def __post_init__(self) -> None:
         if not isinstance(self.arch, ModelArch):
@@ -79,6 +88,8 @@ class ReplicaConfig:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise SpecError(f, f"must be an integer >= {lo}, got {v!r}")
+        if self.role not in ROLES:
+            raise SpecError("role", f"allowed: {', '.join(ROLES)}; got {self.role!r}")
         if self.arch.heads % self.tp:
             raise SpecError("tp", f"must divide the model's {self.arch.heads} attention heads, got {self.tp}")
         if self.precision not in BYTES_PER_PARAM or self.precision not in chip.peak_tflops:
@@ -155,9 +166,28 @@ class ReplicaConfig:
         return self.chip_spec.hbm_Bps / (s.weight_read_bytes + context_tokens * s.kv_bytes_per_token)
 
 
+@dataclasses.dataclass(frozen=True)
+class Handoff:
+    """What a decode replica receives with a request whose prompt was computed elsewhere.
+
+    The prompt's KV cache arrived at ``first_token_s`` (the end of its transfer), with the first
+    output token ``first_token_id``; the other fields carry the prefill side's timings into the
+    request's summary.
+    """
+
+    first_token_id: int
+    first_scheduled_s: float
+    first_token_s: float
+    cached_tokens: int = 0
+    kv_transfer_s: float = 0.0
+
+
 @dataclasses.dataclass(eq=False)
 class Request:
-    """A generation request. ``prompt_tokens`` are token ids (a list or an int numpy array)."""
+    """A generation request. ``prompt_tokens`` are token ids (a list or an int numpy array).
+
+    ``handoff`` is set on requests sent to a ``decode`` replica (see :class:`Handoff`).
+    """
 
     id: str
     prompt_tokens: Sequence[int] | np.ndarray
@@ -165,6 +195,7 @@ class Request:
     priority: int = 0
     arrival_s: float = 0.0
     tenant: str = ""
+    handoff: Handoff | None = None
     _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -202,6 +233,7 @@ class RequestSummary:
     cached_tokens: int
     preemptions: int
     finish_reason: str
+    kv_transfer_s: float = 0.0
 
     @property
     def queue_s(self) -> float:
@@ -310,13 +342,14 @@ class ReplicaStats:
 class _Seq:
     """Per-request state that survives preemption."""
 
-    __slots__ = ("cached", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "last_tok_s",
-                 "matched", "order", "preemptions", "prompt_len", "registered", "req", "seed")
+    __slots__ = ("cached", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "kv_ready", "last_tok_s",
+                 "matched", "max_out", "order", "preemptions", "prompt_len", "registered", "req", "seed")
 
-    def __init__(self, req: Request, order: int) -> None:
+    def __init__(self, req: Request, order: int, *, max_out: int) -> None:
         self.req = req
         self.order = order
         self.prompt_len = len(req.prompt_tokens)
+        self.max_out = max_out
         self.gen = 0
         self.hashes: list[int] | None = None
         self.held: list[int] = []
@@ -328,13 +361,21 @@ class _Seq:
         self.first_tok_s = math.nan
         self.last_tok_s = math.nan
         self.seed = stable_u64(req.id)
+        h = req.handoff
+        # A handed-off sequence arrives with its prompt's KV and its first token.
+        self.kv_ready = h is not None
+        if h is not None:
+            self.gen = 1
+            self.cached = h.cached_tokens
+            self.first_sched_s = h.first_scheduled_s
+            self.first_tok_s = self.last_tok_s = h.first_token_s
 
     def prefill_tokens(self) -> int:
         """Tokens to (re)compute when started: the prompt plus any output before a preemption."""
-        return self.prompt_len + self.gen
+        return 0 if self.kv_ready else self.prompt_len + self.gen
 
     def out_tokens(self) -> int:
-        return self.req.max_tokens - self.gen
+        return self.max_out - self.gen
 
 
 class ReplicaEngine:
@@ -367,6 +408,8 @@ class ReplicaEngine:
         self._queued_out = 0
         self._by_id: dict[str, _Seq] = {}
         self._slot_of: dict[str, int] = {}
+        # prefill role: KV blocks of finished prompts, held until sent (request id -> (shared, private))
+        self._held_kv: dict[str, tuple[list[int], int]] = {}
         self._shed: deque[tuple[Request, AdmissionError]] = deque(maxlen=max(1, cfg.max_queue))
         self._inflight: Iteration | None = None
         self._iter_seq = 0
@@ -383,11 +426,16 @@ class ReplicaEngine:
         """Queue ``req``; raise ``AdmissionError`` with a retry-after estimate when the queue is full.
 
         A full queue sheds its lowest-priority, newest entry to make room for a higher-priority
-        arrival; the shed request is returned by :meth:`drain_shed`.
+        arrival; the shed request is returned by :meth:`drain_shed`. A handed-off request (its
+        prefill is done, its KV is here) is never refused: the prefill side's bounded queues
+        bound how many arrive.
         """
         cfg = self.cfg
-        if req.id in self._by_id:
+        if req.id in self._by_id or req.id in self._held_kv:
             raise SpecError("id", f"request {req.id!r} is already on this replica")
+        if (req.handoff is not None) != (cfg.role == "decode"):
+            raise SpecError("handoff", f"a {cfg.role} replica takes "
+                                       f"{'only' if cfg.role == 'decode' else 'no'} handed-off requests")
         p = len(req.prompt_tokens)
         if p + req.max_tokens > cfg.arch.seq_len:
             raise SpecError(
@@ -395,7 +443,7 @@ class ReplicaEngine:
                 f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds the model's context of "
                 f"{cfg.arch.seq_len} tokens",
             )
-        if self._queued >= cfg.max_queue:
+        if self._queued >= cfg.max_queue and req.handoff is None:
             victim = self._shed_candidate(req.priority)
             if victim is None:
                 self._rejected += 1
@@ -406,7 +454,7 @@ class ReplicaEngine:
             self._shed_count += 1
             self._shed.append((victim.req, AdmissionError(self.retry_after_s(), reason="shed",
                                                           detail=f"priority {victim.req.priority} shed")))
-        seq = _Seq(req, self._order_seq)
+        seq = _Seq(req, self._order_seq, max_out=1 if cfg.role == "prefill" else int(req.max_tokens))
         self._order_seq += 1
         self._by_id[req.id] = seq
         self._push_waiting(seq, front=False)
@@ -516,8 +564,8 @@ class ReplicaEngine:
 
     def _schedule_plain(self, now_s: float) -> dict[int, int]:
         started = self._start_waiting(now_s, self.cfg.max_prefill_tokens, require_all_prompt=True)
-        if started:
-            return started
+        if started and any(int(self._length[s] - self._computed[s]) > 1 for s in started):
+            return started  # a prefill iteration (handed-off arrivals ride along as decodes)
         # All running sequences are fully prefilled: one decode token each.
         return self._grow_for_decode(dict.fromkeys(np.flatnonzero(self._active).tolist(), 1))
 
@@ -573,6 +621,7 @@ class ReplicaEngine:
         self._release_slot(slot)
         seq.preemptions += 1
         seq.registered = False
+        seq.kv_ready = False  # recomputed here from its prompt and output (vLLM's recompute mode)
         self._preemptions += 1
         self._push_waiting(seq, front=True)
 
@@ -584,6 +633,13 @@ class ReplicaEngine:
             seq = self._peek_waiting()
             if seq is None:
                 break
+            if seq.kv_ready:
+                slot = self._start_handed_off(seq)
+                if slot is None:
+                    break
+                out[slot] = 1
+                budget -= 1
+                continue
             if seq.hashes is None:
                 seq.hashes = seq.req.block_hashes(bs)
             total = seq.prompt_len + seq.gen
@@ -613,7 +669,7 @@ class ReplicaEngine:
             self._computed[slot] = matched * bs
             self._length[slot] = total
             self._gen[slot] = seq.gen
-            self._max[slot] = seq.req.max_tokens
+            self._max[slot] = seq.max_out
             self._blocks[slot] = n_blocks
             self._private[slot] = n_private
             self._prio[slot] = seq.req.priority
@@ -626,10 +682,41 @@ class ReplicaEngine:
             budget -= n
         return out
 
-    def _release_slot(self, slot: int) -> None:
+    def _start_handed_off(self, seq: _Seq) -> int | None:
+        """Put a sequence whose prompt KV arrived from a prefill replica into the batch (decode only)."""
+        bs = self.cfg.block_size
+        total = seq.prompt_len + seq.gen
+        n_blocks = -(-total // bs)
+        reserve = self._watermark if self._active.any() else 0
+        if self._pool.available - n_blocks < reserve or not self._pool.acquire([], n_blocks):
+            return None
+        self._pop_waiting()
+        seq.registered = True  # its blocks are not entered in this replica's prefix cache
+        slot = self._free_slots.pop()
+        self._seqs[slot] = seq
+        self._slot_of[seq.req.id] = slot
+        self._active[slot] = True
+        self._epoch[slot] += 1
+        self._computed[slot] = total - 1  # the first token's K and V are computed by the next decode step
+        self._length[slot] = total
+        self._gen[slot] = seq.gen
+        self._max[slot] = seq.max_out
+        self._blocks[slot] = n_blocks
+        self._private[slot] = n_blocks
+        self._prio[slot] = seq.req.priority
+        self._order[slot] = self._order_seq
+        self._order_seq += 1
+        self._seed[slot] = seq.seed
+        self._last_tok[slot] = seq.last_tok_s
+        return slot
+
+    def _release_slot(self, slot: int, *, keep_kv: bool = False) -> None:
         seq = self._seqs[slot]
         assert seq is not None
-        self._pool.release(seq.held, int(self._private[slot]))
+        if keep_kv:
+            self._held_kv[seq.req.id] = (seq.held, int(self._private[slot]))
+        else:
+            self._pool.release(seq.held, int(self._private[slot]))
         seq.held = []
         seq.gen = int(self._gen[slot])
         seq.last_tok_s = float(self._last_tok[slot])
@@ -716,7 +803,8 @@ class ReplicaEngine:
                 seq.registered = True
             if finished[k]:
                 seq.gen = int(self._gen[slot])
-                self._release_slot(slot)
+                handoff = self.cfg.role == "prefill" and seq.req.max_tokens > seq.gen
+                self._release_slot(slot, keep_kv=handoff)
                 del self._by_id[seq.req.id]
                 self._finished += 1
                 summaries.append(RequestSummary(
@@ -724,13 +812,29 @@ class ReplicaEngine:
                     arrival_s=float(seq.req.arrival_s), first_scheduled_s=seq.first_sched_s,
                     first_token_s=seq.first_tok_s, finish_s=end_s, prompt_tokens=seq.prompt_len,
                     output_tokens=seq.gen, cached_tokens=seq.cached, preemptions=seq.preemptions,
-                    finish_reason="length",
+                    finish_reason="prefilled" if handoff else "length",
+                    kv_transfer_s=seq.req.handoff.kv_transfer_s if seq.req.handoff is not None else 0.0,
                 ))
         return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
 
     # ----------------------------------------------------------------------------- control
+    def release_kv(self, request_id: str) -> bool:
+        """Free the KV blocks a prefill replica held for a finished prompt (sent or abandoned)."""
+        held = self._held_kv.pop(request_id, None)
+        if held is None:
+            return False
+        self._pool.release(*held)
+        return True
+
+    @property
+    def held_kv_requests(self) -> int:
+        """Finished prompts whose KV blocks wait to be sent (prefill role)."""
+        return len(self._held_kv)
+
     def cancel(self, request_id: str) -> bool:
         """Drop a queued or running request; False when this replica does not hold it."""
+        if self.release_kv(request_id):
+            return True
         seq = self._by_id.pop(request_id, None)
         if seq is None:
             return False
