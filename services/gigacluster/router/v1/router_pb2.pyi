@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Deployment(_message.Message):
-    __slots__ = ("name", "tenant", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "state", "reason", "instances", "kv_cache_bytes_per_replica", "max_queue")
+    __slots__ = ("name", "tenant", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "state", "reason", "instances", "kv_cache_bytes_per_replica", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Deployment.State]
@@ -37,6 +37,9 @@ class Deployment(_message.Message):
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_BYTES_PER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_PREFILL_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: _common_pb2.ModelArchitecture
@@ -52,10 +55,13 @@ class Deployment(_message.Message):
     instances: _containers.RepeatedScalarFieldContainer[str]
     kv_cache_bytes_per_replica: int
     max_queue: int
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., state: _Optional[_Union[Deployment.State, str]] = ..., reason: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ..., kv_cache_bytes_per_replica: _Optional[int] = ..., max_queue: _Optional[int] = ...) -> None: ...
+    prefill_replicas: int
+    decode_replicas: int
+    chunked_prefill: bool
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., state: _Optional[_Union[Deployment.State, str]] = ..., reason: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ..., kv_cache_bytes_per_replica: _Optional[int] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ...) -> None: ...
 
 class DeployModelRequest(_message.Message):
-    __slots__ = ("deployment_id", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "max_queue")
+    __slots__ = ("deployment_id", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill")
     DEPLOYMENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CHIP_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +72,9 @@ class DeployModelRequest(_message.Message):
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_PREFILL_FIELD_NUMBER: _ClassVar[int]
     deployment_id: str
     model: _common_pb2.ModelArchitecture
     chip: str
@@ -76,7 +85,10 @@ class DeployModelRequest(_message.Message):
     precision: _common_pb2.Precision
     policy: str
     max_queue: int
-    def __init__(self, deployment_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., max_queue: _Optional[int] = ...) -> None: ...
+    prefill_replicas: int
+    decode_replicas: int
+    chunked_prefill: bool
+    def __init__(self, deployment_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ...) -> None: ...
 
 class DeployModelResponse(_message.Message):
     __slots__ = ("deployment",)
@@ -147,7 +159,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., max_tokens: _Optional[int] = ..., priority: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class GenerateUsage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "queue_s", "ttft_s", "e2e_s", "energy_j")
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "queue_s", "ttft_s", "e2e_s", "energy_j", "kv_transfer_s", "kv_transfer_bytes", "prefill_replica")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +167,9 @@ class GenerateUsage(_message.Message):
     TTFT_S_FIELD_NUMBER: _ClassVar[int]
     E2E_S_FIELD_NUMBER: _ClassVar[int]
     ENERGY_J_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_REPLICA_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
@@ -162,7 +177,10 @@ class GenerateUsage(_message.Message):
     ttft_s: float
     e2e_s: float
     energy_j: float
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., queue_s: _Optional[float] = ..., ttft_s: _Optional[float] = ..., e2e_s: _Optional[float] = ..., energy_j: _Optional[float] = ...) -> None: ...
+    kv_transfer_s: float
+    kv_transfer_bytes: float
+    prefill_replica: str
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., queue_s: _Optional[float] = ..., ttft_s: _Optional[float] = ..., e2e_s: _Optional[float] = ..., energy_j: _Optional[float] = ..., kv_transfer_s: _Optional[float] = ..., kv_transfer_bytes: _Optional[float] = ..., prefill_replica: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "index", "token_ids", "text", "time_s", "finish_reason", "usage", "replica")
