@@ -64,7 +64,7 @@ def spec(**over: Any) -> scheduler_pb2.TrainingSpec:
 # who: "tenant" (API key), "cap" (the tenant's capability for its 8 devices, dev(0, 8)), "admin".
 CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     # chip
-    ("chip", "GetShard", lambda: chip_pb2.GetShardRequest(), "none", grpc.StatusCode.OK, ""),
+    ("chip", "GetShard", lambda: chip_pb2.GetShardRequest(), "tenant", grpc.StatusCode.OK, ""),
     ("chip", "ListDevices", lambda: chip_pb2.ListDevicesRequest(page_token="zz"), "admin", IA, "page_token"),
     ("chip", "ListDevices", lambda: chip_pb2.ListDevicesRequest(devices=[R(start=9000, end=9001)]), "admin", NF,
      "devices"),
@@ -159,8 +159,8 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "instances/i-99999"),
     ("broker", "RefreshCapability", lambda: broker_pb2.RefreshCapabilityRequest(instance=""), "tenant", IA,
      "name"),
-    ("broker", "GetVerificationKeys", lambda: broker_pb2.GetVerificationKeysRequest(), "none", grpc.StatusCode.OK,
-     ""),
+    ("broker", "GetVerificationKeys", lambda: broker_pb2.GetVerificationKeysRequest(), "tenant",
+     grpc.StatusCode.OK, ""),
     # scheduler
     ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(), "tenant", IA, "spec"),
     ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(**{"hardware.chip": ""})), "tenant",
@@ -270,12 +270,13 @@ async def test_status_code(callers: dict[str, Any], service: str, rpc: str, make
     assert info is not None and info.domain == "gigacluster.dev" and info.reason
 
 
-@pytest.mark.parametrize(("service", "rpc", "make"), sorted({(c[0], c[1], c[2]) for c in CASES if c[3] != "none"},
-                                                            key=lambda c: (c[0], c[1]))[:: 1],
+@pytest.mark.parametrize(("service", "rpc", "make"), sorted({(c[0], c[1], c[2]) for c in CASES},
+                                                            key=lambda c: (c[0], c[1])),
                          ids=lambda v: v if isinstance(v, str) else "")
 async def test_calls_without_credentials_are_unauthenticated(callers: dict[str, Any], service: str, rpc: str,
                                                              make: Callable[[], Any]) -> None:
-    """No API key and no capability: UNAUTHENTICATED (or a field error checked before identity)."""
+    """No API key and no capability: UNAUTHENTICATED (or a field error checked before identity): every public
+    RPC of every service authenticates its caller."""
     gc = callers["client"]
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await _call(gc, service, rpc, make(), ())

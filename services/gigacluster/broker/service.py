@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import time
 from typing import Any
 
 import grpc
@@ -15,7 +16,7 @@ from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import InvalidArgument, PermissionDenied
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import Principal, bearer_token, call_metadata
+from gigacluster.runtime.auth import Principal, bearer_token, call_metadata, rate_limiter
 from gigacluster.runtime.config import BrokerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
@@ -27,8 +28,9 @@ from gigacluster.security.mqtt_auth import tenant_user
 log = structlog.get_logger()
 
 
-async def discover_shards(endpoints: list[str], *, timeout_s: float = 60.0) -> list[ShardInfo]:
+async def discover_shards(endpoints: list[str], *, service_key: str, timeout_s: float = 60.0) -> list[ShardInfo]:
     """Ask each chip shard for its range, waiting (bounded) for shards still starting."""
+    md = call_metadata(api_key=service_key)
     out = []
     for ep in endpoints:
         async with grpc.aio.insecure_channel(ep) as ch:
@@ -36,7 +38,7 @@ async def discover_shards(endpoints: list[str], *, timeout_s: float = 60.0) -> l
             deadline = asyncio.get_running_loop().time() + timeout_s
             while True:
                 try:
-                    r = await stub.GetShard(chip_pb2.GetShardRequest(), timeout=2, wait_for_ready=True)
+                    r = await stub.GetShard(chip_pb2.GetShardRequest(), metadata=md, timeout=2, wait_for_ready=True)
                     break
                 except grpc.aio.AioRpcError:
                     if asyncio.get_running_loop().time() > deadline:
@@ -54,6 +56,7 @@ class BrokerService(Service[BrokerConfig]):
         super().__init__(config)
         self.core: BrokerCore | None = None
         self._ready = asyncio.Event()
+        self.limiter = rate_limiter(config.rate_ops_per_s, config.rate_ops_burst)
         self.registry.register(FunctionCollector(self.metrics))
 
     def metrics(self) -> list[Any]:
@@ -80,7 +83,7 @@ class BrokerService(Service[BrokerConfig]):
         self.spawn(self._init(), "discover-shards")
 
     async def _init(self) -> None:
-        shards = await discover_shards(self.config.shard_endpoints)
+        shards = await discover_shards(self.config.shard_endpoints, service_key=self.config.service_key)
         audit_path = self.config.audit_log or (
             str(pathlib.Path(self.config.state_dir) / "audit.jsonl") if self.config.state_dir else "")
         mqtt_dir = self.config.mqtt_files or (
@@ -148,6 +151,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         core = await self.svc.ready_core()
         p = core.authenticate(bearer_token(context))
         structlog.contextvars.bind_contextvars(principal=p.tenant or p.kind)
+        if self.svc.limiter is not None and p.kind == "tenant":
+            self.svc.limiter.check(p.tenant, time.monotonic(), ops=1.0)
         return core, p
 
     async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -233,12 +238,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def RefreshCapability(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         core, p = await self._caller(context)
+        if p.kind == "admin":
+            # A capability opens the instance's memory; the admin operates instances, never reads them.
+            raise PermissionDenied("the admin cannot take capabilities of a tenant's instance", reason="NO_DATA_ACCESS")
         rec = core.get_instance(p, request.instance)
         token, exp = core.capability(rec)
         return broker_pb2.RefreshCapabilityResponse(capability=token, capability_expires_s=exp)
 
     async def GetVerificationKeys(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        core = await self.svc.ready_core()
+        core, _ = await self._caller(context)
         return broker_pb2.GetVerificationKeysResponse(
             cluster=core.cluster,
             public_keys={core.issuer.key_id: core.issuer.public_key_pem().decode()},

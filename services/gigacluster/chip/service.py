@@ -12,7 +12,7 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import InvalidArgument, PermissionDenied
 from gigacluster.hw.catalog import default_system, get_chip, get_system
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, bearer_token
+from gigacluster.runtime.auth import BrokerAuth, bearer_token, rate_limiter
 from gigacluster.runtime.config import ChipConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
@@ -36,7 +36,8 @@ class ChipService(Service[ChipConfig]):
                                start_s=self.clock.now())
         self.shard_name = f"shards/{chip.name}-{config.device_offset}"
         self.memory = DeviceMemory.for_chip(chip, config.device_count)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
+                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.registry.register(FunctionCollector(self.metrics))
 
     def metrics(self) -> list[Any]:
@@ -140,6 +141,10 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             raise PermissionDenied(f"tenant {cap.tenant} must name its devices", reason="DEVICES_REQUIRED")
 
     async def GetShard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if bearer_token(context):
+            await self.svc.auth.principal(context)
+        else:
+            await self.svc.auth.capability(context, "telemetry.read")
         s = self.shard
         return chip_pb2.GetShardResponse(
             name=self.svc.shard_name, chip_type=s.chip.name,
@@ -219,10 +224,19 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         await self.svc.auth.require_privileged(context)
         if not request.instance:
             raise InvalidArgument("instance", "required")
-        before = int(self.svc.memory.used_bytes.sum())
-        scrub_s = self.svc.memory.release_instance(request.instance)
-        scrubbed = before - int(self.svc.memory.used_bytes.sum())
-        return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=scrubbed)
+        iid = request.instance.removeprefix("instances/")
+        # Revoke at once (the periodic pull from the broker would take up to a second).
+        self.svc.auth.revoke(iid)
+        mem = self.svc.memory
+        devices = sorted({a.device for a in mem.allocations(instance=iid)})
+        before = int(mem.used_bytes.sum())
+        scrub_s = mem.release_instance(iid)
+        # The scrub runs on the devices: the next tenant's work starts after it (modelled time).
+        if devices and scrub_s > 0:
+            idx = np.asarray(devices, dtype=np.int64)
+            s = self.shard
+            s.busy_until_s[idx] = np.maximum(s.busy_until_s[idx], self.svc.clock.now()) + scrub_s
+        return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
     async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         idx = self.shard.local(convert.ranges(request.devices))

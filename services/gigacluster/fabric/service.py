@@ -24,7 +24,7 @@ from gigacluster.fabric.sim import ClassPolicy, FlowEvent, FlowSim
 from gigacluster.fabric.topology import TIER_NAMES, TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token
+from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token, rate_limiter
 from gigacluster.runtime.config import FabricConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
@@ -89,7 +89,10 @@ class FabricService(Service[FabricConfig]):
         self._ids = itertools.count(1)
         self._watchers: set[asyncio.Queue[str]] = set()
         self._wake = asyncio.Event()
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
+                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
+        # Fabric bandwidth per tenant, in bytes per VIRTUAL second (flows live in virtual time).
+        self.bandwidth = rate_limiter(0.0, 0.0, config.rate_bytes_per_s)
         self.registry.register(FunctionCollector(self.metrics))
 
     def metrics(self) -> list[Any]:
@@ -214,6 +217,11 @@ class FabricService(Service[FabricConfig]):
         if active + n > MAX_ACTIVE_GROUPS:
             raise ResourceExhausted(f"fabric holds at most {MAX_ACTIVE_GROUPS} active flow groups", retry_after_s=1.0)
 
+    def charge_bytes(self, tenant: str, bytes_: float) -> None:
+        """Take a transfer's bytes from the tenant's fabric bucket (RESOURCE_EXHAUSTED when empty)."""
+        if self.bandwidth is not None:
+            self.bandwidth.check(f"tenants/{tenant}", self.clock.now(), ops=0.0, bytes_=bytes_)
+
     async def _publish(self) -> None:
         stats = self.sim.link_stats()
         self.telemetry.publish("links/tiers", {
@@ -293,6 +301,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         cap = await self.svc.auth.capability(context, "fabric.send",
                                              DeviceSet.from_ids([request.src_device, request.dst_device]))
         self.svc.check_capacity(1)
+        self.svc.charge_bytes(cap.tenant, float(request.bytes))
         start = self._start_s(request.not_before_s)
         h = self.svc.sim.start_transfer(int(request.src_device), int(request.dst_device), float(request.bytes),
                                         start_s=start, traffic_class=CLASSES[request.traffic_class], tag=request.tag)
@@ -335,6 +344,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         all_ranks = (ranks[None, :] + stride * np.arange(groups)[:, None]).ravel()
         cap = await self.svc.auth.capability(context, "fabric.send", DeviceSet.from_ids(all_ranks))
         self.svc.check_capacity(groups)
+        self.svc.charge_bytes(cap.tenant, float(request.bytes) * groups * int(ranks.size))
         start = self._start_s(request.not_before_s)
         handles = [self.svc.sim.start_collective(op, ranks + stride * k, float(request.bytes), start_s=start,
                                                  algo=request.algorithm or None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import time
 from collections import OrderedDict
 from typing import Any
@@ -23,6 +24,7 @@ import structlog
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.errors import PermissionDenied, Unauthenticated, Unavailable
 from gigacluster.security.capability import Capability, CapabilityVerifier, DeviceSet
+from gigacluster.security.ratelimit import BucketSpec, RateLimitSpec, TenantRateLimiter
 
 CAPABILITY_HEADER = "x-gigacluster-capability"
 log = structlog.get_logger()
@@ -38,6 +40,16 @@ class Principal:
     @property
     def privileged(self) -> bool:
         return self.kind in ("admin", "service")
+
+
+def rate_limiter(ops_per_s: float, burst: float = 0.0, bytes_per_s: float = 0.0) -> TenantRateLimiter | None:
+    """Per-tenant token buckets as Firecracker defines them (size, one-time burst, refill time)."""
+    if ops_per_s <= 0 and bytes_per_s <= 0:
+        return None
+    return TenantRateLimiter(RateLimitSpec(
+        ops=BucketSpec(size=ops_per_s, one_time_burst=burst, refill_time_s=1.0) if ops_per_s > 0 else None,
+        bandwidth=BucketSpec(size=bytes_per_s, refill_time_s=1.0) if bytes_per_s > 0 else None,
+    ))
 
 
 def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str | None:
@@ -68,7 +80,7 @@ class BrokerAuth:
     """Authenticates callers against the broker, with bounded caches."""
 
     def __init__(self, broker_endpoint: str, *, cluster: str, service_key: str, cache_ttl_s: float = 10.0,
-                 refresh_s: float = 1.0) -> None:
+                 refresh_s: float = 1.0, limiter: TenantRateLimiter | None = None) -> None:
         self.endpoint = broker_endpoint
         self.cluster = cluster
         self.service_key = service_key
@@ -80,6 +92,7 @@ class BrokerAuth:
         self._verifier: CapabilityVerifier | None = None
         self._lock = asyncio.Lock()
         self._last_refresh = 0.0
+        self.limiter = limiter
 
     @property
     def stub(self) -> broker_pb2_grpc.BrokerServiceStub:
@@ -101,9 +114,14 @@ class BrokerAuth:
         key = bearer_token(context)
         if not key:
             raise Unauthenticated("missing credentials: send 'authorization: Bearer <api key>'", reason="NO_API_KEY")
+        if self.service_key and hmac.compare_digest(key, self.service_key):
+            # The mesh's own key is known locally: no broker round trip (and no start-up deadlock
+            # while the broker is still discovering the shards that ask it).
+            return Principal("service")
         now = time.monotonic()
         hit = self._keys_cache.get(key)
         if hit and hit[0] > now:
+            self.charge(hit[1])
             return hit[1]
         try:
             resp = await self.stub.Authenticate(broker_pb2.AuthenticateRequest(api_key=key), metadata=self._md(),
@@ -121,7 +139,13 @@ class BrokerAuth:
         self._keys_cache[key] = (now + self.cache_ttl_s, p)
         if len(self._keys_cache) > 10_000:
             self._keys_cache.popitem(last=False)
+        self.charge(p)
         return p
+
+    def charge(self, p: Principal) -> None:
+        """Take one call from a tenant's RPC bucket (RESOURCE_EXHAUSTED with retry-after when empty)."""
+        if self.limiter is not None and p.kind == "tenant":
+            self.limiter.check(p.tenant, time.monotonic(), ops=1.0)
 
     async def require_privileged(self, context: grpc.aio.ServicerContext) -> Principal:
         p = await self.principal(context)
@@ -166,7 +190,13 @@ class BrokerAuth:
         assert self._verifier is not None
         cap = self._verifier.verify(token, time.time())
         cap.require(action, devices)
+        self.charge(Principal("tenant", f"tenants/{cap.tenant}"))
         return cap
+
+    def revoke(self, instance: str) -> None:
+        """Reject the instance's tokens from now on (before the next pull from the broker)."""
+        if self._verifier is not None:
+            self._verifier.revoke(instance, time.time())
 
     async def run_refresh(self) -> None:
         """Background loop keeping revocations fresh."""

@@ -54,6 +54,8 @@ class CommonConfig:
     telemetry_interval_s: float = _f(1.0, "wall seconds between telemetry publications")
     grace_s: float = _f(5.0, "grace period for in-flight calls on SIGTERM")
     metrics_port: int = _f(-1, "Prometheus /metrics port (-1 = off, 0 = any free port)")
+    rate_ops_per_s: float = _f(5000.0, "per-tenant RPC token bucket: size and refill per wall second (0 = off)")
+    rate_ops_burst: float = _f(0.0, "per-tenant one-time burst on top of the RPC bucket (Firecracker one_time_burst)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -70,6 +72,8 @@ class CommonConfig:
             raise ConfigError(f"broker must be HOST:PORT, got {self.broker!r}")
         if self.telemetry_interval_s <= 0:
             raise ConfigError("telemetry_interval_s must be > 0")
+        if self.rate_ops_per_s < 0 or self.rate_ops_burst < 0:
+            raise ConfigError("rate_ops_per_s and rate_ops_burst must be >= 0")
 
     @property
     def address(self) -> str:
@@ -116,6 +120,7 @@ class FabricConfig(CommonConfig):
     routing: str = _f("ecmp", "ecmp (hash per flow) or spray (packet spraying)")
     inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
     inference_weight: float = _f(4.0, "weight of inference flows against training flows (weighted mode)")
+    rate_bytes_per_s: float = _f(0.0, "per-tenant fabric bandwidth bucket: bytes per virtual second (0 = off)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -157,6 +162,12 @@ class SchedulerConfig(CommonConfig):
     port: int = _f(50054, "port to bind")
     placement: str = _f("topology", "placement policy: binpack, spread or topology")
     progress_interval_steps: int = _f(1, "publish job progress every N steps")
+    preemption: bool = _f(True, "higher-priority gangs evict lower-priority ones")
+    backfill: bool = _f(True, "small jobs start in holes that do not delay the head job's reserved start")
+    failure_model: str = _f("off", "injected interruptions: off, or llama3 (the Llama 3 405B cause mix)")
+    failure_rate_scale: float = _f(1.0, "multiplier on the failure model's published rate per chip")
+    failure_seed: int = _f(0, "random seed of the failure model")
+    repair_s: float = _f(3600.0, "virtual seconds a chip or host taken out by the failure model stays out")
 
 
 @dataclasses.dataclass(frozen=True)
