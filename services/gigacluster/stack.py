@@ -53,7 +53,7 @@ class StackConfig:
     mqtt_port: int = 1883
     ports: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PORTS))
     state_dir: pathlib.Path | None = None
-    http_port: int = -1
+    http_port: int = -1  # the router's OpenAI-compatible endpoint: -1 off, 0 a free port
     log_format: str = "json"
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     restart: bool = True
@@ -118,6 +118,12 @@ class Stack:
         self.ports = dict(cfg.ports)
         self.shard_ports: list[int] = []
         self.metrics_ports: dict[str, int] = {}
+        self.http_port = cfg.http_port
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL of the router's OpenAI-compatible endpoint (empty when off)."""
+        return f"http://127.0.0.1:{self.http_port}/v1" if self.http_port > 0 else ""
 
     @property
     def endpoints(self) -> Endpoints:
@@ -156,6 +162,8 @@ class Stack:
         for k, v in list(self.ports.items()):
             if v == 0:
                 self.ports[k] = free_port()
+        if self.http_port == 0:
+            self.http_port = free_port()
         if cfg.state_dir is not None:
             cfg.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.mqtt:
@@ -191,7 +199,7 @@ class Stack:
         self.procs["scheduler"] = Proc("scheduler", self._argv("scheduler", "--port", str(self.ports["scheduler"])),
                                        env, lp("scheduler"))
         self.procs["router"] = Proc("router", self._argv("router", "--port", str(self.ports["router"]),
-                                                         "--http-port", str(cfg.http_port)), env, lp("router"))
+                                                         "--http-port", str(self.http_port)), env, lp("router"))
         for p in self.procs.values():
             await p.start()
         await self.wait_healthy()

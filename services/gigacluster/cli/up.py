@@ -29,6 +29,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="local", help="cluster name (default local)")
     p.add_argument("--base-port", type=int, default=0,
                    help="first of five consecutive gRPC ports (default: chip 50051 ... router 50055)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="OpenAI-compatible HTTP endpoint of the router (up: 8000; demo: a free port; -1 = off)")
 
 
 def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: str = "json") -> StackConfig:
@@ -37,7 +39,15 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
         ports = {k: args.base_port + i for i, k in enumerate(DEFAULT_PORTS)}
     return StackConfig(cluster=args.cluster, chip=args.chip, chips=args.chips, shards=args.shards,
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
-                       state_dir=state, log_format=log_format)
+                       state_dir=state, log_format=log_format,
+                       http_port=_http_port(args))
+
+
+def _http_port(args: argparse.Namespace) -> int:
+    """``up`` serves the OpenAI-compatible endpoint on 8000 by default, the demo on a free port."""
+    if getattr(args, "http_port", None) is not None:
+        return int(args.http_port)
+    return 8000 if getattr(args, "handler", None) is run_up else 0
 
 
 def register(subparsers: Any) -> None:
@@ -77,6 +87,8 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
         print(f"  credentials {stack.cfg.state_dir / 'credentials.json'}", file=out)
         print(f"  logs        {stack.cfg.state_dir / 'logs'}", file=out)
     print(f"  model       deployments/{DEFAULT_MODEL['deployment_id']} on {stack.cfg.chip}", file=out)
+    if stack.openai_base_url:
+        print(f"  openai      {stack.openai_base_url}  (Authorization: Bearer <api key from credentials>)", file=out)
     print("Ctrl-C stops everything.", file=out)
 
 

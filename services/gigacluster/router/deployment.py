@@ -1,6 +1,13 @@
 """A deployment's replicas in the live mesh: each drives a :class:`ReplicaEngine` in virtual time,
 executing every batch iteration on its chips through the chip service (so inference shows up in
 chip power and utilisation, and a slowed or failed chip slows or fails the replica).
+
+A disaggregated deployment has prefill replicas and decode replicas. When a prefill replica has
+computed a prompt, :meth:`LiveDeployment._handoff` picks a decode replica, sends the prompt's KV
+cache between their chips over the fabric service (one flow per TP shard, inference traffic
+class, so it shares links max-min with training traffic), waits for the flow to finish, frees the
+prefill replica's blocks and admits the request to the decode replica, which continues from the
+second token. The first token reaches the client when its KV cache has landed.
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable
 
 import grpc
@@ -15,7 +23,8 @@ import numpy as np
 import structlog
 
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.inference.engine import Handoff, ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.metrics import ServingMetrics
 from gigacluster.inference.policies import ReplicaView, RoutingPolicy
@@ -27,17 +36,27 @@ log = structlog.get_logger()
 
 
 class ReplicaFailed(Exception):
-    """The replica's chips failed under a request."""
+    """The replica's chips (or the fabric under a KV transfer) failed under a request."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Stream:
     """Where a request's tokens go, and what the router recorded for it."""
 
     queue: asyncio.Queue[TokenEvent | Exception]
-    replica: int
+    req: Request
+    owner: Replica
     last_token_s: float = float("nan")
     itl: list[float] = dataclasses.field(default_factory=list)
+    closed: bool = False
+    prefill_replica: int = -1
+    kv_transfer_bytes: float = 0.0
+
+    def close(self) -> None:
+        """The client went away: drop the request wherever it is."""
+        self.closed = True
+        self.owner.engine.cancel(self.req.id)
+        self.owner.streams.pop(self.req.id, None)
 
 
 class Replica:
@@ -57,12 +76,34 @@ class Replica:
         self.channel = grpc.aio.insecure_channel(endpoint)
         self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
         self.energy_j = 0.0
+        # Earliest virtual time of work handed over while this replica idled (a KV cache that
+        # landed before the router noticed): the next iteration is backdated to it, as the chip
+        # service backdates a late call.
+        self.ready_s = math.inf
+        self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
+
+    @property
+    def role(self) -> str:
+        return self.engine.cfg.role
+
+    @property
+    def first_device(self) -> int:
+        return self.devices[0][0]
+
+    def hand_over(self, stream: Stream, ready_s: float) -> None:
+        """Take a request admitted to this replica's engine whose KV cache landed at ``ready_s``."""
+        stream.owner = self
+        self.streams[stream.req.id] = stream
+        self.ready_s = min(self.ready_s, ready_s)
+        self.wake.set()
 
     async def run(self, on_finish: Callable[[TokenEvent, Stream], None]) -> None:
         t_free = self.clock.now()
         ranges = convert.range_msgs(self.devices)
         while True:
-            it = self.engine.next_iteration(max(self.clock.now(), t_free))
+            start = max(t_free, min(self.clock.now(), self.ready_s))
+            self.ready_s = math.inf
+            it = self.engine.next_iteration(start)
             if it is None:
                 self.wake.clear()
                 await self.wake.wait()
@@ -84,6 +125,11 @@ class Replica:
             for ev in self.engine.complete(it, end):
                 s = self.streams.get(ev.request_id)
                 if s is None:
+                    continue
+                if ev.finish_reason == "prefilled":
+                    del self.streams[ev.request_id]
+                    if self.on_prefilled is not None:
+                        self.on_prefilled(self, ev, s)
                     continue
                 if s.last_token_s == s.last_token_s:  # not NaN
                     s.itl.append(ev.time_s - s.last_token_s)
@@ -107,8 +153,53 @@ class Replica:
         await self.channel.close()
 
 
+class KvTransport:
+    """Sends KV caches between a deployment's chips through the fabric service, and waits for them."""
+
+    def __init__(self, endpoint: str, capability: Callable[[], str], clock: VirtualClock) -> None:
+        self.channel = grpc.aio.insecure_channel(endpoint)
+        self.stub = fabric_pb2_grpc.FabricServiceStub(self.channel)
+        self.capability = capability
+        self.clock = clock
+
+    async def send(self, src: int, dst: int, tp: int, bytes_per_shard: float, not_before_s: float,
+                   tag: str) -> tuple[float, float]:
+        """Move ``bytes_per_shard`` from each of ``tp`` devices at ``src`` to those at ``dst``; (start, end)."""
+        md = call_metadata(capability=self.capability())
+        cls = fabric_pb2.TRAFFIC_CLASS_INFERENCE
+        if tp == 1:
+            r = await self.stub.StartTransfer(fabric_pb2.StartTransferRequest(
+                src_device=src, dst_device=dst, bytes=bytes_per_shard, traffic_class=cls,
+                not_before_s=not_before_s, tag=tag), metadata=md, timeout=10)
+        else:  # one call for all shards: shard k sends to shard k (groups of one send/recv pair)
+            r = await self.stub.StartCollective(fabric_pb2.StartCollectiveRequest(
+                op=fabric_pb2.COLLECTIVE_OP_SEND_RECV, ranks=convert.range_msgs([(src, src + 1), (dst, dst + 1)]),
+                bytes=bytes_per_shard, traffic_class=cls, not_before_s=not_before_s, tag=tag, groups=tp,
+                group_stride=1), metadata=md, timeout=10)
+        return r.start_s, await self.wait(r.name, r.predicted_end_s)
+
+    async def wait(self, name: str, predicted_end_s: float) -> float:
+        """The flow's end: sleep to its predicted end, then ask (the fabric settles it, or gives a later end)."""
+        pred = predicted_end_s
+        for _ in range(10_000):
+            await self.clock.sleep_until(pred)
+            f = (await self.stub.GetFlow(fabric_pb2.GetFlowRequest(name=name),
+                                         metadata=call_metadata(capability=self.capability()), timeout=10)).flow
+            if f.state == fabric_pb2.Flow.STATE_DONE:
+                return float(f.end_s)
+            if f.state == fabric_pb2.Flow.STATE_FAILED:
+                raise ReplicaFailed(f"KV transfer {name} failed: {f.error}")
+            if f.predicted_end_s <= pred:
+                await asyncio.sleep(0.01)  # the simulator has not caught up yet
+            pred = max(pred, float(f.predicted_end_s))
+        raise ReplicaFailed(f"KV transfer {name} did not finish")
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
 class LiveDeployment:
-    """Replicas of one model behind one routing policy."""
+    """Replicas of one model behind one routing policy (colocated, or prefill + decode pools)."""
 
     def __init__(self, deployment_id: str, tenant: str, cfg: ReplicaConfig, policy: RoutingPolicy,
                  policy_name: str) -> None:
@@ -122,16 +213,36 @@ class LiveDeployment:
         self.rng = np.random.default_rng(0)
         self.state = "deploying"
         self.reason = ""
+        self.transport: KvTransport | None = None
+        self._handoffs: set[asyncio.Task[None]] = set()
+        self.kv_transfers = 0
+        self.kv_transfer_bytes = 0.0
 
     @property
     def name(self) -> str:
         return f"deployments/{self.deployment_id}"
 
+    @property
+    def disaggregated(self) -> bool:
+        return any(r.role == "prefill" for r in self.replicas)
+
+    def pool(self, role: str) -> list[Replica]:
+        return [r for r in self.replicas if r.role == role]
+
+    def add(self, replica: Replica) -> None:
+        self.replicas.append(replica)
+        if replica.role == "prefill":
+            replica.on_prefilled = self._on_prefilled
+        replica.task = asyncio.ensure_future(replica.run(self.on_finish))
+
     def route(self, req: Request, now_s: float) -> tuple[Replica, Stream]:
         """Pick a live replica, admit the request there and open its stream."""
-        live = [r for r in self.replicas if not r.failed]
+        front = self.pool("prefill") if self.disaggregated else self.replicas
+        live = [r for r in front if not r.failed]
         if not live:
             raise ReplicaFailed(f"{self.name} has no healthy replica")
+        if self.disaggregated:
+            self._check_decode_capacity()
         views = [r.view() for r in live]
         pick = live[self.policy.pick(req, views, self.rng)]
         try:
@@ -140,7 +251,7 @@ class LiveDeployment:
             self.metrics.record_rejected()
             raise
         self.policy.on_routed(req, pick.index)
-        stream = Stream(asyncio.Queue(), pick.index)
+        stream = Stream(asyncio.Queue(), req, pick, prefill_replica=pick.index if self.disaggregated else -1)
         pick.streams[req.id] = stream
         for shed_req, err in pick.engine.drain_shed():
             self.metrics.record_rejected(shed=True)
@@ -150,16 +261,80 @@ class LiveDeployment:
         pick.wake.set()
         return pick, stream
 
+    def _check_decode_capacity(self) -> None:
+        """Refuse at the door while every decode replica's queue is full (handed-off work is never refused)."""
+        live = [r for r in self.pool("decode") if not r.failed]
+        if not live:
+            raise ReplicaFailed(f"{self.name} has no healthy decode replica")
+        depth = [r.engine.stats().queue_depth for r in live]
+        if min(depth) >= self.cfg.max_queue:
+            self.metrics.record_rejected()
+            best = live[int(np.argmin(depth))]
+            raise AdmissionError(best.engine.retry_after_s(), reason="queue_full",
+                                 detail=f"decode queues hold {min(depth)} of {self.cfg.max_queue}")
+
+    def _on_prefilled(self, src: Replica, ev: TokenEvent, stream: Stream) -> None:
+        self.policy.on_finished(ev.request_id, src.index)
+        task = asyncio.ensure_future(self._handoff(src, ev, stream))
+        self._handoffs.add(task)
+        task.add_done_callback(self._handoffs.discard)
+
+    async def _handoff(self, src: Replica, ev: TokenEvent, stream: Stream) -> None:
+        rid = ev.request_id
+        try:
+            live = [r for r in self.pool("decode") if not r.failed]
+            if not live:
+                raise ReplicaFailed(f"{self.name} has no healthy decode replica")
+            dst = min(live, key=lambda r: (r.engine.stats().outstanding_requests, r.index))
+            assert self.transport is not None and ev.summary is not None
+            bytes_ = len(stream.req.prompt_tokens) * src.engine.cfg.shard.kv_bytes_per_token
+            _, end = await self.transport.send(src.first_device, dst.first_device, self.cfg.tp, bytes_,
+                                               ev.time_s, tag=f"kv:{self.name}:{rid}")
+            self.kv_transfers += 1
+            self.kv_transfer_bytes += bytes_ * self.cfg.tp
+        except (grpc.aio.AioRpcError, ReplicaFailed) as exc:
+            src.engine.release_kv(rid)
+            detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            log.warning("kv transfer failed", request_id=rid, error=detail)
+            stream.queue.put_nowait(ReplicaFailed(f"KV transfer failed: {detail}"))
+            return
+        src.engine.release_kv(rid)
+        if stream.closed:
+            return
+        s = ev.summary
+        stream.kv_transfer_bytes = bytes_ * self.cfg.tp
+        req = dataclasses.replace(stream.req, handoff=Handoff(
+            first_token_id=ev.token_id, first_scheduled_s=s.first_scheduled_s, first_token_s=end,
+            cached_tokens=s.cached_tokens, kv_transfer_s=end - ev.time_s))
+        stream.req = req
+        dst.engine.admit(req, end)
+        dst.hand_over(stream, end)
+        first = dataclasses.replace(ev, time_s=end, finished=False, finish_reason="", summary=None)
+        stream.last_token_s = end
+        stream.queue.put_nowait(first)
+
     def on_finish(self, ev: TokenEvent, stream: Stream) -> None:
         if ev.summary is not None:
             self.metrics.record_request(ev.summary, np.asarray(stream.itl))
-        self.policy.on_finished(ev.request_id, stream.replica)
+        if stream.owner.role != "decode":  # a decode replica's requests were released by the prefill side
+            self.policy.on_finished(ev.request_id, stream.owner.index)
 
     def stats_snapshot(self) -> dict[str, object]:
-        self.metrics.observe([r.engine.stats() for r in self.replicas])
-        snap = self.metrics.snapshot()
         stats = [r.engine.stats() for r in self.replicas]
+        self.metrics.observe(stats)
+        snap = self.metrics.snapshot()
         snap["queue_depth"] = sum(s.queue_depth for s in stats)
         snap["running"] = sum(s.running for s in stats)
         snap["kv_used_now"] = float(np.mean([s.kv_used_frac for s in stats])) if stats else 0.0
+        snap["kv_transfers"] = self.kv_transfers
+        snap["kv_transfer_bytes"] = self.kv_transfer_bytes
+        snap["held_kv"] = sum(r.engine.held_kv_requests for r in self.replicas)
         return snap
+
+    async def close(self) -> None:
+        for t in list(self._handoffs):
+            t.cancel()
+        for r in self.replicas:
+            await r.close()
+        if self.transport is not None:
+            await self.transport.close()

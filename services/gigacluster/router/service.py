@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -24,12 +26,14 @@ from gigacluster.errors import (
     Unavailable,
 )
 from gigacluster.hw.catalog import chip_names, default_system, get_system
-from gigacluster.inference.engine import ReplicaConfig, Request
+from gigacluster.inference.engine import ReplicaConfig, Request, RequestSummary
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.policies import POLICIES, make_policy
 from gigacluster.inference.tokenizer import Tokenizer
+from gigacluster.model import DoesNotFitError
 from gigacluster.model.arch import arch_from_dict
-from gigacluster.router.deployment import LiveDeployment, Replica, ReplicaFailed
+from gigacluster.router.deployment import KvTransport, LiveDeployment, Replica, ReplicaFailed, Stream
+from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
@@ -43,6 +47,68 @@ DEPLOYMENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
 STATES = {"deploying": 1, "ready": 2, "failed": 3, "deleting": 4}
 
 
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Tokens of one request produced together (one GenerateResponse, one SSE event)."""
+
+    request_id: str
+    index: int
+    token_ids: list[int]
+    text: str
+    time_s: float
+    replica: str
+    finish_reason: str = ""
+    summary: RequestSummary | None = None
+    prefill_replica: str = ""
+    kv_transfer_bytes: float = 0.0
+
+
+class Generation:
+    """A routed request: iterate :meth:`chunks` for its tokens. Used by gRPC Generate and the HTTP API."""
+
+    def __init__(self, dep: LiveDeployment, stream: Stream, tok: Tokenizer, prompt_tokens: int) -> None:
+        self.dep = dep
+        self.stream = stream
+        self.tok = tok
+        self.request_id = stream.req.id
+        self.prompt_tokens = prompt_tokens
+        self.done = False
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """Token chunks until the last; raises ResourceExhausted (shed) or Unavailable (chips failed)."""
+        st, dep, done = self.stream, self.dep, False
+        try:
+            while not done:
+                batch = [await st.queue.get()]
+                while not st.queue.empty():
+                    batch.append(st.queue.get_nowait())
+                errs = [e for e in batch if isinstance(e, Exception)]
+                if errs:
+                    if isinstance(errs[0], AdmissionError):
+                        raise ResourceExhausted(f"shed by a higher-priority request: {errs[0]}",
+                                                retry_after_s=errs[0].retry_after_s)
+                    raise Unavailable(str(errs[0]))
+                toks = [e for e in batch if not isinstance(e, Exception)]
+                last = toks[-1]
+                done = self.done = last.finished
+                ids = [t.token_id for t in toks]
+                yield Chunk(
+                    request_id=self.request_id, index=toks[0].index, token_ids=ids, text=self.tok.decode(ids),
+                    time_s=last.time_s, replica=f"{dep.name}/replicas/{st.owner.index}",
+                    finish_reason=(last.finish_reason or "length") if done else "",
+                    summary=last.summary if done else None,
+                    prefill_replica=f"{dep.name}/replicas/{st.prefill_replica}" if st.prefill_replica >= 0 else "",
+                    kv_transfer_bytes=st.kv_transfer_bytes)
+        finally:
+            if not done:
+                st.close()
+
+    def close(self) -> None:
+        """Drop the request if it has not finished (the client went away)."""
+        if not self.done:
+            self.stream.close()
+
+
 class RouterService(Service[RouterConfig]):
     name = "router"
 
@@ -53,6 +119,7 @@ class RouterService(Service[RouterConfig]):
         self._ids = itertools.count(1)
         self._tokenizers: dict[int, Tokenizer] = {}
         self._lock = asyncio.Lock()
+        self.http: Any = None
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)
@@ -61,11 +128,18 @@ class RouterService(Service[RouterConfig]):
     async def start(self) -> None:
         await super().start()
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
+        if self.config.http_port >= 0:
+            from gigacluster.router.http import OpenAIServer
+
+            self.http = OpenAIServer(self)
+            port = await self.http.start(self.config.host, self.config.http_port)
+            log.info("openai endpoint", url=f"http://{self.config.host}:{port}/v1")
 
     async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
         for d in self.deployments.values():
-            for r in d.replicas:
-                await r.close()
+            await d.close()
         await super().stop()
         await self.auth.close()
 
@@ -92,6 +166,7 @@ class RouterService(Service[RouterConfig]):
                 "running": s["running"], "kv_cache_usage": s["kv_used_now"], "requests": s["requests"],
                 "rejected": s["rejected"], "ttft_s": s["ttft_s"], "itl_s": s["itl_s"],
                 "tokens_per_s": s["output_tokens_per_s"], "prefix_hit_rate": s["prefix_hit_rate"],
+                "kv_transfers": s["kv_transfers"], "kv_transfer_bytes": s["kv_transfer_bytes"],
             })
 
     async def deploy(self, p: Principal, request: Any) -> LiveDeployment:
@@ -111,7 +186,14 @@ class RouterService(Service[RouterConfig]):
         dom = get_system(default_system(request.chip)).chips
         if tp > dom:
             raise InvalidArgument("tp", f"must be <= {dom} (one {request.chip} scale-up domain), got {tp}")
-        replicas = int(request.replicas) or 1
+        n_pre, n_dec = int(request.prefill_replicas), int(request.decode_replicas)
+        if (n_pre > 0) != (n_dec > 0):
+            raise InvalidArgument("decode_replicas" if n_pre else "prefill_replicas",
+                                  "a disaggregated deployment needs both prefill_replicas and decode_replicas > 0")
+        if n_pre and request.replicas not in (0, n_pre + n_dec):
+            raise InvalidArgument("replicas", f"leave 0 (or {n_pre + n_dec}) with prefill/decode replicas, "
+                                              f"got {request.replicas}")
+        replicas = n_pre + n_dec or int(request.replicas) or 1
         if replicas > 1024:
             raise InvalidArgument("replicas", f"must be <= 1024, got {replicas}")
         policy_name = request.policy or "least_outstanding"
@@ -123,12 +205,14 @@ class RouterService(Service[RouterConfig]):
         cfg = ReplicaConfig(arch=arch, chip=request.chip, tp=tp,
                             precision=convert.precision_name(request.precision),
                             max_batch=int(request.max_batch) or 256, kv_fraction=kv,
-                            max_queue=int(request.max_queue) or 1024)
+                            max_queue=int(request.max_queue) or 1024, chunked_prefill=bool(request.chunked_prefill))
         dep = LiveDeployment(did, p.tenant, cfg, make_policy(policy_name), policy_name)
         self.deployments[did] = dep
         try:
             inv = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=self._smd(), timeout=10)
-            for i in range(replicas):
+            if n_pre:
+                await self._deploy_disaggregated(dep, p, request.chip, inv, n_pre, n_dec)
+            for i in range(0 if n_pre else replicas):
                 resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
                     chip_type=request.chip, count=tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
                     purpose=dep.name, tenant=p.tenant), metadata=self._smd(), timeout=30)
@@ -137,8 +221,10 @@ class RouterService(Service[RouterConfig]):
                 cap = {"token": resp.capability, "exp": resp.capability_expires_s, "inst": resp.instance.name}
                 rep = Replica(i, cfg, instance=resp.instance.name, devices=devs, endpoint=shard.endpoint,
                               capability=self._cap_getter(cap), clock=self.clock)
-                dep.replicas.append(rep)
-                rep.task = asyncio.ensure_future(rep.run(dep.on_finish))
+                dep.add(rep)
+        except (ResourceExhausted, DoesNotFitError):
+            await self.undeploy(dep)
+            raise
         except grpc.aio.AioRpcError as err:
             await self.undeploy(dep)
             if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -149,6 +235,30 @@ class RouterService(Service[RouterConfig]):
         log.info("deployed", deployment=dep.name, replicas=replicas, chip=request.chip, tp=tp,
                  kv_cache_bytes=cfg.kv_cache_bytes)
         return dep
+
+    async def _deploy_disaggregated(self, dep: LiveDeployment, p: Principal, chip: str, inv: Any, n_pre: int,
+                                    n_dec: int) -> None:
+        """One instance of exact devices for all replicas, so one capability covers every KV transfer."""
+        cfg, tp = dep.cfg, dep.cfg.tp
+        pcfg = dataclasses.replace(cfg, role="prefill")
+        dcfg = dataclasses.replace(cfg, role="decode")
+        shards = [s for s in inv.shards if s.chip_type == chip]
+        domain = shards[0].chips_per_domain if shards else get_system(default_system(chip)).chips
+        in_chip = [(max(a, s.devices.start), min(b, s.devices.end)) for a, b in convert.ranges(inv.free)
+                   for s in shards if a < s.devices.end and b > s.devices.start]
+        prefill, decode = place_disaggregated(in_chip, domain, tp, n_pre, n_dec)
+        starts = prefill + decode
+        resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+            chip_type=chip, count=len(starts) * tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_NONE,
+            purpose=dep.name, tenant=p.tenant, devices=convert.range_msgs([(g, g + tp) for g in starts])),
+            metadata=self._smd(), timeout=30)
+        cap = {"token": resp.capability, "exp": resp.capability_expires_s, "inst": resp.instance.name}
+        getter = self._cap_getter(cap)
+        dep.transport = KvTransport(inv.fabric_endpoint, getter, self.clock)
+        for i, g in enumerate(starts):
+            shard = next(s for s in shards if s.devices.start <= g < s.devices.end)
+            dep.add(Replica(i, pcfg if i < n_pre else dcfg, instance=resp.instance.name, devices=[(g, g + tp)],
+                            endpoint=shard.endpoint, capability=getter, clock=self.clock))
 
     def _cap_getter(self, cap: dict[str, Any]) -> Any:
         def get() -> str:
@@ -167,13 +277,13 @@ class RouterService(Service[RouterConfig]):
 
     async def undeploy(self, dep: LiveDeployment) -> None:
         dep.state = "deleting"
-        for r in dep.replicas:
-            await r.close()
+        await dep.close()
+        for inst in dict.fromkeys(r.instance for r in dep.replicas):
             try:
-                await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=r.instance),
+                await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst),
                                                   metadata=self._smd(), timeout=30)
             except grpc.aio.AioRpcError as err:
-                log.warning("release failed", instance=r.instance, error=err.details())
+                log.warning("release failed", instance=inst, error=err.details())
         self.deployments.pop(dep.deployment_id, None)
 
     def visible(self, p: Principal, name: str) -> LiveDeployment:
@@ -184,6 +294,49 @@ class RouterService(Service[RouterConfig]):
         if dep is None or (not p.privileged and dep.tenant != p.tenant):
             raise NotFound(f"deployments/{did}")
         return dep
+
+    def generate(self, p: Principal, model: str, *, text: str | None = None, token_ids: Sequence[int] | None = None,
+                 max_tokens: int, priority: int = 0, request_id: str = "") -> Generation:
+        """Validate, route and admit one request (raises domain errors); the caller iterates its chunks."""
+        dep = self.visible(p, model)
+        if dep.state != "ready":
+            raise Unavailable(f"{dep.name} is {dep.state}")
+        arch = dep.cfg.arch
+        tok = self.tokenizer(arch.vocab)
+        if text is not None:
+            if not text:
+                raise InvalidArgument("text", "must not be empty")
+            prompt = tok.encode(text)
+        elif token_ids is not None:
+            prompt = list(token_ids)
+            if not prompt:
+                raise InvalidArgument("token_ids", "must hold at least one token")
+            bad = [t for t in prompt if not 0 <= t < arch.vocab]
+            if bad:
+                raise InvalidArgument("token_ids", f"ids must be in [0, {arch.vocab}) (the vocab), got {bad[0]}")
+        else:
+            raise InvalidArgument("prompt", "give text or token_ids")
+        if max_tokens <= 0:
+            raise InvalidArgument("max_tokens", f"must be > 0, got {max_tokens}")
+        if len(prompt) + max_tokens > arch.seq_len:
+            raise InvalidArgument("max_tokens", f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) "
+                                                f"exceeds the model's context of {arch.seq_len}")
+        if abs(priority) > 1000:
+            raise InvalidArgument("priority", f"must be in [-1000, 1000], got {priority}")
+        rid = request_id or uuid.uuid4().hex[:16]
+        if len(rid) > 128:
+            raise InvalidArgument("request_id", "at most 128 characters")
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        now = self.clock.now()
+        req = Request(id=rid, prompt_tokens=np.asarray(prompt, dtype=np.int64), max_tokens=int(max_tokens),
+                      priority=int(priority), arrival_s=now, tenant=dep.tenant)
+        try:
+            _, stream = dep.route(req, now)
+        except AdmissionError as exc:
+            raise ResourceExhausted(f"{dep.name} is saturated: {exc}", retry_after_s=exc.retry_after_s) from exc
+        except ReplicaFailed as exc:
+            raise Unavailable(str(exc)) from exc
+        return Generation(dep, stream, tok, len(prompt))
 
 
 def _arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
@@ -199,7 +352,8 @@ def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
         max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],
         policy=dep.policy_name, state=STATES[dep.state], reason=dep.reason,
         instances=[r.instance for r in dep.replicas], kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
-        max_queue=c.max_queue,
+        max_queue=c.max_queue, prefill_replicas=len(dep.pool("prefill")), decode_replicas=len(dep.pool("decode")),
+        chunked_prefill=c.chunked_prefill,
     )
 
 
@@ -245,78 +399,23 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
 
     async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self._tenant(context)
-        dep = self.svc.visible(p, request.model)
-        if dep.state != "ready":
-            raise Unavailable(f"{dep.name} is {dep.state}")
-        arch = dep.cfg.arch
-        tok = self.svc.tokenizer(arch.vocab)
         which = request.WhichOneof("prompt")
-        if which == "text":
-            if not request.text:
-                raise InvalidArgument("text", "must not be empty")
-            prompt = tok.encode(request.text)
-        elif which == "token_ids":
-            prompt = list(request.token_ids.ids)
-            if not prompt:
-                raise InvalidArgument("token_ids", "must hold at least one token")
-            bad = [t for t in prompt if t >= arch.vocab]
-            if bad:
-                raise InvalidArgument("token_ids", f"ids must be < the model's vocab ({arch.vocab}), got {bad[0]}")
-        else:
-            raise InvalidArgument("prompt", "give text or token_ids")
-        if request.max_tokens <= 0:
-            raise InvalidArgument("max_tokens", f"must be > 0, got {request.max_tokens}")
-        if len(prompt) + request.max_tokens > arch.seq_len:
-            raise InvalidArgument("max_tokens", f"prompt ({len(prompt)} tokens) + max_tokens ({request.max_tokens}) "
-                                                f"exceeds the model's context of {arch.seq_len}")
-        if abs(request.priority) > 1000:
-            raise InvalidArgument("priority", f"must be in [-1000, 1000], got {request.priority}")
-        rid = request.request_id or uuid.uuid4().hex[:16]
-        if len(rid) > 128:
-            raise InvalidArgument("request_id", "at most 128 characters")
-        structlog.contextvars.bind_contextvars(request_id=rid)
-        now = self.svc.clock.now()
-        req = Request(id=rid, prompt_tokens=np.asarray(prompt, dtype=np.int64), max_tokens=int(request.max_tokens),
-                      priority=int(request.priority), arrival_s=now, tenant=dep.tenant)
-        try:
-            replica, stream = dep.route(req, now)
-        except AdmissionError as exc:
-            raise ResourceExhausted(f"{dep.name} is saturated: {exc}", retry_after_s=exc.retry_after_s) from exc
-        except ReplicaFailed as exc:
-            raise Unavailable(str(exc)) from exc
-        done = False
-        try:
-            while not done:
-                ev = await stream.queue.get()
-                batch = [ev]
-                while not stream.queue.empty():
-                    batch.append(stream.queue.get_nowait())
-                errs = [e for e in batch if isinstance(e, Exception)]
-                if errs:
-                    if isinstance(errs[0], AdmissionError):
-                        raise ResourceExhausted(f"shed by a higher-priority request: {errs[0]}",
-                                                retry_after_s=errs[0].retry_after_s)
-                    raise Unavailable(str(errs[0]))
-                toks = [e for e in batch if not isinstance(e, Exception)]
-                last = toks[-1]
-                resp = router_pb2.GenerateResponse(
-                    request_id=rid, index=toks[0].index, token_ids=[t.token_id for t in toks],
-                    text=tok.decode([t.token_id for t in toks]), time_s=last.time_s,
-                    replica=f"{dep.name}/replicas/{replica.index}")
-                if last.finished:
-                    done = True
-                    resp.finish_reason = last.finish_reason or "length"
-                    s = last.summary
-                    if s is not None:
-                        resp.usage.CopyFrom(router_pb2.GenerateUsage(
-                            prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
-                            cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s,
-                            e2e_s=s.e2e_s))
-                yield resp
-        finally:
-            if not done:
-                replica.engine.cancel(rid)
-                replica.streams.pop(rid, None)
+        gen = self.svc.generate(
+            p, request.model, text=request.text if which == "text" else None,
+            token_ids=list(request.token_ids.ids) if which == "token_ids" else None,
+            max_tokens=int(request.max_tokens), priority=int(request.priority), request_id=request.request_id)
+        async for c in gen.chunks():
+            resp = router_pb2.GenerateResponse(request_id=c.request_id, index=c.index, token_ids=c.token_ids,
+                                               text=c.text, time_s=c.time_s, replica=c.replica,
+                                               finish_reason=c.finish_reason)
+            s = c.summary
+            if s is not None:
+                resp.usage.CopyFrom(router_pb2.GenerateUsage(
+                    prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
+                    cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s, e2e_s=s.e2e_s,
+                    kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
+                    prefill_replica=c.prefill_replica))
+            yield resp
 
     async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self._tenant(context)

@@ -1,0 +1,311 @@
+"""The OpenAI-compatible HTTP endpoint of the router (aiohttp, on the router's own event loop).
+
+A thin adapter: it authenticates ``Authorization: Bearer <api key>`` through the router's own
+``BrokerAuth`` and calls :meth:`RouterService.generate` in-process, the same code path gRPC
+Generate takes (no loopback: one process, one event loop, no second serialisation, and the
+admission decision and its retry-after come back as the same domain error). Routes:
+
+* ``GET /v1/models``: the caller's ready deployments (``id`` = deployment id);
+* ``POST /v1/completions``: ``prompt`` as a string or token ids (or a list of one of either);
+* ``POST /v1/chat/completions``: ``messages`` rendered to text by :func:`render_chat`.
+
+Both POST routes take ``model``, ``max_tokens`` (chat: or ``max_completion_tokens``), ``stream``
+(server-sent events, ``data: {...}`` then ``data: [DONE]``), ``stream_options.include_usage``
+and the extensions ``priority`` (as vLLM) and ``request_id``. Sampling parameters
+(``temperature``, ``top_p``, ``seed``, ``stop`` ...) are accepted and ignored: output tokens are
+deterministic and every request runs to ``max_tokens``. Responses carry the usual ``usage`` plus
+a ``gigacluster`` object with the virtual timings (TTFT, queue, end-to-end, KV transfer).
+
+Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
+field, 401/403, 404 for an unknown model, 429 with ``Retry-After`` (whole seconds, rounded up)
+and ``retry-after-ms`` when the deployment is saturated, 503 when its chips failed. A request
+shed from the queue before its first token still gets its 429: the response starts only once
+the first token exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+
+from gigacluster.errors import DomainError, InvalidArgument, ResourceExhausted
+from gigacluster.model import ModelError
+
+if TYPE_CHECKING:
+    from gigacluster.router.service import Chunk, Generation, RouterService
+
+log = structlog.get_logger()
+MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
+          "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+         409: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 500: "server_error"}
+
+
+def render_chat(messages: list[dict[str, Any]]) -> str:
+    """Chat messages as one prompt: ``<|role|>\\ncontent\\n`` per message, then ``<|assistant|>\\n``."""
+    parts = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise InvalidArgument(f"messages[{i}]", "must be an object with a string 'role'")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise InvalidArgument(f"messages[{i}].content", "must be a string or a list of text parts")
+        parts.append(f"<|{m['role']}|>\n{content}\n")
+    return "".join(parts) + "<|assistant|>\n"
+
+
+def error_response(status: int, message: str, *, param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def domain_error_response(exc: Exception) -> web.Response:
+    """One place mapping domain errors to HTTP (as runtime/errors.py does for gRPC)."""
+    if isinstance(exc, ModelError):
+        return error_response(400, str(exc), param=getattr(exc, "field", None), code="invalid_value")
+    assert isinstance(exc, DomainError)
+    status = STATUS.get(exc.code, 500)
+    headers = None
+    if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s))),
+                   "retry-after-ms": str(max(1, math.ceil(exc.retry_after_s * 1000)))}
+    code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, exc.reason.lower())
+    return error_response(status, exc.message, param=getattr(exc, "field", None), code=code, headers=headers)
+
+
+class _Headers:
+    """Quacks like a grpc ServicerContext for BrokerAuth: only the metadata it reads."""
+
+    def __init__(self, authorization: str | None) -> None:
+        self._md = (("authorization", authorization),) if authorization else ()
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._md
+
+
+class OpenAIServer:
+    def __init__(self, svc: RouterService) -> None:
+        self.svc = svc
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+    async def start(self, host: str, port: int) -> int:
+        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        return self.port
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        structlog.contextvars.clear_contextvars()
+        try:
+            return await handler(request)
+        except (DomainError, ModelError) as exc:
+            return domain_error_response(exc)
+        except web.HTTPException as exc:
+            return error_response(exc.status, exc.reason or "error")
+
+    async def _principal(self, request: web.Request) -> Any:
+        return await self.svc.auth.principal(_Headers(request.headers.get("Authorization")))
+
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidArgument("body", f"must be a JSON object: {exc}") from exc
+        if not isinstance(body, dict):
+            raise InvalidArgument("body", "must be a JSON object")
+        return body
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        p = await self._principal(request)
+        data = [{"id": d.deployment_id, "object": "model", "created": 0, "owned_by": d.tenant,
+                 "max_model_len": d.cfg.arch.seq_len}
+                for d in self.svc.deployments.values()
+                if d.state == "ready" and (p.privileged or d.tenant == p.tenant)]
+        return web.json_response({"object": "list", "data": data})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        p = await self._principal(request)
+        body = await self._body(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]
+        text: str | None = None
+        ids: list[int] | None = None
+        if isinstance(prompt, str):
+            text = prompt
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = prompt
+        else:
+            raise InvalidArgument("prompt", "must be a string or a list of token ids (one prompt per request)")
+        return await self._run(request, p, body, "text_completion", text=text, token_ids=ids,
+                               max_tokens=body.get("max_tokens", DEFAULT_MAX_TOKENS))
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        p = await self._principal(request)
+        body = await self._body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidArgument("messages", "must be a non-empty list of {role, content}")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        return await self._run(request, p, body, "chat.completion", text=render_chat(messages), token_ids=None,
+                               max_tokens=max_tokens)
+
+    async def _run(self, request: web.Request, p: Any, body: dict[str, Any], kind: str, *, text: str | None,
+                   token_ids: list[int] | None, max_tokens: Any) -> web.StreamResponse:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument("model", "required: a deployment id from GET /v1/models")
+        if max_tokens is None:
+            dep = self.svc.visible(p, model)
+            max_tokens = max(1, min(4096, dep.cfg.arch.seq_len - len(text or token_ids or "") - 1))
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise InvalidArgument("max_tokens", f"must be an integer, got {max_tokens!r}")
+        if body.get("n", 1) != 1:
+            raise InvalidArgument("n", "only n=1 is supported")
+        priority = body.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise InvalidArgument("priority", f"must be an integer, got {priority!r}")
+        rid = body.get("request_id") or ""
+        if not isinstance(rid, str):
+            raise InvalidArgument("request_id", "must be a string")
+        gen = self.svc.generate(p, model, text=text, token_ids=token_ids, max_tokens=max_tokens, priority=priority,
+                                request_id=rid)
+        fmt = _Format(kind, gen, model)
+        chunks = gen.chunks().__aiter__()
+        try:
+            first = await chunks.__anext__()  # a shed request still gets its 429 here
+        except BaseException:
+            gen.close()
+            raise
+        try:
+            if not body.get("stream"):
+                got = [first]
+                if not first.finish_reason:
+                    got.extend([c async for c in chunks])
+                return web.json_response(fmt.whole(got))
+            return await self._stream(request, body, fmt, first, chunks)
+        finally:
+            gen.close()  # a no-op once finished; drops the request if the client went away
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], fmt: _Format, first: Chunk,
+                      chunks: Any) -> web.StreamResponse:
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Request-Id": fmt.gen.request_id})
+        await resp.prepare(request)
+        try:
+            if fmt.kind == "chat.completion":
+                await resp.write(fmt.sse(fmt.chat_role()))
+            c: Chunk | None = first
+            last = first
+            while c is not None:
+                last = c
+                await resp.write(fmt.sse(fmt.chunk(c)))
+                c = None if c.finish_reason else await chunks.__anext__()
+            if include_usage:
+                await resp.write(fmt.sse(fmt.usage_chunk(last)))
+            await resp.write(b"data: [DONE]\n\n")
+        except (DomainError, ModelError) as exc:  # after the headers went out: an error event, then close
+            err = json.loads(domain_error_response(exc).text or "{}")
+            await resp.write(fmt.sse(err))
+        await resp.write_eof()
+        return resp
+
+
+class _Format:
+    """OpenAI response objects for completions and chat completions."""
+
+    def __init__(self, kind: str, gen: Generation, model: str) -> None:
+        self.kind = kind
+        self.gen = gen
+        self.model = model
+        self.id = ("chatcmpl-" if kind == "chat.completion" else "cmpl-") + gen.request_id
+        self.created = int(time.time())
+
+    @staticmethod
+    def sse(obj: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def usage(self, c: Chunk) -> dict[str, Any]:
+        s = c.summary
+        if s is None:
+            return {}
+        return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.output_tokens,
+                "total_tokens": s.prompt_tokens + s.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
+
+    def extra(self, c: Chunk) -> dict[str, Any]:
+        s = c.summary
+        out: dict[str, Any] = {"replica": c.replica, "time_s": c.time_s}
+        if s is not None:
+            out.update(ttft_s=s.ttft_s, queue_s=s.queue_s, e2e_s=s.e2e_s, tpot_s=s.tpot_s,
+                       kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
+                       prefill_replica=c.prefill_replica)
+        return out
+
+    def chat_role(self) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk"),
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+
+    def chunk(self, c: Chunk) -> dict[str, Any]:
+        fin = c.finish_reason or None
+        if self.kind == "chat.completion":
+            out = {**self._head("chat.completion.chunk"),
+                   "choices": [{"index": 0, "delta": {"content": c.text}, "finish_reason": fin}]}
+        else:
+            out = {**self._head("text_completion"),
+                   "choices": [{"index": 0, "text": c.text, "logprobs": None, "finish_reason": fin}]}
+        out["gigacluster"] = self.extra(c)
+        return out
+
+    def usage_chunk(self, last: Chunk) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.kind == "chat.completion" else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": self.usage(last)}
+
+    def whole(self, chunks: list[Chunk]) -> dict[str, Any]:
+        last = chunks[-1]
+        text = "".join(c.text for c in chunks)
+        if self.kind == "chat.completion":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": last.finish_reason, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason}
+        return {**self._head(self.kind), "choices": [choice], "usage": self.usage(last),
+                "gigacluster": self.extra(last)}
