@@ -81,3 +81,17 @@ def test_tick_reports_utilization_and_power_and_heats_busy_chips() -> None:
     assert s.utilization[:4] == pytest.approx(1.0) and s.utilization[4:].max() == 0.0
     assert snap.power_w > 8 * get_chip("h100-sxm").idle_w
     assert s.temp_c[:4].min() > s.temp_c[4:].max()
+
+
+def test_nitro_virtualization_has_a_measurable_cost() -> None:
+    """With the Nitro-like overhead on, the same work takes 1/0.99 as long plus 20 us per call
+    (security/overhead.py assumptions); bare metal has none."""
+    from gigacluster.security.overhead import VirtualizationOverhead
+
+    bare = shard(n=8)
+    nitro = ChipShard(get_chip("h100-sxm"), get_system("hgx"), offset=128, count=8, start_s=0.0,
+                      overhead=VirtualizationOverhead())
+    a = bare.execute(np.arange(8), [GEMM], not_before_s=0.0, now_s=0.0)
+    b = nitro.execute(np.arange(8), [GEMM], not_before_s=0.0, now_s=0.0)
+    ratio = (b.end_s - b.start_s - 20e-6) / (a.end_s - a.start_s)
+    assert 1.0 < ratio <= 1 / 0.99 + 1e-9

@@ -19,6 +19,7 @@ from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.memory import DeviceMemory
+from gigacluster.security.overhead import VirtualizationOverhead
 
 MAX_IO_BYTES = 4 * 1024 * 1024
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
@@ -32,8 +33,9 @@ class ChipService(Service[ChipConfig]):
         super().__init__(config)
         chip = get_chip(config.chip)
         system = get_system(config.system or default_system(config.chip))
+        overhead = VirtualizationOverhead() if config.virtualization == "nitro" else VirtualizationOverhead.none()
         self.shard = ChipShard(chip, system, offset=config.device_offset, count=config.device_count,
-                               start_s=self.clock.now())
+                               start_s=self.clock.now(), overhead=overhead)
         self.shard_name = f"shards/{chip.name}-{config.device_offset}"
         self.memory = DeviceMemory.for_chip(chip, config.device_count)
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,

@@ -19,6 +19,7 @@ from gigacluster.errors import FailedPrecondition, InvalidArgument, NotFound
 from gigacluster.hw.catalog import Chip, System
 from gigacluster.model import power, thermal
 from gigacluster.model.roofline import Work, work_time_s
+from gigacluster.security.overhead import VirtualizationOverhead
 
 HEALTHY, THROTTLED, FAILED = 1, 2, 3  # match chip.v1.Device.State
 FAULT_NONE, FAULT_FAILED, FAULT_HBM, FAULT_SLOW = 0, 1, 2, 3  # match chip.v1.FaultKind
@@ -52,8 +53,11 @@ class ShardSnapshot:
 class ChipShard:
     """Devices ``offset .. offset+count-1`` of one chip type."""
 
-    def __init__(self, chip: Chip, system: System, *, offset: int, count: int, start_s: float) -> None:
+    def __init__(self, chip: Chip, system: System, *, offset: int, count: int, start_s: float,
+                 overhead: VirtualizationOverhead | None = None) -> None:
         self.chip = chip
+        # Isolation has a cost: a Nitro-like layer takes a share of compute and a per-call latency.
+        self.overhead = overhead or VirtualizationOverhead.none()
         self.system = system
         self.offset = offset
         self.count = count
@@ -117,8 +121,8 @@ class ChipShard:
                 "the work cannot run", reason="DEVICE_FAILED", device=int(failed[0]) + self.offset,
             )
         start = max(not_before_s if not_before_s > 0 else now_s, float(self.busy_until_s[idx].max()))
-        clock = float(self.clock[idx].min())
-        duration = 0.0
+        clock = float(self.clock[idx].min()) * self.overhead.compute_throughput_factor
+        duration = self.overhead.per_call_s
         above = 0.0
         for w in works:
             duration += work_time_s(self.chip, w, clock_factor=clock)

@@ -93,6 +93,7 @@ class ChipConfig(CommonConfig):
     system: str = _f("", "scale-up system (empty = the chip's default)")
     device_offset: int = _f(0, "global id of this shard's first device")
     device_count: int = _f(64, "devices hosted by this shard")
+    virtualization: str = _f("none", "isolation layer cost: none (bare metal) or nitro (security/overhead.py)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,6 +105,8 @@ class ChipConfig(CommonConfig):
             raise ConfigError("device_offset must be >= 0 and device_count > 0")
         if self.device_count > 4_000_000:
             raise ConfigError("device_count must be <= 4,000,000 per shard")
+        if self.virtualization not in ("none", "nitro"):
+            raise ConfigError(f"virtualization must be none or nitro, got {self.virtualization!r}")
 
 
 @dataclasses.dataclass(frozen=True)
