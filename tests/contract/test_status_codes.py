@@ -189,6 +189,19 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "jobs/j-424242"),
     ("scheduler", "WatchJob", lambda: scheduler_pb2.WatchJobRequest(name="jobs/j-424242"), "tenant", NF,
      "jobs/j-424242"),
+    ("scheduler", "UpdateQueue", lambda: scheduler_pb2.UpdateQueueRequest(
+        queue=scheduler_pb2.Queue(name="tenants/a/queues/q", quota={"h100-sxm": 8})), "tenant",
+     grpc.StatusCode.PERMISSION_DENIED, "admin"),
+    ("scheduler", "UpdateQueue", lambda: scheduler_pb2.UpdateQueueRequest(queue=scheduler_pb2.Queue(name="q1")),
+     "admin", IA, "queue.name"),
+    ("scheduler", "UpdateQueue", lambda: scheduler_pb2.UpdateQueueRequest(
+        queue=scheduler_pb2.Queue(name="tenants/a/queues/q", quota={"tpu-v9": 8})), "admin", IA, "queue.quota"),
+    ("scheduler", "ListQueues", lambda: scheduler_pb2.ListQueuesRequest(page_token="-3"), "tenant", IA,
+     "page_token"),
+    ("scheduler", "GetTenantUsage", lambda: scheduler_pb2.GetTenantUsageRequest(tenant="acme"), "tenant", IA,
+     "tenant"),
+    ("scheduler", "GetTenantUsage", lambda: scheduler_pb2.GetTenantUsageRequest(tenant="tenants/someone-else"),
+     "tenant", grpc.StatusCode.PERMISSION_DENIED, "admin"),
     # router
     ("router", "DeployModel", lambda: router_pb2.DeployModelRequest(model=M(preset="llama3-8b"), chip="h100-sxm"),
      "tenant", IA, "deployment_id"),

@@ -89,6 +89,19 @@ class JobRecord:
     compute_s_sum: float = 0.0
     exposed_comm_s_sum: float = 0.0
     bubble_s_sum: float = 0.0
+    preemptions: int = 0
+    failures: int = 0
+    lost_steps: int = 0
+    lost_s: float = 0.0
+    checkpoint_pause_s: float = 0.0
+    restart_s: float = 0.0
+    borrowing: bool = False
+    placement_domains: int = 0
+    placement_leaf_groups: int = 0
+    dp_spine_crossings: int = 0
+    reserved_start_s: float = 0.0
+    resume_pending: bool = False  # the next placement pays the restart cost (relaunch + checkpoint read)
+    preempt_reason: str = ""  # set by the dispatcher: evict after the current step
 
     @property
     def name(self) -> str:
@@ -112,13 +125,18 @@ class JobRecord:
         per = self.last_step_time_s or self.predicted_step_time_s
         return (self.steps_total - self.step) * per
 
-    @property
-    def goodput(self) -> float:
-        wall = (self.finished_s or 0.0) - self.started_s if self.started_s else 0.0
+    def goodput_at(self, now_s: float) -> float:
+        """Effective training time / wall time since the first start: step time of the steps that
+        were kept (lost work, checkpoint pauses, restarts, preemption and waits count as wall)."""
+        if not self.started_s:
+            return 0.0
+        wall = (self.finished_s or now_s) - self.started_s
         if wall <= 0:
             return 0.0
-        useful = self.step * (self.run_s / self.step) if self.step else 0.0
-        return min(1.0, useful / wall)
+        return max(0.0, min(1.0, (self.run_s - self.lost_s) / wall))
+
+    def mean_step_s(self) -> float:
+        return self.last_step_time_s or self.predicted_step_time_s
 
 
 def validate_submission(spec_dict: dict[str, Any], *, priority: int, checkpoint_interval_steps: int,

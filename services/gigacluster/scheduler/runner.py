@@ -27,6 +27,7 @@ from gigacluster.model.training import StepBreakdown, compose_step
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
 
 OPS = {
@@ -40,11 +41,20 @@ OPS = {
 
 
 class StepFailed(Exception):
-    """A chip or link fault failed the running step; ``cause`` says which."""
+    """A chip or link fault failed the running step; ``cause`` says which.
 
-    def __init__(self, cause: str) -> None:
+    ``devices`` are the device ids known to have failed (from the chip service's ErrorInfo or the
+    failure model); ``effect`` is ``device``, ``host``, ``network`` or ``software``
+    (:mod:`scheduler.failures`); ``modelled`` is True for the scheduler's own failure model.
+    """
+
+    def __init__(self, cause: str, devices: Sequence[int] = (), effect: str = "device",
+                 modelled: bool = False) -> None:
         super().__init__(cause)
         self.cause = cause
+        self.devices = list(devices)
+        self.effect = effect
+        self.modelled = modelled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +212,7 @@ class JobRunner:
             if r.flow.state == fabric_pb2.Flow.STATE_DONE:
                 ends[n] = r.flow.end_s
             elif r.flow.state == fabric_pb2.Flow.STATE_FAILED:
-                raise StepFailed(f"collective {n} failed: {r.flow.error}")
+                raise StepFailed(f"collective {n} failed: {r.flow.error}", effect="network")
         pending = [n for n in names if n not in ends]
         if pending:
             async for upd in fabric.WatchFlows(fabric_pb2.WatchFlowsRequest(names=pending), metadata=md, timeout=3600):
@@ -210,7 +220,7 @@ class JobRunner:
                 if f.state == fabric_pb2.Flow.STATE_DONE:
                     ends[f.name] = f.end_s
                 elif f.state == fabric_pb2.Flow.STATE_FAILED:
-                    raise StepFailed(f"collective {f.name} failed: {f.error}")
+                    raise StepFailed(f"collective {f.name} failed: {f.error}", effect="network")
                 if all(n in ends for n in names):
                     break
         return [ends[n] for n in names]
@@ -273,7 +283,10 @@ def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int
 
 def _step_error(err: grpc.aio.AioRpcError) -> Exception:
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
-        return StepFailed(err.details() or "device failed")
+        info = error_info(err)
+        dev = info.metadata.get("device") if info is not None else None
+        devices = [int(dev)] if dev is not None and dev.lstrip("-").isdigit() else []
+        return StepFailed(err.details() or "device failed", devices, "device" if devices else "network")
     if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return Unavailable(f"service unavailable during a step: {err.details()}")
     return FailedPrecondition(f"step rejected by the mesh: {err.code().name}: {err.details()}")

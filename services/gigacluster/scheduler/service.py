@@ -1,15 +1,22 @@
 """The scheduler's gRPC layer and its dispatcher.
 
-The dispatcher places queued jobs in priority order (FIFO within a priority) as gangs: all of a
-job's chips come from one broker ``AllocateInstance`` or none do, and a job that cannot be placed
-says why in ``reason``. Each placed job runs in its own task (:mod:`scheduler.runner`).
+Each dispatch pass reads the free devices from the broker (the source of truth, shared with the
+router's inference replicas), asks the pure policy (:mod:`scheduler.policy`) what to do, and
+carries it out: gangs placed by the configured placement policy are allocated as exactly those
+devices in one broker ``AllocateInstance`` (all chips or none), gangs chosen for eviction
+checkpoint and requeue, and every waiting job says why in ``reason``. Each placed job runs in its
+own task (:mod:`scheduler.runner` for a step), which also models checkpoints, failures and
+restarts (:mod:`scheduler.checkpoint`, :mod:`scheduler.failures`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -18,21 +25,33 @@ import numpy as np
 import structlog
 
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
-from gigacluster.hw.catalog import get_system
+from gigacluster.fabric.topology import TopologyConfig, build_topology
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.hw.catalog import chip_names
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.server import Service
+from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.core import TERMINAL, JobRecord, State, validate_submission
-from gigacluster.scheduler.runner import JobRunner, StepFailed, account
+from gigacluster.scheduler.failures import FailureModel
+from gigacluster.scheduler.placement import Layout, get_policy, placement_stats
+from gigacluster.scheduler.policy import Pending, QueueSpec, Running, decide
+from gigacluster.scheduler.runner import JobRunner, StepFailed, _ranges, account
 from gigacluster.scheduler.spec import proto_to_spec
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 log = structlog.get_logger()
+
+
+QUEUE_NAME_RE = re.compile(r"^tenants/([a-z0-9][a-z0-9-]{0,39})/queues/([a-z0-9][a-z0-9-]{0,62})$")
+COHORT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+RUN_STATES = (State.PLACING, State.RUNNING, State.CHECKPOINTING)
 
 
 class SchedulerService(Service[SchedulerConfig]):
@@ -47,8 +66,21 @@ class SchedulerService(Service[SchedulerConfig]):
         self._watchers: dict[str, set[asyncio.Queue[tuple[str, str]]]] = {}
         self._kick = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._devices: dict[str, np.ndarray] = {}
         self._inventory: broker_pb2.GetInventoryResponse | None = None
+        self._layouts: dict[str, Layout] | None = None
         self._idempotency: dict[tuple[str, str], str] = {}
+        self.queues: dict[tuple[str, str], QueueSpec] = {}
+        self._weights: dict[str, tuple[float, float]] = {}  # tenant -> (weight, fetched at wall time)
+        # quarantined devices: id -> virtual time it is back (None: until the chip service says healthy)
+        self.bad: dict[int, float | None] = {}
+        self._health_checked = 0.0
+        self.policy = get_policy(config.placement)
+        if config.failure_model not in ("off", "llama3"):
+            raise InvalidArgument("failure_model", f"allowed: off, llama3; got {config.failure_model!r}")
+        self.failure_model = (FailureModel.llama3(config.failure_rate_scale) if config.failure_model == "llama3"
+                              else None)
+        self.rng = np.random.default_rng(config.failure_seed)
         path = pathlib.Path(config.state_dir) / "scheduler.db" if config.state_dir else None
         self.store = JobStore(path)
 
@@ -71,30 +103,42 @@ class SchedulerService(Service[SchedulerConfig]):
 
     # -- state ------------------------------------------------------------------------------------
     def _recover(self) -> None:
-        """Reload jobs after a restart; running ones resume from their last checkpoint."""
+        """Reload jobs and queues after a restart; running ones resume from their last checkpoint."""
         from gigacluster.model.training import TrainSpec, plan_step
 
+        for q in json.loads(self.store.get_meta("queues") or "[]"):
+            spec = QueueSpec(q["tenant"], q["queue"], q.get("cohort", ""),
+                             tuple((c, int(n)) for c, n in q.get("quota", {}).items()))
+            self.queues[(spec.tenant, spec.queue)] = spec
         for seq, d in self.store.load():
             spec = TrainSpec.from_dict(d["spec_dict"])
-            job = JobRecord(spec=spec, plan=plan_step(spec), **d)
+            known = {f for f in JobRecord.__dataclass_fields__}
+            job = JobRecord(spec=spec, plan=plan_step(spec), **{k: v for k, v in d.items() if k in known})
             self.jobs[job.job_id] = job
             self.seq[job.job_id] = seq
-            if job.state not in TERMINAL and job.state not in (State.QUEUED,):
+            job.preempt_reason = ""
+            if job.state not in TERMINAL and job.state != State.QUEUED:
                 lost = job.step - job.last_checkpoint_step
                 job.step = job.last_checkpoint_step
                 job.tokens = job.step * spec.tokens_per_step
                 job.state = State.QUEUED
+                job.resume_pending = job.step > 0 or job.resume_pending
                 job.reason = f"scheduler restarted; resuming from checkpoint at step {job.step} ({lost} steps lost)"
                 job.instance = ""
                 self.store.save(job, seq)
         if self.jobs:
             nums = [int(j.removeprefix("j-")) for j in self.jobs if j.startswith("j-") and j[2:].isdigit()]
             self._ids = itertools.count(max(nums, default=0) + 1)
-            log.info("recovered jobs", jobs=len(self.jobs))
+            log.info("recovered jobs", jobs=len(self.jobs), queues=len(self.queues))
         self._kick.set()
 
     def save(self, job: JobRecord) -> None:
         self.store.save(job, self.seq[job.job_id])
+
+    def save_queues(self) -> None:
+        self.store.set_meta("queues", json.dumps([
+            {"tenant": q.tenant, "queue": q.queue, "cohort": q.cohort, "quota": dict(q.quota)}
+            for q in self.queues.values()]))
 
     def notify(self, job: JobRecord, kind: str, message: str = "") -> None:
         for q in self._watchers.get(job.job_id, ()):
@@ -103,12 +147,14 @@ class SchedulerService(Service[SchedulerConfig]):
             self.save(job)
             self._kick.set()
         tenant = job.tenant.removeprefix("tenants/")
+        now = self.clock.now()
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/{'progress' if kind == 'progress' else 'state'}", {
             "job": job.name, "state": job.state.name, "reason": job.reason, "step": job.step,
             "steps_total": job.steps_total, "tokens": job.tokens, "step_time_s": job.last_step_time_s,
             "predicted_step_time_s": job.predicted_step_time_s, "mfu": job.mfu,
             "energy_it_j": job.energy_it_j, "cost_usd": job.cost_usd, "eta_s": job.eta_s,
-            "t_s": self.clock.now(), "message": message,
+            "goodput": job.goodput_at(now), "restarts": job.restarts, "preemptions": job.preemptions,
+            "lost_steps": job.lost_steps, "t_s": now, "message": message,
         })
 
     def set_state(self, job: JobRecord, to: State, reason: str = "", message: str = "") -> None:
@@ -124,7 +170,8 @@ class SchedulerService(Service[SchedulerConfig]):
             counts[j.state.name] = counts.get(j.state.name, 0) + 1
         self.telemetry.publish("stats", {"t_s": self.clock.now(), "jobs": counts,
                                          "running_chips": sum(j.spec.count for j in self.jobs.values()
-                                                              if j.state == State.RUNNING)})
+                                                              if j.state == State.RUNNING),
+                                         "quarantined_chips": len(self.bad)})
 
     # -- broker -----------------------------------------------------------------------------------
     @property
@@ -134,8 +181,8 @@ class SchedulerService(Service[SchedulerConfig]):
     def _smd(self) -> tuple[tuple[str, str], ...]:
         return call_metadata(api_key=self.config.service_key)
 
-    async def inventory(self) -> broker_pb2.GetInventoryResponse:
-        if self._inventory is None:
+    async def inventory(self, fresh: bool = False) -> broker_pb2.GetInventoryResponse:
+        if self._inventory is None or fresh:
             try:
                 self._inventory = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(),
                                                                  metadata=self._smd(), timeout=10)
@@ -150,10 +197,52 @@ class SchedulerService(Service[SchedulerConfig]):
             out[s.chip_type] = out.get(s.chip_type, 0) + int(s.devices.end - s.devices.start)
         return out
 
+    async def layouts(self) -> dict[str, Layout]:
+        """Per chip type, where its devices sit: domains and the fabric's leaf groups."""
+        if self._layouts is not None:
+            return self._layouts
+        inv = await self.inventory()
+        spans: dict[str, list[tuple[int, int, int]]] = {}
+        for s in inv.shards:
+            spans.setdefault(s.chip_type, []).append((int(s.devices.start), int(s.devices.end),
+                                                      int(s.chips_per_domain) or 1))
+        topo_resp = None
+        try:
+            async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
+                topo_resp = await fabric_pb2_grpc.FabricServiceStub(ch).GetTopology(
+                    fabric_pb2.GetTopologyRequest(), metadata=self._smd(), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            log.warning("fabric topology unavailable; placing by scale-up domains only", error=err.details())
+        out: dict[str, Layout] = {}
+        for chip, ss in spans.items():
+            start, end, dom = min(s[0] for s in ss), max(s[1] for s in ss), ss[0][2]
+            n = end - start
+            lay = Layout.uniform(n, dom, 1, offset=start)
+            if topo_resp is not None and topo_resp.chip_type == chip and int(topo_resp.chips) == n:
+                tiers = 3 if any(tr.tier == "spine-core" for tr in topo_resp.tiers) else 2
+                topo = build_topology(TopologyConfig(chip=chip, count=n, system=topo_resp.system or None,
+                                                     tiers=tiers, oversubscription=topo_resp.oversubscription or 1.0))
+                lay = Layout.from_topology(topo, offset=start)
+            out[chip] = lay
+        self._layouts = out
+        return out
+
+    async def weight(self, tenant: str) -> float:
+        w = self._weights.get(tenant)
+        if w is None or time.monotonic() - w[1] > 30:
+            try:
+                r = await self.broker.GetTenant(broker_pb2.GetTenantRequest(name=tenant), metadata=self._smd(),
+                                                timeout=10)
+                self._weights[tenant] = w = (float(r.tenant.weight) or 1.0, time.monotonic())
+            except grpc.aio.AioRpcError:
+                return w[0] if w is not None else 1.0
+        return w[0]
+
     # -- dispatch ---------------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
         while True:
-            await self._kick.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=1.0)
             self._kick.clear()
             try:
                 await self._dispatch()
@@ -162,43 +251,131 @@ class SchedulerService(Service[SchedulerConfig]):
                 await asyncio.sleep(0.5)
                 self._kick.set()
 
-    async def _dispatch(self) -> None:
-        queued = sorted((j for j in self.jobs.values() if j.state == State.QUEUED),
-                        key=lambda j: (-j.priority, self.seq[j.job_id]))
-        blocked_by: JobRecord | None = None
-        for job in queued:
-            if blocked_by is not None:
-                reason = f"waiting behind {blocked_by.name} (priority {blocked_by.priority})"
-                if job.reason != reason:
-                    job.reason = reason
-                    self.notify(job, "event", reason)
-                continue
-            if not await self._place(job):
-                blocked_by = job
+    def _estimated_end(self, job: JobRecord, now: float) -> float:
+        left = max(job.steps_total - job.step, 0) * job.mean_step_s()
+        return now + left + (checkpoint.restart_s(job.spec) if job.resume_pending else 0.0)
 
-    async def _place(self, job: JobRecord) -> bool:
-        """Try to allocate the job's gang; True if it is now running."""
+    async def _dispatch(self) -> None:
+        queued = [j for j in self.jobs.values() if j.state == State.QUEUED]
+        if not queued:
+            return
+        now = self.clock.now()
+        await self._check_health(now)
+        inv = await self.inventory(fresh=True)
+        layouts = await self.layouts()
+        free = {c: np.zeros(lay.n_devices, dtype=bool) for c, lay in layouts.items()}
+        for r in inv.free:
+            for c, lay in layouts.items():
+                a, b = max(int(r.start), lay.offset), min(int(r.end), lay.offset + lay.n_devices)
+                if a < b:
+                    free[c][a - lay.offset:b - lay.offset] = True
+        for dev, until in list(self.bad.items()):
+            if until is not None and until <= now:
+                del self.bad[dev]
+                continue
+            for c, lay in layouts.items():
+                if lay.offset <= dev < lay.offset + lay.n_devices:
+                    free[c][dev - lay.offset] = False
+        running = []
+        for j in self.jobs.values():
+            devs = self._devices.get(j.job_id)
+            if j.state in RUN_STATES and devs is not None:
+                draining = bool(j.preempt_reason)
+                end = (now + checkpoint.write_s(j.spec) if draining else self._estimated_end(j, now))
+                running.append(Running(j.job_id, j.tenant, j.queue, j.priority, j.spec.chip, devs, end,
+                                       j.started_s, j.borrowing, draining, checkpoint.write_s(j.spec)))
+        pending = [Pending(j.job_id, j.tenant, j.queue, j.priority, self.seq[j.job_id], j.spec.chip, j.spec.count,
+                           j.spec.tp, self._estimated_end(j, now) - now) for j in queued]
+        tenants = {j.tenant for j in self.jobs.values()}
+        weights = {t: await self.weight(t) for t in tenants}
+        usage: dict[str, float] = {}
+        for j in self.jobs.values():
+            usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
+        d = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=self.queues,
+                   weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
+        for victim, reason in d.preempt:
+            vj = self.jobs[victim]
+            if not vj.preempt_reason:
+                vj.preempt_reason = reason
+                self.notify(vj, "event", f"eviction requested: {reason}")
+        for job_id, why in d.reasons.items():
+            job = self.jobs[job_id]
+            job.reserved_start_s = d.reserved.get(job_id, 0.0)
+            if job.reason != why:
+                job.reason = why
+                self.notify(job, "event", why)
+        for job_id, devs, borrowing in d.place:
+            job = self.jobs[job_id]
+            if job.state != State.QUEUED:
+                continue
+            await self._place(job, devs, borrowing, layouts[job.spec.chip])
+
+    async def _check_health(self, now: float) -> None:
+        """Give quarantined devices of real faults back once their chip shard reports them healthy."""
+        real = sorted(d for d, u in self.bad.items() if u is None)
+        if not real or time.monotonic() - self._health_checked < 1.0:
+            return
+        self._health_checked = time.monotonic()
+        inv = await self.inventory()
+        for s in inv.shards:
+            mine = [d for d in real if s.devices.start <= d < s.devices.end]
+            if not mine:
+                continue
+            try:
+                async with grpc.aio.insecure_channel(s.endpoint) as ch:
+                    r = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(chip_pb2.ListDevicesRequest(
+                        devices=convert.range_msgs(_ranges(np.array(mine))), page_size=len(mine)),
+                        metadata=self._smd(), timeout=10)
+            except grpc.aio.AioRpcError as err:
+                log.warning("device health check failed", shard=s.endpoint, error=err.details())
+                continue
+            for dev in r.devices:
+                if dev.state != chip_pb2.Device.STATE_FAILED:
+                    self.bad.pop(int(dev.id), None)
+
+    async def _failed_devices(self, devices: np.ndarray) -> list[int]:
+        """Which of a gang's devices the chip service reports failed now."""
+        inv = await self.inventory()
+        out: list[int] = []
+        for s in inv.shards:
+            mine = devices[(devices >= s.devices.start) & (devices < s.devices.end)]
+            if not mine.size:
+                continue
+            try:
+                async with grpc.aio.insecure_channel(s.endpoint) as ch:
+                    r = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(chip_pb2.ListDevicesRequest(
+                        devices=convert.range_msgs(_ranges(mine)), page_size=int(mine.size)),
+                        metadata=self._smd(), timeout=10)
+            except grpc.aio.AioRpcError:
+                continue
+            out += [int(d.id) for d in r.devices if d.state == chip_pb2.Device.STATE_FAILED]
+        return out
+
+    async def _place(self, job: JobRecord, devices: np.ndarray, borrowing: bool, layout: Layout) -> bool:
+        """Allocate exactly ``devices`` for the job's gang; True if it is now running."""
         spec = job.spec
-        self.set_state(job, State.PLACING, "allocating chips through the broker")
-        dom = get_system(spec.system).chips
-        # Whole scale-up domains (or one domain), so TP groups never straddle two domains.
-        topo = (broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN if spec.count <= dom or spec.count % dom == 0
-                else broker_pb2.TOPOLOGY_CONSTRAINT_NONE)
+        self.set_state(job, State.PLACING, f"allocating {spec.count} {spec.chip} chips through the broker")
         try:
             resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-                chip_type=spec.chip, count=spec.count, topology=topo, purpose=job.name, tenant=job.tenant,
+                chip_type=spec.chip, count=spec.count, topology=broker_pb2.TOPOLOGY_CONSTRAINT_NONE,
+                purpose=job.name, tenant=job.tenant, devices=convert.range_msgs(_ranges(devices)),
             ), metadata=self._smd(), timeout=30)
         except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                self.set_state(job, State.QUEUED, f"waiting for {spec.count} {spec.chip} chips: {err.details()}")
-                return False
             self.set_state(job, State.QUEUED, f"broker refused placement ({err.code().name}): {err.details()}")
-            await asyncio.sleep(0.5)
+            if err.code() not in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION):
+                await asyncio.sleep(0.5)
             return False
         inst = resp.instance
         job.instance = inst.name
-        devices = np.concatenate([np.arange(r.start, r.end) for r in inst.devices])
-        self.set_state(job, State.RUNNING, "", f"placed on {inst.device_count} chips ({inst.name})")
+        job.borrowing = borrowing
+        job.reserved_start_s = 0.0
+        st = placement_stats(layout, devices, tp=spec.tp, cp=spec.cp, dp=spec.dp, pp=spec.pp)
+        job.placement_domains, job.placement_leaf_groups = st.domains, st.leaf_groups
+        job.dp_spine_crossings = st.dp_spine_crossings
+        self._devices[job.job_id] = devices
+        self.set_state(job, State.RUNNING, "", f"placed on {inst.device_count} chips ({inst.name}): "
+                       f"{st.domains} domains, {st.leaf_groups} leaf groups, {st.dp_spine_crossings} DP spine "
+                       f"crossings{' (borrowed quota)' if borrowing else ''}")
         if not job.started_s:
             job.started_s = self.clock.now()
         self._running[job.job_id] = asyncio.create_task(self._run(job, devices, resp.capability,
@@ -213,8 +390,22 @@ class SchedulerService(Service[SchedulerConfig]):
                            fabric=inv.fabric_endpoint, capability=lambda: str(cap["token"]), clock=self.clock)
         structlog.contextvars.bind_contextvars(job_id=job.job_id)
         t = max(self.clock.now(), job.started_s)
+        pause = checkpoint.pause_s(job.plan)
+        write = checkpoint.write_s(job.spec)
+        durable: tuple[int, float] | None = None  # (step, virtual time the async write completes)
         try:
+            if job.resume_pending:
+                cost = checkpoint.restart_s(job.spec)
+                self.notify(job, "event", f"restarting: relaunch and read the step-{job.step} checkpoint "
+                                          f"({cost:.1f} s)")
+                await self.clock.sleep_until(t + cost)
+                t += cost
+                job.restart_s += cost
+                job.resume_pending = False
             while job.step < job.steps_total and job.state == State.RUNNING:
+                if job.preempt_reason:
+                    await self._evict(job, t, durable, pause, write)
+                    return
                 if float(cap["expires"]) - time.time() < 60:
                     r = await self.broker.RefreshCapability(
                         broker_pb2.RefreshCapabilityRequest(instance=job.instance), metadata=self._smd(), timeout=10)
@@ -224,25 +415,29 @@ class SchedulerService(Service[SchedulerConfig]):
                     break
                 account(job, res)
                 t = res.end_s
+                if durable is not None and durable[1] <= t:
+                    job.last_checkpoint_step = durable[0]
+                    durable = None
+                    self.save(job)
+                self._maybe_fail(job, devices, res.breakdown.step_time_s)
                 if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
                     self.notify(job, "progress")
-                if job.checkpoint_interval_steps and job.step % job.checkpoint_interval_steps == 0:
-                    job.last_checkpoint_step = job.step
-                    self.save(job)
-            if job.state == State.RUNNING:
+                if (job.checkpoint_interval_steps and job.step % job.checkpoint_interval_steps == 0
+                        and job.step < job.steps_total):
+                    self.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
+                                   f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
+                    await self.clock.sleep_until(t + pause)
+                    t += pause
+                    job.checkpoint_pause_s += pause
+                    start_write = max(t, durable[1]) if durable is not None else t
+                    durable = (job.step, start_write + write)
+                    if job.state == State.CHECKPOINTING:
+                        self.set_state(job, State.RUNNING)
+            if job.state == State.RUNNING and job.step >= job.steps_total:
                 job.last_checkpoint_step = job.step
                 self.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
         except StepFailed as exc:
-            lost = job.step - job.last_checkpoint_step
-            if job.restarts >= job.max_restarts:
-                self.set_state(job, State.FAILED, f"{exc.cause}; max_restarts ({job.max_restarts}) reached")
-            else:
-                job.restarts += 1
-                self.set_state(job, State.RESTARTING, f"{exc.cause}; restarting from step "
-                               f"{job.last_checkpoint_step} ({lost} steps lost)")
-                job.step = job.last_checkpoint_step
-                job.tokens = job.step * job.spec.tokens_per_step
-                self.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
+            await self._on_failure(job, devices, exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -252,7 +447,61 @@ class SchedulerService(Service[SchedulerConfig]):
         finally:
             await runner.close()
             self._running.pop(job.job_id, None)
+            self._devices.pop(job.job_id, None)
             await self._release(job)
+
+    def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
+        """The failure model: interrupt this step with the probability of its chip-seconds."""
+        fm = self.failure_model
+        if fm is None or self.rng.random() >= fm.p_interrupt(job.spec.count, step_s):
+            return
+        cause, effect = fm.draw_cause(self.rng)
+        dev = int(devices[int(self.rng.integers(devices.size))])
+        raise StepFailed(f"{cause} on device {dev} (failure model)", [dev], effect, modelled=True)
+
+    async def _on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed) -> None:
+        now = self.clock.now()
+        bad = list(exc.devices)
+        if not exc.modelled and exc.effect == "device":
+            bad = sorted(set(bad) | set(await self._failed_devices(devices)))
+        if exc.effect == "host" and bad:
+            dom = int(get_system_chips(job))
+            bad = sorted({d // dom * dom + k for d in bad for k in range(dom)})
+        if exc.effect in ("device", "host"):
+            for d in bad:
+                self.bad[int(d)] = (now + self.config.repair_s) if exc.modelled else None
+        lost = job.step - job.last_checkpoint_step
+        job.failures += 1
+        job.lost_steps += lost
+        job.lost_s += lost * job.mean_step_s()
+        where = f" (devices {', '.join(map(str, bad[:8]))}{'...' if len(bad) > 8 else ''} excluded)" if bad else ""
+        if job.restarts >= job.max_restarts:
+            self.set_state(job, State.FAILED, f"{exc.cause}; max_restarts ({job.max_restarts}) reached; "
+                           f"{lost} steps since the checkpoint at step {job.last_checkpoint_step} lost")
+            return
+        job.restarts += 1
+        self.set_state(job, State.RESTARTING, f"{exc.cause}; restarting from step "
+                       f"{job.last_checkpoint_step} ({lost} steps lost){where}")
+        job.step = job.last_checkpoint_step
+        job.tokens = job.step * job.spec.tokens_per_step
+        job.resume_pending = True
+        self.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
+
+    async def _evict(self, job: JobRecord, t: float, durable: tuple[int, float] | None, pause: float,
+                     write: float) -> None:
+        """Preemption: checkpoint synchronously (pause + write after any write in flight), then requeue."""
+        reason = job.preempt_reason
+        self.set_state(job, State.CHECKPOINTING, reason, f"{reason}: writing a checkpoint at step {job.step} "
+                       f"({pause + write:.1f} s) before releasing the chips")
+        end = max(t + pause, durable[1] if durable is not None else 0.0) + write
+        await self.clock.sleep_until(end)
+        job.checkpoint_pause_s += end - t
+        job.last_checkpoint_step = job.step
+        job.preemptions += 1
+        job.preempt_reason = ""
+        job.resume_pending = True
+        self.set_state(job, State.PREEMPTED, reason)
+        self.set_state(job, State.QUEUED, f"requeued after preemption ({reason})")
 
     async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float) -> Any:
         """Run a step; a service that is briefly unavailable (restarting) delays the step, it does
@@ -278,6 +527,7 @@ class SchedulerService(Service[SchedulerConfig]):
         except grpc.aio.AioRpcError as err:
             log.warning("release failed", job=job.name, instance=job.instance, error=err.details())
         job.instance = ""
+        job.borrowing = False
         self.save(job)
         self._kick.set()
 
@@ -298,9 +548,27 @@ class SchedulerService(Service[SchedulerConfig]):
     def unwatch(self, job: JobRecord, q: asyncio.Queue[tuple[str, str]]) -> None:
         self._watchers.get(job.job_id, set()).discard(q)
 
+    def queue_msg(self, q: QueueSpec) -> scheduler_pb2.Queue:
+        used: dict[str, int] = {}
+        borrowed: dict[str, int] = {}
+        for j in self.jobs.values():
+            if j.tenant == q.tenant and j.queue == q.queue and j.state in RUN_STATES and j.instance:
+                used[j.spec.chip] = used.get(j.spec.chip, 0) + j.spec.count
+                if j.borrowing:
+                    borrowed[j.spec.chip] = borrowed.get(j.spec.chip, 0) + j.spec.count
+        return scheduler_pb2.Queue(name=f"{q.tenant}/queues/{q.queue}", cohort=q.cohort, quota=dict(q.quota),
+                                   used=used, borrowed=borrowed)
 
-def job_msg(job: JobRecord, spec_msg: Any) -> scheduler_pb2.Job:
+
+def get_system_chips(job: JobRecord) -> int:
+    from gigacluster.hw.catalog import get_system
+
+    return get_system(job.spec.system).chips
+
+
+def job_msg(job: JobRecord, spec_msg: Any, now_s: float = 0.0) -> scheduler_pb2.Job:
     n = max(job.step, 1)
+    running = job.state in RUN_STATES and bool(job.instance)
     return scheduler_pb2.Job(
         name=job.name, tenant=job.tenant, display_name=job.display_name, queue=job.queue, priority=job.priority,
         spec=spec_msg, state=int(job.state), reason=job.reason, steps_total=job.steps_total, step=job.step,
@@ -310,8 +578,14 @@ def job_msg(job: JobRecord, spec_msg: Any) -> scheduler_pb2.Job:
         eta_s=job.eta_s, created_s=job.created_s, started_s=job.started_s, finished_s=job.finished_s,
         instance=job.instance, restarts=job.restarts, max_restarts=job.max_restarts,
         checkpoint_interval_steps=job.checkpoint_interval_steps, last_checkpoint_step=job.last_checkpoint_step,
-        goodput=job.goodput, compute_s=job.compute_s_sum / n, exposed_comm_s=job.exposed_comm_s_sum / n,
-        bubble_s=job.bubble_s_sum / n,
+        goodput=job.goodput_at(now_s), compute_s=job.compute_s_sum / n, exposed_comm_s=job.exposed_comm_s_sum / n,
+        bubble_s=job.bubble_s_sum / n, preemptions=job.preemptions, lost_steps=job.lost_steps, lost_s=job.lost_s,
+        checkpoint_pause_s=job.checkpoint_pause_s, restart_s=job.restart_s, borrowing=job.borrowing,
+        placement_domains=job.placement_domains if running else 0,
+        placement_leaf_groups=job.placement_leaf_groups if running else 0,
+        dp_spine_crossings=job.dp_spine_crossings if running else 0,
+        estimated_end_s=(now_s + job.eta_s) if running else 0.0,
+        reserved_start_s=job.reserved_start_s if job.state == State.QUEUED else 0.0, failures=job.failures,
     )
 
 
@@ -327,7 +601,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         spec = self._spec_msgs.get(job.job_id)
         if spec is None:
             spec = self._spec_msgs[job.job_id] = spec_to_proto(job.spec_dict)
-        return job_msg(job, spec)
+        return job_msg(job, spec, self.svc.clock.now())
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self.svc.auth.principal(context)
@@ -403,3 +677,55 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
                 yield scheduler_pb2.WatchJobResponse(job=self._msg(job), kind=kind, message=message)
         finally:
             self.svc.unwatch(job, q)
+
+    async def UpdateQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self.svc.auth.principal(context)
+        if not p.privileged:
+            raise PermissionDenied("only the admin sets queue quotas", reason="ADMIN_ONLY")
+        q = request.queue
+        m = QUEUE_NAME_RE.match(q.name)
+        if m is None:
+            raise InvalidArgument("queue.name", f"must look like 'tenants/<tenant>/queues/<queue>', got {q.name!r}")
+        if q.cohort and not COHORT_RE.match(q.cohort):
+            raise InvalidArgument("queue.cohort", f"lowercase letters, digits and '-', got {q.cohort!r}")
+        known = chip_names()
+        for chip, n in q.quota.items():
+            if chip not in known:
+                raise InvalidArgument("queue.quota", f"unknown chip {chip!r}; allowed: {', '.join(known)}")
+            if n > 100_000_000:
+                raise InvalidArgument("queue.quota", f"{chip}: at most 100000000 chips, got {n}")
+        spec = QueueSpec(f"tenants/{m.group(1)}", m.group(2), q.cohort,
+                         tuple(sorted((c, int(n)) for c, n in q.quota.items())))
+        self.svc.queues[(spec.tenant, spec.queue)] = spec
+        self.svc.save_queues()
+        self.svc._kick.set()
+        log.info("queue updated", queue=q.name, cohort=q.cohort, quota=dict(q.quota))
+        return scheduler_pb2.UpdateQueueResponse(queue=self.svc.queue_msg(spec))
+
+    async def ListQueues(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self.svc.auth.principal(context)
+        qs = sorted((q for q in self.svc.queues.values() if p.privileged or q.tenant == p.tenant),
+                    key=lambda q: (q.tenant, q.queue))
+        items, token = convert.page(qs, request.page_size, request.page_token)
+        return scheduler_pb2.ListQueuesResponse(queues=[self.svc.queue_msg(q) for q in items],  # type: ignore[arg-type]
+                                                next_page_token=token)
+
+    async def GetTenantUsage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self.svc.auth.principal(context)
+        tenant = request.tenant or p.tenant
+        if not tenant:
+            raise InvalidArgument("tenant", "required for the admin: 'tenants/<id>'")
+        if not tenant.startswith("tenants/") or len(tenant) <= 8:
+            raise InvalidArgument("tenant", f"must look like 'tenants/<id>', got {tenant!r}")
+        if not p.privileged and tenant != p.tenant:
+            raise PermissionDenied("only the admin reads another tenant's usage", reason="OTHER_TENANT")
+        mine = [j for j in self.svc.jobs.values() if j.tenant == tenant]
+        total_h = sum(j.chip_hours for j in self.svc.jobs.values())
+        run = [j for j in mine if j.state in RUN_STATES and j.instance]
+        usage = common_pb2.Usage(energy_it_j=sum(j.energy_it_j for j in mine),
+                                 energy_facility_j=sum(j.energy_facility_j for j in mine),
+                                 chip_hours=sum(j.chip_hours for j in mine), cost_usd=sum(j.cost_usd for j in mine))
+        return scheduler_pb2.GetTenantUsageResponse(
+            tenant=tenant, usage=usage, jobs=len(mine), running_jobs=len(run),
+            running_chips=sum(j.spec.count for j in run), weight=await self.svc.weight(tenant),
+            chip_hours_share=usage.chip_hours / total_h if total_h else 0.0)

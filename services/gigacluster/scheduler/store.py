@@ -62,6 +62,18 @@ class JobStore:
             out.append((int(seq), d))
         return out
 
+    def get_meta(self, key: str) -> str | None:
+        if self.db is None:
+            return None
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        if self.db is None:
+            return
+        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+
     def close(self) -> None:
         if self.db is not None:
             self.db.close()

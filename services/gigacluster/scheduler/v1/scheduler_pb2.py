@@ -25,13 +25,19 @@ _sym_db = _symbol_database.Default()
 from gigacluster.common.v1 import common_pb2 as gigacluster_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(gigacluster/scheduler/v1/scheduler.proto\x12\x18gigacluster.scheduler.v1\x1a\"gigacluster/common/v1/common.proto\">\n\tBatchSpec\x12\x14\n\x0cglobal_batch\x18\x01 \x01(\x04\x12\x1b\n\x13global_batch_tokens\x18\x02 \x01(\x04\"m\n\x0fParallelismSpec\x12\n\n\x02tp\x18\x01 \x01(\r\x12\n\n\x02pp\x18\x02 \x01(\r\x12\n\n\x02\x64p\x18\x03 \x01(\r\x12\n\n\x02\x63p\x18\x04 \x01(\r\x12\x17\n\x0fmicrobatch_size\x18\x05 \x01(\r\x12\x11\n\trecompute\x18\x06 \x01(\t\";\n\x0cHardwareSpec\x12\x0c\n\x04\x63hip\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0e\n\x06system\x18\x03 \x01(\t\"\xd6\x02\n\x0cTrainingSpec\x12\x37\n\x05model\x18\x01 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x32\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32#.gigacluster.scheduler.v1.BatchSpec\x12>\n\x0bparallelism\x18\x03 \x01(\x0b\x32).gigacluster.scheduler.v1.ParallelismSpec\x12\x38\n\x08hardware\x18\x04 \x01(\x0b\x32&.gigacluster.scheduler.v1.HardwareSpec\x12\x33\n\tprecision\x18\x05 \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06tokens\x18\x06 \x01(\x04\x12\r\n\x05steps\x18\x07 \x01(\x04\x12\x0b\n\x03pue\x18\x08 \x01(\x01\"\xe5\x06\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x34\n\x04spec\x18\x06 \x01(\x0b\x32&.gigacluster.scheduler.v1.TrainingSpec\x12\x32\n\x05state\x18\x07 \x01(\x0e\x32#.gigacluster.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x13\n\x0bsteps_total\x18\t \x01(\x04\x12\x0c\n\x04step\x18\n \x01(\x04\x12\x0e\n\x06tokens\x18\x0b \x01(\x01\x12\x18\n\x10last_step_time_s\x18\x0c \x01(\x01\x12\x1d\n\x15predicted_step_time_s\x18\r \x01(\x01\x12\x0b\n\x03mfu\x18\x0e \x01(\x01\x12+\n\x05usage\x18\x0f \x01(\x0b\x32\x1c.gigacluster.common.v1.Usage\x12\r\n\x05\x65ta_s\x18\x10 \x01(\x01\x12\x11\n\tcreated_s\x18\x11 \x01(\x01\x12\x11\n\tstarted_s\x18\x12 \x01(\x01\x12\x12\n\nfinished_s\x18\x13 \x01(\x01\x12\x10\n\x08instance\x18\x14 \x01(\t\x12\x10\n\x08restarts\x18\x15 \x01(\r\x12\x14\n\x0cmax_restarts\x18\x16 \x01(\r\x12!\n\x19\x63heckpoint_interval_steps\x18\x17 \x01(\x04\x12\x1c\n\x14last_checkpoint_step\x18\x18 \x01(\x04\x12\x0f\n\x07goodput\x18\x19 \x01(\x01\x12\x11\n\tcompute_s\x18\x1a \x01(\x01\x12\x16\n\x0e\x65xposed_comm_s\x18\x1b \x01(\x01\x12\x10\n\x08\x62ubble_s\x18\x1c \x01(\x01\"\xd6\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x11\n\rSTATE_PLACING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x17\n\x13STATE_CHECKPOINTING\x10\x04\x12\x14\n\x10STATE_RESTARTING\x10\x05\x12\x13\n\x0fSTATE_PREEMPTED\x10\x06\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x07\x12\x10\n\x0cSTATE_FAILED\x10\x08\x12\x13\n\x0fSTATE_CANCELLED\x10\t\"\xcc\x01\n\x10SubmitJobRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x34\n\x04spec\x18\x04 \x01(\x0b\x32&.gigacluster.scheduler.v1.TrainingSpec\x12!\n\x19\x63heckpoint_interval_steps\x18\x05 \x01(\x04\x12\x14\n\x0cmax_restarts\x18\x06 \x01(\r\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"?\n\x11SubmitJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x0eGetJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"|\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.gigacluster.scheduler.v1.Job.State\"X\n\x10ListJobsResponse\x12+\n\x04jobs\x18\x01 \x03(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x11\x43\x61ncelJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"\x1f\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"]\n\x10WatchJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t2\x83\x04\n\x10SchedulerService\x12\x64\n\tSubmitJob\x12*.gigacluster.scheduler.v1.SubmitJobRequest\x1a+.gigacluster.scheduler.v1.SubmitJobResponse\x12[\n\x06GetJob\x12\'.gigacluster.scheduler.v1.GetJobRequest\x1a(.gigacluster.scheduler.v1.GetJobResponse\x12\x61\n\x08ListJobs\x12).gigacluster.scheduler.v1.ListJobsRequest\x1a*.gigacluster.scheduler.v1.ListJobsResponse\x12\x64\n\tCancelJob\x12*.gigacluster.scheduler.v1.CancelJobRequest\x1a+.gigacluster.scheduler.v1.CancelJobResponse\x12\x63\n\x08WatchJob\x12).gigacluster.scheduler.v1.WatchJobRequest\x1a*.gigacluster.scheduler.v1.WatchJobResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(gigacluster/scheduler/v1/scheduler.proto\x12\x18gigacluster.scheduler.v1\x1a\"gigacluster/common/v1/common.proto\">\n\tBatchSpec\x12\x14\n\x0cglobal_batch\x18\x01 \x01(\x04\x12\x1b\n\x13global_batch_tokens\x18\x02 \x01(\x04\"m\n\x0fParallelismSpec\x12\n\n\x02tp\x18\x01 \x01(\r\x12\n\n\x02pp\x18\x02 \x01(\r\x12\n\n\x02\x64p\x18\x03 \x01(\r\x12\n\n\x02\x63p\x18\x04 \x01(\r\x12\x17\n\x0fmicrobatch_size\x18\x05 \x01(\r\x12\x11\n\trecompute\x18\x06 \x01(\t\";\n\x0cHardwareSpec\x12\x0c\n\x04\x63hip\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0e\n\x06system\x18\x03 \x01(\t\"\xd6\x02\n\x0cTrainingSpec\x12\x37\n\x05model\x18\x01 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x32\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32#.gigacluster.scheduler.v1.BatchSpec\x12>\n\x0bparallelism\x18\x03 \x01(\x0b\x32).gigacluster.scheduler.v1.ParallelismSpec\x12\x38\n\x08hardware\x18\x04 \x01(\x0b\x32&.gigacluster.scheduler.v1.HardwareSpec\x12\x33\n\tprecision\x18\x05 \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06tokens\x18\x06 \x01(\x04\x12\r\n\x05steps\x18\x07 \x01(\x04\x12\x0b\n\x03pue\x18\x08 \x01(\x01\"\xfb\x08\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x34\n\x04spec\x18\x06 \x01(\x0b\x32&.gigacluster.scheduler.v1.TrainingSpec\x12\x32\n\x05state\x18\x07 \x01(\x0e\x32#.gigacluster.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x13\n\x0bsteps_total\x18\t \x01(\x04\x12\x0c\n\x04step\x18\n \x01(\x04\x12\x0e\n\x06tokens\x18\x0b \x01(\x01\x12\x18\n\x10last_step_time_s\x18\x0c \x01(\x01\x12\x1d\n\x15predicted_step_time_s\x18\r \x01(\x01\x12\x0b\n\x03mfu\x18\x0e \x01(\x01\x12+\n\x05usage\x18\x0f \x01(\x0b\x32\x1c.gigacluster.common.v1.Usage\x12\r\n\x05\x65ta_s\x18\x10 \x01(\x01\x12\x11\n\tcreated_s\x18\x11 \x01(\x01\x12\x11\n\tstarted_s\x18\x12 \x01(\x01\x12\x12\n\nfinished_s\x18\x13 \x01(\x01\x12\x10\n\x08instance\x18\x14 \x01(\t\x12\x10\n\x08restarts\x18\x15 \x01(\r\x12\x14\n\x0cmax_restarts\x18\x16 \x01(\r\x12!\n\x19\x63heckpoint_interval_steps\x18\x17 \x01(\x04\x12\x1c\n\x14last_checkpoint_step\x18\x18 \x01(\x04\x12\x0f\n\x07goodput\x18\x19 \x01(\x01\x12\x11\n\tcompute_s\x18\x1a \x01(\x01\x12\x16\n\x0e\x65xposed_comm_s\x18\x1b \x01(\x01\x12\x10\n\x08\x62ubble_s\x18\x1c \x01(\x01\x12\x13\n\x0bpreemptions\x18\x1d \x01(\r\x12\x12\n\nlost_steps\x18\x1e \x01(\x04\x12\x0e\n\x06lost_s\x18\x1f \x01(\x01\x12\x1a\n\x12\x63heckpoint_pause_s\x18  \x01(\x01\x12\x11\n\trestart_s\x18! \x01(\x01\x12\x11\n\tborrowing\x18\" \x01(\x08\x12\x19\n\x11placement_domains\x18# \x01(\r\x12\x1d\n\x15placement_leaf_groups\x18$ \x01(\r\x12\x1a\n\x12\x64p_spine_crossings\x18% \x01(\r\x12\x17\n\x0f\x65stimated_end_s\x18& \x01(\x01\x12\x18\n\x10reserved_start_s\x18\' \x01(\x01\x12\x10\n\x08\x66\x61ilures\x18( \x01(\r\"\xd6\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x11\n\rSTATE_PLACING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x17\n\x13STATE_CHECKPOINTING\x10\x04\x12\x14\n\x10STATE_RESTARTING\x10\x05\x12\x13\n\x0fSTATE_PREEMPTED\x10\x06\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x07\x12\x10\n\x0cSTATE_FAILED\x10\x08\x12\x13\n\x0fSTATE_CANCELLED\x10\t\"\xe6\x02\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\t\x12\x39\n\x05quota\x18\x03 \x03(\x0b\x32*.gigacluster.scheduler.v1.Queue.QuotaEntry\x12\x37\n\x04used\x18\x04 \x03(\x0b\x32).gigacluster.scheduler.v1.Queue.UsedEntry\x12?\n\x08\x62orrowed\x18\x05 \x03(\x0b\x32-.gigacluster.scheduler.v1.Queue.BorrowedEntry\x1a,\n\nQuotaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a+\n\tUsedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rBorrowedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"D\n\x12UpdateQueueRequest\x12.\n\x05queue\x18\x01 \x01(\x0b\x32\x1f.gigacluster.scheduler.v1.Queue\"E\n\x13UpdateQueueResponse\x12.\n\x05queue\x18\x01 \x01(\x0b\x32\x1f.gigacluster.scheduler.v1.Queue\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x12ListQueuesResponse\x12/\n\x06queues\x18\x01 \x03(\x0b\x32\x1f.gigacluster.scheduler.v1.Queue\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x15GetTenantUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xba\x01\n\x16GetTenantUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12+\n\x05usage\x18\x02 \x01(\x0b\x32\x1c.gigacluster.common.v1.Usage\x12\x0c\n\x04jobs\x18\x03 \x01(\r\x12\x14\n\x0crunning_jobs\x18\x04 \x01(\r\x12\x15\n\rrunning_chips\x18\x05 \x01(\x04\x12\x0e\n\x06weight\x18\x06 \x01(\x01\x12\x18\n\x10\x63hip_hours_share\x18\x07 \x01(\x01\"\xcc\x01\n\x10SubmitJobRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x34\n\x04spec\x18\x04 \x01(\x0b\x32&.gigacluster.scheduler.v1.TrainingSpec\x12!\n\x19\x63heckpoint_interval_steps\x18\x05 \x01(\x04\x12\x14\n\x0cmax_restarts\x18\x06 \x01(\r\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"?\n\x11SubmitJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x0eGetJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"|\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.gigacluster.scheduler.v1.Job.State\"X\n\x10ListJobsResponse\x12+\n\x04jobs\x18\x01 \x03(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x11\x43\x61ncelJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\"\x1f\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"]\n\x10WatchJobResponse\x12*\n\x03job\x18\x01 \x01(\x0b\x32\x1d.gigacluster.scheduler.v1.Job\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t2\xcd\x06\n\x10SchedulerService\x12\x64\n\tSubmitJob\x12*.gigacluster.scheduler.v1.SubmitJobRequest\x1a+.gigacluster.scheduler.v1.SubmitJobResponse\x12[\n\x06GetJob\x12\'.gigacluster.scheduler.v1.GetJobRequest\x1a(.gigacluster.scheduler.v1.GetJobResponse\x12\x61\n\x08ListJobs\x12).gigacluster.scheduler.v1.ListJobsRequest\x1a*.gigacluster.scheduler.v1.ListJobsResponse\x12\x64\n\tCancelJob\x12*.gigacluster.scheduler.v1.CancelJobRequest\x1a+.gigacluster.scheduler.v1.CancelJobResponse\x12\x63\n\x08WatchJob\x12).gigacluster.scheduler.v1.WatchJobRequest\x1a*.gigacluster.scheduler.v1.WatchJobResponse0\x01\x12j\n\x0bUpdateQueue\x12,.gigacluster.scheduler.v1.UpdateQueueRequest\x1a-.gigacluster.scheduler.v1.UpdateQueueResponse\x12g\n\nListQueues\x12+.gigacluster.scheduler.v1.ListQueuesRequest\x1a,.gigacluster.scheduler.v1.ListQueuesResponse\x12s\n\x0eGetTenantUsage\x12/.gigacluster.scheduler.v1.GetTenantUsageRequest\x1a\x30.gigacluster.scheduler.v1.GetTenantUsageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gigacluster.scheduler.v1.scheduler_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_QUEUE_QUOTAENTRY']._loaded_options = None
+  _globals['_QUEUE_QUOTAENTRY']._serialized_options = b'8\001'
+  _globals['_QUEUE_USEDENTRY']._loaded_options = None
+  _globals['_QUEUE_USEDENTRY']._serialized_options = b'8\001'
+  _globals['_QUEUE_BORROWEDENTRY']._loaded_options = None
+  _globals['_QUEUE_BORROWEDENTRY']._serialized_options = b'8\001'
   _globals['_BATCHSPEC']._serialized_start=106
   _globals['_BATCHSPEC']._serialized_end=168
   _globals['_PARALLELISMSPEC']._serialized_start=170
@@ -41,29 +47,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAININGSPEC']._serialized_start=343
   _globals['_TRAININGSPEC']._serialized_end=685
   _globals['_JOB']._serialized_start=688
-  _globals['_JOB']._serialized_end=1557
-  _globals['_JOB_STATE']._serialized_start=1343
-  _globals['_JOB_STATE']._serialized_end=1557
-  _globals['_SUBMITJOBREQUEST']._serialized_start=1560
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1764
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=1766
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=1829
-  _globals['_GETJOBREQUEST']._serialized_start=1831
-  _globals['_GETJOBREQUEST']._serialized_end=1860
-  _globals['_GETJOBRESPONSE']._serialized_start=1862
-  _globals['_GETJOBRESPONSE']._serialized_end=1922
-  _globals['_LISTJOBSREQUEST']._serialized_start=1924
-  _globals['_LISTJOBSREQUEST']._serialized_end=2048
-  _globals['_LISTJOBSRESPONSE']._serialized_start=2050
-  _globals['_LISTJOBSRESPONSE']._serialized_end=2138
-  _globals['_CANCELJOBREQUEST']._serialized_start=2140
-  _globals['_CANCELJOBREQUEST']._serialized_end=2172
-  _globals['_CANCELJOBRESPONSE']._serialized_start=2174
-  _globals['_CANCELJOBRESPONSE']._serialized_end=2237
-  _globals['_WATCHJOBREQUEST']._serialized_start=2239
-  _globals['_WATCHJOBREQUEST']._serialized_end=2270
-  _globals['_WATCHJOBRESPONSE']._serialized_start=2272
-  _globals['_WATCHJOBRESPONSE']._serialized_end=2365
-  _globals['_SCHEDULERSERVICE']._serialized_start=2368
-  _globals['_SCHEDULERSERVICE']._serialized_end=2883
+  _globals['_JOB']._serialized_end=1835
+  _globals['_JOB_STATE']._serialized_start=1621
+  _globals['_JOB_STATE']._serialized_end=1835
+  _globals['_QUEUE']._serialized_start=1838
+  _globals['_QUEUE']._serialized_end=2196
+  _globals['_QUEUE_QUOTAENTRY']._serialized_start=2058
+  _globals['_QUEUE_QUOTAENTRY']._serialized_end=2102
+  _globals['_QUEUE_USEDENTRY']._serialized_start=2104
+  _globals['_QUEUE_USEDENTRY']._serialized_end=2147
+  _globals['_QUEUE_BORROWEDENTRY']._serialized_start=2149
+  _globals['_QUEUE_BORROWEDENTRY']._serialized_end=2196
+  _globals['_UPDATEQUEUEREQUEST']._serialized_start=2198
+  _globals['_UPDATEQUEUEREQUEST']._serialized_end=2266
+  _globals['_UPDATEQUEUERESPONSE']._serialized_start=2268
+  _globals['_UPDATEQUEUERESPONSE']._serialized_end=2337
+  _globals['_LISTQUEUESREQUEST']._serialized_start=2339
+  _globals['_LISTQUEUESREQUEST']._serialized_end=2397
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=2399
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=2493
+  _globals['_GETTENANTUSAGEREQUEST']._serialized_start=2495
+  _globals['_GETTENANTUSAGEREQUEST']._serialized_end=2534
+  _globals['_GETTENANTUSAGERESPONSE']._serialized_start=2537
+  _globals['_GETTENANTUSAGERESPONSE']._serialized_end=2723
+  _globals['_SUBMITJOBREQUEST']._serialized_start=2726
+  _globals['_SUBMITJOBREQUEST']._serialized_end=2930
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=2932
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=2995
+  _globals['_GETJOBREQUEST']._serialized_start=2997
+  _globals['_GETJOBREQUEST']._serialized_end=3026
+  _globals['_GETJOBRESPONSE']._serialized_start=3028
+  _globals['_GETJOBRESPONSE']._serialized_end=3088
+  _globals['_LISTJOBSREQUEST']._serialized_start=3090
+  _globals['_LISTJOBSREQUEST']._serialized_end=3214
+  _globals['_LISTJOBSRESPONSE']._serialized_start=3216
+  _globals['_LISTJOBSRESPONSE']._serialized_end=3304
+  _globals['_CANCELJOBREQUEST']._serialized_start=3306
+  _globals['_CANCELJOBREQUEST']._serialized_end=3338
+  _globals['_CANCELJOBRESPONSE']._serialized_start=3340
+  _globals['_CANCELJOBRESPONSE']._serialized_end=3403
+  _globals['_WATCHJOBREQUEST']._serialized_start=3405
+  _globals['_WATCHJOBREQUEST']._serialized_end=3436
+  _globals['_WATCHJOBRESPONSE']._serialized_start=3438
+  _globals['_WATCHJOBRESPONSE']._serialized_end=3531
+  _globals['_SCHEDULERSERVICE']._serialized_start=3534
+  _globals['_SCHEDULERSERVICE']._serialized_end=4379
 # @@protoc_insertion_point(module_scope)

@@ -63,7 +63,7 @@ class TrainingSpec(_message.Message):
     def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s")
+    __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s", "preemptions", "lost_steps", "lost_s", "checkpoint_pause_s", "restart_s", "borrowing", "placement_domains", "placement_leaf_groups", "dp_spine_crossings", "estimated_end_s", "reserved_start_s", "failures")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Job.State]
@@ -114,6 +114,18 @@ class Job(_message.Message):
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     EXPOSED_COMM_S_FIELD_NUMBER: _ClassVar[int]
     BUBBLE_S_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LOST_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LOST_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PAUSE_S_FIELD_NUMBER: _ClassVar[int]
+    RESTART_S_FIELD_NUMBER: _ClassVar[int]
+    BORROWING_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_LEAF_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    DP_SPINE_CROSSINGS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_END_S_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_START_S_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     display_name: str
@@ -142,7 +154,106 @@ class Job(_message.Message):
     compute_s: float
     exposed_comm_s: float
     bubble_s: float
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., reason: _Optional[str] = ..., steps_total: _Optional[int] = ..., step: _Optional[int] = ..., tokens: _Optional[float] = ..., last_step_time_s: _Optional[float] = ..., predicted_step_time_s: _Optional[float] = ..., mfu: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., eta_s: _Optional[float] = ..., created_s: _Optional[float] = ..., started_s: _Optional[float] = ..., finished_s: _Optional[float] = ..., instance: _Optional[str] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., checkpoint_interval_steps: _Optional[int] = ..., last_checkpoint_step: _Optional[int] = ..., goodput: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ...) -> None: ...
+    preemptions: int
+    lost_steps: int
+    lost_s: float
+    checkpoint_pause_s: float
+    restart_s: float
+    borrowing: bool
+    placement_domains: int
+    placement_leaf_groups: int
+    dp_spine_crossings: int
+    estimated_end_s: float
+    reserved_start_s: float
+    failures: int
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., reason: _Optional[str] = ..., steps_total: _Optional[int] = ..., step: _Optional[int] = ..., tokens: _Optional[float] = ..., last_step_time_s: _Optional[float] = ..., predicted_step_time_s: _Optional[float] = ..., mfu: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., eta_s: _Optional[float] = ..., created_s: _Optional[float] = ..., started_s: _Optional[float] = ..., finished_s: _Optional[float] = ..., instance: _Optional[str] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., checkpoint_interval_steps: _Optional[int] = ..., last_checkpoint_step: _Optional[int] = ..., goodput: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., lost_steps: _Optional[int] = ..., lost_s: _Optional[float] = ..., checkpoint_pause_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., borrowing: _Optional[bool] = ..., placement_domains: _Optional[int] = ..., placement_leaf_groups: _Optional[int] = ..., dp_spine_crossings: _Optional[int] = ..., estimated_end_s: _Optional[float] = ..., reserved_start_s: _Optional[float] = ..., failures: _Optional[int] = ...) -> None: ...
+
+class Queue(_message.Message):
+    __slots__ = ("name", "cohort", "quota", "used", "borrowed")
+    class QuotaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class UsedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class BorrowedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COHORT_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cohort: str
+    quota: _containers.ScalarMap[str, int]
+    used: _containers.ScalarMap[str, int]
+    borrowed: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., cohort: _Optional[str] = ..., quota: _Optional[_Mapping[str, int]] = ..., used: _Optional[_Mapping[str, int]] = ..., borrowed: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class UpdateQueueResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues", "next_page_token")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[Queue]
+    next_page_token: str
+    def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetTenantUsageRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class GetTenantUsageResponse(_message.Message):
+    __slots__ = ("tenant", "usage", "jobs", "running_jobs", "running_chips", "weight", "chip_hours_share")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_CHIPS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CHIP_HOURS_SHARE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    usage: _common_pb2.Usage
+    jobs: int
+    running_jobs: int
+    running_chips: int
+    weight: float
+    chip_hours_share: float
+    def __init__(self, tenant: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ..., running_chips: _Optional[int] = ..., weight: _Optional[float] = ..., chip_hours_share: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("display_name", "queue", "priority", "spec", "checkpoint_interval_steps", "max_restarts", "request_id")

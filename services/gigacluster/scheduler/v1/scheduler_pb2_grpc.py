@@ -62,6 +62,21 @@ class SchedulerServiceStub:
                 request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobResponse.FromString,
                 _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/gigacluster.scheduler.v1.SchedulerService/UpdateQueue',
+                request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueResponse.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/gigacluster.scheduler.v1.SchedulerService/ListQueues',
+                request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.GetTenantUsage = channel.unary_unary(
+                '/gigacluster.scheduler.v1.SchedulerService/GetTenantUsage',
+                request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -102,6 +117,27 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateQueue(self, request, context):
+        """Create or replace a tenant's queue: quota per chip type and cohort (admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Queues with their quota and current use (a tenant sees its own; admin all), paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenantUsage(self, request, context):
+        """Energy, cost and chip-hours of a tenant's jobs, and its fair share (the tenant or admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -129,6 +165,21 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobRequest.FromString,
                     response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobResponse.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueRequest.FromString,
+                    response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesRequest.FromString,
+                    response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'GetTenantUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenantUsage,
+                    request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.FromString,
+                    response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +320,87 @@ class SchedulerService:
             '/gigacluster.scheduler.v1.SchedulerService/WatchJob',
             gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobRequest.SerializeToString,
             gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.WatchJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.scheduler.v1.SchedulerService/UpdateQueue',
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueRequest.SerializeToString,
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.UpdateQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.scheduler.v1.SchedulerService/ListQueues',
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenantUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.scheduler.v1.SchedulerService/GetTenantUsage',
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.SerializeToString,
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
