@@ -70,6 +70,7 @@ class SchedulerService(Service[SchedulerConfig]):
         self._inventory: broker_pb2.GetInventoryResponse | None = None
         self._layouts: dict[str, Layout] | None = None
         self._idempotency: dict[tuple[str, str], str] = {}
+        self._orphans: list[str] = []  # instances held by jobs when the scheduler died: released on start
         self.queues: dict[tuple[str, str], QueueSpec] = {}
         self._weights: dict[str, tuple[float, float]] = {}  # tenant -> (weight, fetched at wall time)
         # quarantined devices: id -> virtual time it is back (None: until the chip service says healthy)
@@ -124,6 +125,8 @@ class SchedulerService(Service[SchedulerConfig]):
                 job.state = State.QUEUED
                 job.resume_pending = job.step > 0 or job.resume_pending
                 job.reason = f"scheduler restarted; resuming from checkpoint at step {job.step} ({lost} steps lost)"
+                if job.instance:
+                    self._orphans.append(job.instance)
                 job.instance = ""
                 self.store.save(job, seq)
         if self.jobs:
@@ -256,6 +259,16 @@ class SchedulerService(Service[SchedulerConfig]):
         return now + left + (checkpoint.restart_s(job.spec) if job.resume_pending else 0.0)
 
     async def _dispatch(self) -> None:
+        while self._orphans:
+            inst = self._orphans[0]
+            try:
+                await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst), metadata=self._smd(),
+                                                  timeout=30)
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise Unavailable(f"cannot release {inst} of the previous run yet: {err.details()}") from err
+            self._orphans.pop(0)
+            log.info("released an instance held before the restart", instance=inst)
         queued = [j for j in self.jobs.values() if j.state == State.QUEUED]
         if not queued:
             return
