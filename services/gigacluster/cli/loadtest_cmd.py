@@ -1,0 +1,62 @@
+"""``gigacluster loadtest SCENARIO [--duration S] [--out DIR]``: run an open-loop load scenario
+(loadtest/*.yaml) against a running cluster and report HDR percentiles, a table and a PNG.
+
+Credentials as every client command (``Client.connect``: ``--api-key``, ``GIGACLUSTER_API_KEY`` or
+the file ``gigacluster up`` writes); the admin key (``GIGACLUSTER_ADMIN_KEY`` or that file) is
+needed only for scenarios with more than one tenant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+from gigacluster.client import Client, load_credentials
+from gigacluster.errors import DomainError
+from gigacluster.loadtest import report, runner, scenario
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("loadtest", help="run an open-loop load scenario against a running cluster")
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (see loadtest/)")
+    p.add_argument("--duration", type=float, default=None, metavar="S", help="override the scenario's duration_s")
+    p.add_argument("--out", default="", metavar="DIR", help="output directory (default loadtest-out/<name>-<time>)")
+    p.add_argument("--http", default="", metavar="URL",
+                   help="router's OpenAI-compatible base URL for HTTP streams (default http://<router host>:8000)")
+    p.add_argument("--cluster", default="local", help="cluster whose credentials to read (default local)")
+    p.add_argument("--api-key", default=None, help="tenant API key (default: GIGACLUSTER_API_KEY or credentials)")
+    p.set_defaults(handler=run)
+
+
+def target_from(args: argparse.Namespace) -> runner.Target:
+    client = Client.connect(api_key=args.api_key, cluster=args.cluster)
+    creds = load_credentials(args.cluster)
+    admin = os.environ.get("GIGACLUSTER_ADMIN_KEY") or creds.get("admin_key")
+    http = args.http or f"http://{client.endpoints.router.rpartition(':')[0]}:8000"
+    return runner.Target(client.endpoints, client.api_key, admin, http)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sc = scenario.load(args.scenario)
+        if args.duration is not None:
+            sc = sc.with_duration(args.duration)
+    except (DomainError, OSError) as exc:
+        print(f"gigacluster loadtest: {exc}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out or f"loadtest-out/{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        result = asyncio.run(runner.run(sc, target_from(args), progress=lambda m: print(m, file=sys.stderr)))
+    except DomainError as exc:
+        print(f"gigacluster loadtest: {exc}", file=sys.stderr)
+        return 2
+    summary = report.summarize(sc, result.results, wall_s=result.wall_s)
+    paths = report.write(out, sc, summary, result.results)
+    print(report.table(summary))
+    print(f"\n{len(result.results)} arrivals, {result.wall_s:.1f} s wall; wrote " + ", ".join(str(p) for p in paths))
+    return 0
