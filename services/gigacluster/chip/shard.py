@@ -73,6 +73,11 @@ class ChipShard:
         self.thermal_clock = np.ones(n)
         self.power_w = np.full(n, chip.idle_w)
         self.utilization = np.zeros(n)
+        # The last booked work item per device: work is booked when scheduled (possibly ahead of the
+        # clock), and these let busy time and energy be reported as accrued up to a given time.
+        self._item_start_s = np.full(n, start_s)
+        self._item_end_s = np.full(n, start_s)
+        self._item_above_j = np.zeros(n)
         self._last_tick_s = start_s
         self._last_busy_s = np.zeros(n)
         self._last_above_j = np.zeros(n)
@@ -131,6 +136,9 @@ class ChipShard:
         self.busy_until_s[idx] = end
         self.busy_s[idx] += duration
         self.above_idle_j[idx] += above
+        self._item_start_s[idx] = start
+        self._item_end_s[idx] = end
+        self._item_above_j[idx] = above
         return ExecResult(start, end, above * idx.size, clock)
 
     # -- faults -----------------------------------------------------------------------------------
@@ -151,23 +159,37 @@ class ChipShard:
         return n
 
     # -- time -------------------------------------------------------------------------------------
+    def _pending_fraction(self, now_s: float) -> np.ndarray:
+        """Share of each device's last booked item still ahead of ``now_s`` (0 when done)."""
+        dur = self._item_end_s - self._item_start_s
+        ahead = np.clip(self._item_end_s - now_s, 0.0, None)
+        return np.divide(ahead, dur, out=np.zeros_like(dur), where=dur > 0).clip(0.0, 1.0)
+
+    def accrued(self, now_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """(busy seconds, energy above idle) of each device accrued up to ``now_s``: booked work minus
+        the part of the last item that lies in the future."""
+        pending = self._pending_fraction(now_s)
+        return (self.busy_s - pending * (self._item_end_s - self._item_start_s),
+                self.above_idle_j - pending * self._item_above_j)
+
     def energy_j(self, now_s: float) -> np.ndarray:
-        """Energy drawn by each device since the shard started (idle floor plus work above idle)."""
-        return self.chip.idle_w * max(now_s - self.start_s, 0.0) + self.above_idle_j
+        """Energy drawn by each device up to ``now_s`` (idle floor plus work above idle, as accrued)."""
+        return self.chip.idle_w * max(now_s - self.start_s, 0.0) + self.accrued(now_s)[1]
 
     def tick(self, now_s: float) -> ShardSnapshot:
         """Advance thermal state to ``now_s`` and return the shard's aggregates."""
         dt = now_s - self._last_tick_s
         if dt > 0:
-            busy = np.minimum((self.busy_s - self._last_busy_s) / dt, 1.0)
-            above_w = (self.above_idle_j - self._last_above_j) / dt
+            busy_s, above_j = self.accrued(now_s)
+            busy = np.clip((busy_s - self._last_busy_s) / dt, 0.0, 1.0)
+            above_w = np.clip((above_j - self._last_above_j) / dt, 0.0, None)
             self.utilization = busy
             self.power_w = np.minimum(self.chip.idle_w + above_w, self.chip.tdp_w)
             self.temp_c = thermal.thermal_step(self.thermal, self.temp_c, self.power_w, dt)
             self.thermal_clock = thermal.clock_factor(self.thermal, self.temp_c)
             self._last_tick_s = now_s
-            self._last_busy_s = self.busy_s.copy()
-            self._last_above_j = self.above_idle_j.copy()
+            self._last_busy_s = busy_s
+            self._last_above_j = above_j
         st = self.state()
         return ShardSnapshot(
             now_s=now_s,
@@ -178,7 +200,7 @@ class ChipShard:
             mean_utilization=float(self.utilization.mean()),
             power_w=float(self.power_w.sum()),
             energy_j=float(self.energy_j(now_s).sum()),
-            busy_s=float(self.busy_s.sum()),
+            busy_s=float(self.accrued(now_s)[0].sum()),
             max_temperature_c=float(self.temp_c.max()),
             mean_clock_factor=float(self.clock.mean()),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import pathlib
 import tempfile
 import time
@@ -42,7 +43,7 @@ def _prompt(rng: np.random.Generator, i: int) -> str:
 
 
 async def _inference(gc: Client, n: int, duration_s: float, speedup: float, progress: Progress,
-                     task: Any) -> list[str]:
+                     task: Any, requests: list[dict[str, float]]) -> list[str]:
     """Poisson arrivals (open loop) over ``duration_s`` virtual seconds; returns error strings."""
     rng = np.random.default_rng(7)
     gaps = rng.exponential(duration_s / n, size=n) / speedup
@@ -50,9 +51,11 @@ async def _inference(gc: Client, n: int, duration_s: float, speedup: float, prog
 
     async def one(i: int) -> None:
         try:
-            async for _chunk in gc.generate(f"deployments/{DEFAULT_MODEL['deployment_id']}", _prompt(rng, i),
-                                            max_tokens=int(rng.integers(32, 128))):
-                pass
+            async for chunk in gc.generate(f"deployments/{DEFAULT_MODEL['deployment_id']}", _prompt(rng, i),
+                                           max_tokens=int(rng.integers(32, 128))):
+                if chunk.HasField("usage"):
+                    u = chunk.usage
+                    requests.append({"ttft_s": u.ttft_s, "e2e_s": u.e2e_s, "tokens": u.completion_tokens})
         except Exception as exc:  # noqa: BLE001 - reported, the demo goes on
             errors.append(f"request {i}: {exc}")
         progress.advance(task)
@@ -73,6 +76,19 @@ async def _watch(gc: Client, name: str, progress: Progress, task: Any) -> schedu
                         description=f"training {name} [{scheduler_pb2.Job.State.Name(job.state)[6:].lower()}]")
     assert job is not None
     return job
+
+
+async def _record(stack: Stack, path: pathlib.Path) -> None:
+    """Append every telemetry message of the demo's cluster to ``path`` (as the admin MQTT user)."""
+    import aiomqtt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    host, _, port = stack.mqtt.rpartition(":")
+    with path.open("a") as f:
+        async with aiomqtt.Client(host, int(port), username="admin", password=stack.mqtt_admin_password) as c:
+            await c.subscribe(f"gigacluster/{stack.cfg.cluster}/#")
+            async for msg in c.messages:
+                f.write(json.dumps({"topic": str(msg.topic), "payload": json.loads(bytes(msg.payload))}) + "\n")
 
 
 def _pct(s: Any) -> str:
@@ -101,14 +117,30 @@ async def demo(args: argparse.Namespace) -> int:
                               TimeElapsedColumn(), console=console) as progress:
                     jt = progress.add_task(f"training {job.name}", total=job.steps_total)
                     it = progress.add_task("inference requests", total=args.requests)
+                    requests: list[dict[str, float]] = []
+                    recorder = (asyncio.create_task(_record(stack, pathlib.Path(args.record) / "run.jsonl"))
+                                if args.record else None)
                     final, errors = await asyncio.gather(
                         _watch(gc, job.name, progress, jt),
-                        _inference(gc, args.requests, duration, cfg.speedup, progress, it))
+                        _inference(gc, args.requests, duration, cfg.speedup, progress, it, requests))
+                    if recorder is not None:
+                        await asyncio.sleep(2.0)  # the last telemetry ticks (1 s interval)
+                        recorder.cancel()
+                        await asyncio.gather(recorder, return_exceptions=True)
                 stats = (await gc.router.GetStats(router_pb2.GetStatsRequest(
                     deployment=f"deployments/{DEFAULT_MODEL['deployment_id']}"), metadata=gc.md)).deployments[0]
                 md = call_metadata(api_key=stack.admin_key)
                 chips = await gc.chip.GetStats(chip_pb2.GetStatsRequest(), metadata=md)
             _report(console, final, predicted, stats, chips, errors, time.monotonic() - t0)
+            if args.record:
+                out = pathlib.Path(args.record)
+                with (out / "run.jsonl").open("a") as f:
+                    for r in requests:
+                        f.write(json.dumps({"request": r}) + "\n")
+                from gigacluster.report import load, render
+
+                page = render(load((out / "run.jsonl").read_text().splitlines()), out, title="gigacluster demo")
+                console.print(f"plots and report: {page}")
         finally:
             await stack.stop()
     return 0 if final.state == scheduler_pb2.Job.STATE_SUCCEEDED else 1

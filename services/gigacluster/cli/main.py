@@ -10,7 +10,18 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gigacluster.cli import client_cmds, estimate_collective, estimate_infer, estimate_train, planning, serve, up
+from gigacluster.cli import (
+    client_cmds,
+    estimate_collective,
+    estimate_infer,
+    estimate_train,
+    health,
+    mqtt_files,
+    planning,
+    report_cmds,
+    serve,
+    up,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     up.register(sub)
     client_cmds.register(sub)
+    report_cmds.register(sub)
+    health.register(sub)
+    mqtt_files.register(sub)
     return parser
 
 

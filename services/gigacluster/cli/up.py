@@ -59,7 +59,9 @@ def register(subparsers: Any) -> None:
     add_stack_args(d)
     d.set_defaults(handler=run_demo)
     d.add_argument("--requests", type=int, default=48, help="inference requests in the burst (default 48)")
-    d.add_argument("--job", default="", help="job file (default: examples/train-llama3-8b-small.yaml)")
+    d.add_argument("--job", default="", help="job file (default: examples/demo-train-h100.yaml)")
+    d.add_argument("--record", default="", metavar="DIR",
+                   help="also record the run's telemetry and write plots and report.html into DIR")
 
 
 async def bring_up(stack: Stack, *, deploy: bool = True) -> str:
