@@ -27,9 +27,9 @@ steps: 2
 
 
 async def test_short_scenario_against_the_stack(stack: Stack, tenant: Client, tmp_path: pathlib.Path) -> None:
-    """Poisson-timed generations (4/s over 3 s: the seeded timeline's 14) and 2 uniform job submissions run open-loop: each
-    generation streams exactly max_tokens tokens with TTFT < end-to-end and a positive virtual TTFT, both jobs
-    are accepted, and afterwards the run's deployment is deleted and its jobs have ended (cancelled or done)."""
+    """Poisson-timed generations (4/s over 3 s: the seeded timeline's 14) and 2 uniform job submissions run
+    open-loop: each generation streams exactly max_tokens tokens with TTFT < end-to-end and a positive
+    virtual TTFT, both jobs are accepted, and afterwards the deployment is deleted and the jobs have ended."""
     job = tmp_path / "job.yaml"
     job.write_text(JOB)
     sc = scenario.parse({

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from gigacluster.errors import InvalidArgument
-from gigacluster.loadtest import drivers, report, schedule, scenario
+from gigacluster.loadtest import drivers, report, scenario, schedule
 from gigacluster.loadtest.drivers import Result
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
