@@ -22,7 +22,9 @@ def _hist(values: Sequence[float]) -> dict[str, float]:
     h = LatencyHistogram()
     arr = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
     h.record_many(arr)
-    return h.summary()
+    out = h.summary()
+    # HDR reports a bucket's upper edge (3 significant digits); never above the exact maximum.
+    return {k: (min(v, out["max"]) if k.startswith("p") else v) for k, v in out.items()}
 
 
 def summarize(scenario: Scenario, results: Sequence[Result], *, wall_s: float) -> dict[str, Any]:
