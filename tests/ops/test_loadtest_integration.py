@@ -46,7 +46,8 @@ async def test_short_scenario_against_the_stack(stack: Stack, tenant: Client, tm
     train = [r for r in run.results if r.stream == 1]
     assert len(chat) == int((schedule.build(sc).stream == 0).sum()) == 14 and len(train) == 2
     assert all(r.ok for r in run.results), [(r.status, r.detail) for r in run.results if not r.ok]
-    assert all(r.tokens == 8 and 0 < r.ttft_s < r.e2e_s and r.virtual_ttft_s > 0 for r in chat)
+    assert all(r.tokens == 8 and 0 < r.ttft_s <= r.e2e_s and r.virtual_ttft_s > 0 for r in chat), [
+        (r.tokens, r.ttft_s, r.e2e_s, r.virtual_ttft_s) for r in chat]
     summary = report.summarize(sc, run.results, wall_s=run.wall_s)
     assert summary["streams"][0]["ok"] == 14 and summary["streams"][0]["ttft"]["count"] == 14
     with pytest.raises(grpc.aio.AioRpcError) as ei:
