@@ -543,6 +543,23 @@ class ReplicaEngine:
         return est
 
     # ----------------------------------------------------------------------------- scheduling
+    def ready_since_s(self) -> float:
+        """Earliest virtual time the next iteration may start, given what is queued now.
+
+        ``-inf`` when only running sequences are left (continuous batching starts the next iteration
+        as the last one ends); with requests waiting, the latest of their arrivals (for a handed-off
+        request, when its KV cache landed), so no request joins an iteration that began before it
+        arrived; ``inf`` when idle. A live driver starts at ``max(end of the last iteration,
+        min(now, ready_since_s()))``, so its own wake-up latency does not stretch virtual time.
+        """
+        t = -math.inf
+        for dq in self._waiting.values():
+            for seq in dq:
+                t = max(t, seq.first_tok_s if seq.kv_ready else float(seq.req.arrival_s))
+        if t == -math.inf and not self._active.any():
+            return math.inf
+        return t
+
     @property
     def busy(self) -> bool:
         """True while an iteration is in flight (between next_iteration and complete)."""

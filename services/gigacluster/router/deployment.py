@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable
 
 import grpc
@@ -76,10 +75,6 @@ class Replica:
         self.channel = grpc.aio.insecure_channel(endpoint)
         self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
         self.energy_j = 0.0
-        # Earliest virtual time of work handed over while this replica idled (a KV cache that
-        # landed before the router noticed): the next iteration is backdated to it, as the chip
-        # service backdates a late call.
-        self.ready_s = math.inf
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
 
     @property
@@ -90,19 +85,19 @@ class Replica:
     def first_device(self) -> int:
         return self.devices[0][0]
 
-    def hand_over(self, stream: Stream, ready_s: float) -> None:
-        """Take a request admitted to this replica's engine whose KV cache landed at ``ready_s``."""
+    def hand_over(self, stream: Stream) -> None:
+        """Take a request already admitted to this replica's engine (its KV cache has landed)."""
         stream.owner = self
         self.streams[stream.req.id] = stream
-        self.ready_s = min(self.ready_s, ready_s)
         self.wake.set()
 
     async def run(self, on_finish: Callable[[TokenEvent, Stream], None]) -> None:
         t_free = self.clock.now()
         ranges = convert.range_msgs(self.devices)
         while True:
-            start = max(t_free, min(self.clock.now(), self.ready_s))
-            self.ready_s = math.inf
+            # In virtual time the next iteration starts when the last one ended or when work arrived,
+            # never later because this task woke late (the chip service backdates the call to it).
+            start = max(t_free, min(self.clock.now(), self.engine.ready_since_s()))
             it = self.engine.next_iteration(start)
             if it is None:
                 self.wake.clear()
@@ -308,7 +303,7 @@ class LiveDeployment:
             cached_tokens=s.cached_tokens, kv_transfer_s=end - ev.time_s))
         stream.req = req
         dst.engine.admit(req, end)
-        dst.hand_over(stream, end)
+        dst.hand_over(stream)
         first = dataclasses.replace(ev, time_s=end, finished=False, finish_reason="", summary=None)
         stream.last_token_s = end
         stream.queue.put_nowait(first)
