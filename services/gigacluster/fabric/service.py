@@ -264,7 +264,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         return fabric_pb2.GetTopologyResponse(
             chip_type=s["chip"], system=s["system"], chips=s["chips"], switches=s["switches"], links=s["links"],
             chips_per_domain=s["chips_per_domain"], oversubscription=s["oversubscription"],
-            bisection_Bps=s["bisection_Bps"], now_s=self.svc.clock.now(),
+            bisection_Bps=s["bisection_Bps"], now_s=self.svc.clock.now(), switch=s["switch"],
+            nic=self.svc.config.nic, switch_tiers=s["switch_tiers"], routing=s["routing"],
             tiers=[fabric_pb2.TierSummary(tier=t["tier"], links=t["links"], capacity_Bps=t["capacity_Bps"])
                    for t in s["tiers"]],
         )

@@ -222,9 +222,11 @@ class SchedulerService(Service[SchedulerConfig]):
             n = end - start
             lay = Layout.uniform(n, dom, 1, offset=start)
             if topo_resp is not None and topo_resp.chip_type == chip and int(topo_resp.chips) == n:
-                tiers = 3 if any(tr.tier == "spine-core" for tr in topo_resp.tiers) else 2
-                topo = build_topology(TopologyConfig(chip=chip, count=n, system=topo_resp.system or None,
-                                                     tiers=tiers, oversubscription=topo_resp.oversubscription or 1.0))
+                tiers = topo_resp.switch_tiers or (3 if any(tr.tier == "spine-core" for tr in topo_resp.tiers) else 2)
+                topo = build_topology(TopologyConfig(
+                    chip=chip, count=n, system=topo_resp.system or None, tiers=tiers,
+                    oversubscription=topo_resp.oversubscription or 1.0, switch=topo_resp.switch or "tomahawk5",
+                    nic=topo_resp.nic or None, routing=topo_resp.routing or "ecmp"))
                 lay = Layout.from_topology(topo, offset=start)
             out[chip] = lay
         self._layouts = out

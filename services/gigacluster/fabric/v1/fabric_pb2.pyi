@@ -51,7 +51,7 @@ class TierSummary(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., links: _Optional[int] = ..., capacity_Bps: _Optional[float] = ...) -> None: ...
 
 class GetTopologyResponse(_message.Message):
-    __slots__ = ("chip_type", "system", "chips", "switches", "links", "chips_per_domain", "tiers", "oversubscription", "bisection_Bps", "now_s")
+    __slots__ = ("chip_type", "system", "chips", "switches", "links", "chips_per_domain", "tiers", "oversubscription", "bisection_Bps", "now_s", "switch", "nic", "switch_tiers", "routing")
     CHIP_TYPE_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     CHIPS_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,10 @@ class GetTopologyResponse(_message.Message):
     OVERSUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     BISECTION_BPS_FIELD_NUMBER: _ClassVar[int]
     NOW_S_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_TIERS_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FIELD_NUMBER: _ClassVar[int]
     chip_type: str
     system: str
     chips: int
@@ -72,7 +76,11 @@ class GetTopologyResponse(_message.Message):
     oversubscription: float
     bisection_Bps: float
     now_s: float
-    def __init__(self, chip_type: _Optional[str] = ..., system: _Optional[str] = ..., chips: _Optional[int] = ..., switches: _Optional[int] = ..., links: _Optional[int] = ..., chips_per_domain: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., oversubscription: _Optional[float] = ..., bisection_Bps: _Optional[float] = ..., now_s: _Optional[float] = ...) -> None: ...
+    switch: str
+    nic: str
+    switch_tiers: int
+    routing: str
+    def __init__(self, chip_type: _Optional[str] = ..., system: _Optional[str] = ..., chips: _Optional[int] = ..., switches: _Optional[int] = ..., links: _Optional[int] = ..., chips_per_domain: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., oversubscription: _Optional[float] = ..., bisection_Bps: _Optional[float] = ..., now_s: _Optional[float] = ..., switch: _Optional[str] = ..., nic: _Optional[str] = ..., switch_tiers: _Optional[int] = ..., routing: _Optional[str] = ...) -> None: ...
 
 class Link(_message.Message):
     __slots__ = ("name", "tier", "state", "capacity_Bps", "utilization", "active_flows", "bytes_carried")
