@@ -32,7 +32,7 @@ from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import chip_names
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
+from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_limiter
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.server import Service
@@ -59,7 +59,8 @@ class SchedulerService(Service[SchedulerConfig]):
 
     def __init__(self, config: SchedulerConfig) -> None:
         super().__init__(config)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
+                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.jobs: dict[str, JobRecord] = {}
         self.seq: dict[str, int] = {}
         self._ids = itertools.count(1)
