@@ -113,6 +113,9 @@ async def test_flood_sheds_cleanly_with_retry_after_and_bounded_state(stack: Sta
     retry = [_retry_after_s(e) for e in errs]
     assert min(retry) > 0 and max(retry) < 60  # model-based estimate of the backlog, not a constant
     assert max(depth_seen) <= 4 + 8  # running + queued never exceed max_batch + max_queue
+    print(f"\nflood: {len(done)} served, {len(errs)} RESOURCE_EXHAUSTED, "
+          f"retry-after {min(retry):.3f}-{max(retry):.3f} s, "
+          f"max running+queued {max(depth_seen)}, router RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB")
     # 5x the offered load of the warm-up flood, memory flat: nothing is kept per rejected request.
     assert rss1 - rss0 < 16 * 2**20, f"router RSS grew {(rss1 - rss0) / 2**20:.1f} MiB"
     st = (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
