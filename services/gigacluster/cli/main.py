@@ -16,6 +16,7 @@ from gigacluster.cli import (
     estimate_infer,
     estimate_train,
     health,
+    loadtest_cmd,
     mqtt_files,
     planning,
     report_cmds,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmds.register(sub)
     health.register(sub)
     mqtt_files.register(sub)
+    loadtest_cmd.register(sub)
     return parser
 
 

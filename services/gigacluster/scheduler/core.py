@@ -101,6 +101,8 @@ class JobRecord:
     dp_spine_crossings: int = 0
     reserved_start_s: float = 0.0
     resume_pending: bool = False  # the next placement pays the restart cost (relaunch + checkpoint read)
+    performance_alert: str = ""  # likely cause while steps run slower than the model (scheduler/diagnose.py)
+    slowdown: float = 0.0
     preempt_reason: str = ""  # set by the dispatcher: evict after the current step
 
     @property

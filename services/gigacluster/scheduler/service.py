@@ -35,9 +35,12 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_limiter
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.core import TERMINAL, JobRecord, State, validate_submission
+from gigacluster.scheduler.diagnose import CAUSES, Expected, Observed, diagnose
+from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.placement import Layout, get_policy, placement_stats
 from gigacluster.scheduler.policy import Pending, QueueSpec, Running, decide
@@ -59,6 +62,9 @@ class SchedulerService(Service[SchedulerConfig]):
 
     def __init__(self, config: SchedulerConfig) -> None:
         super().__init__(config)
+        self._expected: dict[str, Expected] = {}
+        self._loss_events: dict[str, int] = {}
+        self.registry.register(FunctionCollector(self.metrics))
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
                                limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.jobs: dict[str, JobRecord] = {}
@@ -431,6 +437,7 @@ class SchedulerService(Service[SchedulerConfig]):
                     break
                 account(job, res)
                 t = res.end_s
+                await self._check_performance(job, res, runner)
                 if durable is not None and durable[1] <= t:
                     job.last_checkpoint_step = durable[0]
                     durable = None
@@ -465,6 +472,79 @@ class SchedulerService(Service[SchedulerConfig]):
             self._running.pop(job.job_id, None)
             self._devices.pop(job.job_id, None)
             await self._release(job)
+
+    def expected(self, job: JobRecord) -> Expected:
+        """The model's step for this job on an idle cluster (cached)."""
+        exp = self._expected.get(job.job_id)
+        if exp is None:
+            from gigacluster.model.training import estimate_train
+
+            est = estimate_train(job.spec)
+            exp = self._expected[job.job_id] = Expected(est.step_time_s, est.breakdown.compute_s, dict(est.comm_s))
+        return exp
+
+    async def _check_performance(self, job: JobRecord, res: Any, runner: JobRunner) -> None:
+        """Flag a step slower than the model and name the likely cause: a WatchJob line, an MQTT alert and a
+        Prometheus counter. Queries the chips and links only when the step is already slow."""
+        exp = self.expected(job)
+        bd = res.breakdown
+        if bd.step_time_s <= exp.step_s * (1 + DRIFT_THRESHOLD):
+            if job.performance_alert:
+                job.performance_alert, job.slowdown = "", 0.0
+                self.notify(job, "event", "performance back to the model's prediction")
+            return
+        if job.performance_alert and job.step % 10:
+            return  # already flagged; re-diagnose every 10 steps
+        slow, n, degraded = 0, 0, {}
+        md = self._smd()
+        try:
+            for ep, rs in runner.shard_ranges:
+                async with grpc.aio.insecure_channel(ep) as ch:
+                    st = await chip_pb2_grpc.ChipServiceStub(ch).GetStats(
+                        chip_pb2.GetStatsRequest(devices=convert.range_msgs(rs)), metadata=md, timeout=10)
+                slow += int(st.throttled) + int(st.failed)
+                n += int(st.devices)
+            async with grpc.aio.insecure_channel(runner.fabric_ep) as ch:
+                ls = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(fabric_pb2.GetLinkStatsRequest(),
+                                                                             metadata=md, timeout=10)
+            degraded = {t.tier: int(t.links_down + t.links_degraded) for t in ls.tiers}
+        except grpc.aio.AioRpcError as err:
+            log.warning("performance diagnosis incomplete", job=job.name, error=err.details())
+        d = diagnose(exp, Observed(bd.step_time_s, bd.compute_s, res.comm_s, n, slow, 0.0, degraded))
+        if d is None:
+            return
+        job.performance_alert, job.slowdown = f"{d.cause}: {d.detail}", d.slowdown
+        self._loss_events[d.cause] = self._loss_events.get(d.cause, 0) + 1
+        msg = f"performance loss: step {d.slowdown * 100:+.0f}% vs the model; likely cause {d.cause}: {d.detail}"
+        log.warning("performance loss", job=job.name, cause=d.cause, slowdown=d.slowdown)
+        self.notify(job, "event", msg)
+        tenant = job.tenant.removeprefix("tenants/")
+        self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/alerts", {
+            "job": job.name, "event": "performance_loss", "cause": d.cause, "detail": d.detail,
+            "slowdown": d.slowdown, "step": job.step, "t_s": self.clock.now()})
+
+    def metrics(self) -> list[Any]:
+        """Jobs by state, per running job its step time, model step time and slowdown, and loss events."""
+        jobs = gauge("gigacluster_jobs", "Jobs by state.", ["state"])
+        counts: dict[str, int] = {s.name.lower(): 0 for s in State}
+        for j in self.jobs.values():
+            counts[j.state.name.lower()] += 1
+        for st_name, c in counts.items():
+            jobs.add_metric([st_name], float(c))
+        step = gauge("gigacluster_job_step_time_seconds", "Last step time of a running job.", ["job", "tenant"])
+        model = gauge("gigacluster_job_predicted_step_time_seconds", "Model step time of a running job.",
+                      ["job", "tenant"])
+        slow = gauge("gigacluster_job_slowdown", "Step time over the model's, minus 1 (0 when on model).",
+                     ["job", "tenant"])
+        for j in self.jobs.values():
+            if j.state == State.RUNNING:
+                step.add_metric([j.name, j.tenant], j.last_step_time_s)
+                model.add_metric([j.name, j.tenant], j.predicted_step_time_s)
+                slow.add_metric([j.name, j.tenant], j.slowdown)
+        loss = gauge("gigacluster_performance_loss_events", "Performance-loss diagnoses by cause.", ["cause"])
+        for cause in CAUSES:
+            loss.add_metric([cause], float(self._loss_events.get(cause, 0)))
+        return [jobs, step, model, slow, loss]
 
     def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
         """The failure model: interrupt this step with the probability of its chip-seconds."""

@@ -63,7 +63,7 @@ class TrainingSpec(_message.Message):
     def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s", "preemptions", "lost_steps", "lost_s", "checkpoint_pause_s", "restart_s", "borrowing", "placement_domains", "placement_leaf_groups", "dp_spine_crossings", "estimated_end_s", "reserved_start_s", "failures")
+    __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s", "preemptions", "lost_steps", "lost_s", "checkpoint_pause_s", "restart_s", "borrowing", "placement_domains", "placement_leaf_groups", "dp_spine_crossings", "estimated_end_s", "reserved_start_s", "failures", "performance_alert", "slowdown")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Job.State]
@@ -126,6 +126,8 @@ class Job(_message.Message):
     ESTIMATED_END_S_FIELD_NUMBER: _ClassVar[int]
     RESERVED_START_S_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PERFORMANCE_ALERT_FIELD_NUMBER: _ClassVar[int]
+    SLOWDOWN_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     display_name: str
@@ -166,7 +168,9 @@ class Job(_message.Message):
     estimated_end_s: float
     reserved_start_s: float
     failures: int
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., reason: _Optional[str] = ..., steps_total: _Optional[int] = ..., step: _Optional[int] = ..., tokens: _Optional[float] = ..., last_step_time_s: _Optional[float] = ..., predicted_step_time_s: _Optional[float] = ..., mfu: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., eta_s: _Optional[float] = ..., created_s: _Optional[float] = ..., started_s: _Optional[float] = ..., finished_s: _Optional[float] = ..., instance: _Optional[str] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., checkpoint_interval_steps: _Optional[int] = ..., last_checkpoint_step: _Optional[int] = ..., goodput: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., lost_steps: _Optional[int] = ..., lost_s: _Optional[float] = ..., checkpoint_pause_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., borrowing: _Optional[bool] = ..., placement_domains: _Optional[int] = ..., placement_leaf_groups: _Optional[int] = ..., dp_spine_crossings: _Optional[int] = ..., estimated_end_s: _Optional[float] = ..., reserved_start_s: _Optional[float] = ..., failures: _Optional[int] = ...) -> None: ...
+    performance_alert: str
+    slowdown: float
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., display_name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[TrainingSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., reason: _Optional[str] = ..., steps_total: _Optional[int] = ..., step: _Optional[int] = ..., tokens: _Optional[float] = ..., last_step_time_s: _Optional[float] = ..., predicted_step_time_s: _Optional[float] = ..., mfu: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., eta_s: _Optional[float] = ..., created_s: _Optional[float] = ..., started_s: _Optional[float] = ..., finished_s: _Optional[float] = ..., instance: _Optional[str] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., checkpoint_interval_steps: _Optional[int] = ..., last_checkpoint_step: _Optional[int] = ..., goodput: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., lost_steps: _Optional[int] = ..., lost_s: _Optional[float] = ..., checkpoint_pause_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., borrowing: _Optional[bool] = ..., placement_domains: _Optional[int] = ..., placement_leaf_groups: _Optional[int] = ..., dp_spine_crossings: _Optional[int] = ..., estimated_end_s: _Optional[float] = ..., reserved_start_s: _Optional[float] = ..., failures: _Optional[int] = ..., performance_alert: _Optional[str] = ..., slowdown: _Optional[float] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "cohort", "quota", "used", "borrowed")
