@@ -189,6 +189,9 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "jobs/j-424242"),
     ("scheduler", "WatchJob", lambda: scheduler_pb2.WatchJobRequest(name="jobs/j-424242"), "tenant", NF,
      "jobs/j-424242"),
+    ("scheduler", "GetJobTrace", lambda: scheduler_pb2.GetJobTraceRequest(name="j-1"), "tenant", IA, "name"),
+    ("scheduler", "GetJobTrace", lambda: scheduler_pb2.GetJobTraceRequest(name="jobs/j-424242"), "tenant", NF,
+     "jobs/j-424242"),
     ("scheduler", "UpdateQueue", lambda: scheduler_pb2.UpdateQueueRequest(
         queue=scheduler_pb2.Queue(name="tenants/a/queues/q", quota={"h100-sxm": 8})), "tenant",
      grpc.StatusCode.PERMISSION_DENIED, "admin"),

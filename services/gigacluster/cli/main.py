@@ -21,6 +21,7 @@ from gigacluster.cli import (
     planning,
     report_cmds,
     serve,
+    trace_cmds,
     up,
 )
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.register(sub)
     client_cmds.register(sub)
     report_cmds.register(sub)
+    trace_cmds.register(sub)
     health.register(sub)
     mqtt_files.register(sub)
     loadtest_cmd.register(sub)

@@ -18,6 +18,7 @@ import json
 import pathlib
 import re
 import time
+from collections import deque
 from typing import Any
 
 import grpc
@@ -50,6 +51,7 @@ from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 log = structlog.get_logger()
+TRACE_STEPS = 2000  # steps kept per job for GetJobTrace (bounded memory)
 
 
 QUEUE_NAME_RE = re.compile(r"^tenants/([a-z0-9][a-z0-9-]{0,39})/queues/([a-z0-9][a-z0-9-]{0,62})$")
@@ -63,6 +65,7 @@ class SchedulerService(Service[SchedulerConfig]):
     def __init__(self, config: SchedulerConfig) -> None:
         super().__init__(config)
         self._expected: dict[str, Expected] = {}
+        self._traces: dict[str, deque[Any]] = {}
         self._loss_events: dict[str, int] = {}
         self.registry.register(FunctionCollector(self.metrics))
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
@@ -436,6 +439,7 @@ class SchedulerService(Service[SchedulerConfig]):
                 if job.state != State.RUNNING:
                     break
                 account(job, res)
+                self._traces.setdefault(job.job_id, deque(maxlen=TRACE_STEPS)).append((job.step, res))
                 t = res.end_s
                 await self._check_performance(job, res, runner)
                 if durable is not None and durable[1] <= t:
@@ -805,6 +809,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         items, token = convert.page(qs, request.page_size, request.page_token)
         return scheduler_pb2.ListQueuesResponse(queues=[self.svc.queue_msg(q) for q in items],  # type: ignore[arg-type]
                                                 next_page_token=token)
+
+    async def GetJobTrace(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        p = await self.svc.auth.principal(context)
+        job = self.svc.visible(p, request.name)
+        spec, plan = job.spec, job.plan
+        steps = [scheduler_pb2.StepTrace(
+            step=n, start_s=r.start_s, step_time_s=r.breakdown.step_time_s, compute_s=r.breakdown.compute_s,
+            exposed_comm_s=r.breakdown.exposed_comm_s, bubble_s=r.breakdown.bubble_s, comm_s=dict(r.comm_s))
+            for n, r in self.svc._traces.get(job.job_id, ())]
+        return scheduler_pb2.GetJobTraceResponse(
+            name=job.name, tp=spec.tp, pp=spec.pp, dp=spec.dp, cp=spec.cp, microbatches=plan.microbatches,
+            virtual_stages=plan.virtual_stages, steps=steps)
 
     async def GetTenantUsage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self.svc.auth.principal(context)

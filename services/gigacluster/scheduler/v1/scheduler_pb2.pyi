@@ -342,3 +342,54 @@ class WatchJobResponse(_message.Message):
     kind: str
     message: str
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class GetJobTraceRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class StepTrace(_message.Message):
+    __slots__ = ("step", "start_s", "step_time_s", "compute_s", "exposed_comm_s", "bubble_s", "comm_s")
+    class CommSEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    EXPOSED_COMM_S_FIELD_NUMBER: _ClassVar[int]
+    BUBBLE_S_FIELD_NUMBER: _ClassVar[int]
+    COMM_S_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    start_s: float
+    step_time_s: float
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    comm_s: _containers.ScalarMap[str, float]
+    def __init__(self, step: _Optional[int] = ..., start_s: _Optional[float] = ..., step_time_s: _Optional[float] = ..., compute_s: _Optional[float] = ..., exposed_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ..., comm_s: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class GetJobTraceResponse(_message.Message):
+    __slots__ = ("name", "tp", "pp", "dp", "cp", "microbatches", "virtual_stages", "steps")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    microbatches: int
+    virtual_stages: int
+    steps: _containers.RepeatedCompositeFieldContainer[StepTrace]
+    def __init__(self, name: _Optional[str] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatches: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[StepTrace, _Mapping]]] = ...) -> None: ...

@@ -77,6 +77,11 @@ class SchedulerServiceStub:
                 request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.FromString,
                 _registered_method=True)
+        self.GetJobTrace = channel.unary_unary(
+                '/gigacluster.scheduler.v1.SchedulerService/GetJobTrace',
+                request_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -138,6 +143,13 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobTrace(self, request, context):
+        """The job's recent steps (compute, exposed communication, bubble) for timelines.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +192,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.GetTenantUsage,
                     request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.FromString,
                     response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.SerializeToString,
+            ),
+            'GetJobTrace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobTrace,
+                    request_deserializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceRequest.FromString,
+                    response_serializer=gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +418,33 @@ class SchedulerService:
             '/gigacluster.scheduler.v1.SchedulerService/GetTenantUsage',
             gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageRequest.SerializeToString,
             gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetTenantUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobTrace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.scheduler.v1.SchedulerService/GetJobTrace',
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceRequest.SerializeToString,
+            gigacluster_dot_scheduler_dot_v1_dot_scheduler__pb2.GetJobTraceResponse.FromString,
             options,
             channel_credentials,
             insecure,
