@@ -135,16 +135,27 @@ async def test_resource_exhausted_carries_retry_after_s_trailer(small: Client) -
 
 
 async def test_low_priority_is_shed_for_high_priority(small: Client) -> None:
-    """With the queue full of priority-0 work, priority-5 arrivals are admitted and the priority-0 ones shed."""
+    """With the batch running and the queue full of priority-0 work, priority-5 arrivals are admitted and exactly as
+    many queued priority-0 requests are shed (RESOURCE_EXHAUSTED 'shed'); the rest of the priority-0 work finishes."""
     gc = small
-    low = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 64)) for i in range(4 + 8)]
-    await asyncio.sleep(0.05)
+
+    async def stats() -> Any:
+        return (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
+                                         metadata=gc.md)).deployments[0]
+
+    running = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 400)) for i in range(4)]
+    while (await stats()).running < 4:
+        await asyncio.sleep(0.005)
+    queued = [asyncio.ensure_future(_one(gc, "deployments/flood", [600 + i] * 32, 400)) for i in range(8)]
+    while (await stats()).queue_depth < 8:
+        await asyncio.sleep(0.005)
     high = await asyncio.gather(*(_one(gc, "deployments/flood", [900 + i] * 32, 8, priority=5) for i in range(4)))
-    low_res = await asyncio.gather(*low)
+    low_res = await asyncio.gather(*running, *queued)
     assert all(not isinstance(h, grpc.aio.AioRpcError) for h in high)
     shed = [r for r in low_res if isinstance(r, grpc.aio.AioRpcError)]
     assert len(shed) == 4 and all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for r in shed)
     assert all("shed" in (r.details() or "") for r in shed)
+    assert all(not isinstance(r, grpc.aio.AioRpcError) for r in low_res[:4])  # running work is never shed
 
 
 async def _burst(gc: Client, model: str, prompts: list[list[int]], gap_s: float, max_tokens: int) -> list[Any]:

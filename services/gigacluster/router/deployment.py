@@ -105,7 +105,8 @@ class Replica:
                 continue
             try:
                 resp = await self.stub.ExecuteWork(chip_pb2.ExecuteWorkRequest(
-                    devices=ranges, items=convert.work_msgs(it.work), not_before_s=it.start_s, tag=self.instance,
+                    devices=ranges, items=convert.work_msgs(it.work),  # type: ignore[arg-type]
+                    not_before_s=it.start_s, tag=self.instance,
                 ), metadata=call_metadata(capability=self.capability()), timeout=30)
             except grpc.aio.AioRpcError as err:
                 self.failed = f"replica {self.index} chips failed: {err.details()}"
@@ -118,20 +119,20 @@ class Replica:
             end = resp.end_s + it.comm_s
             await self.clock.sleep_until(end)
             for ev in self.engine.complete(it, end):
-                s = self.streams.get(ev.request_id)
-                if s is None:
+                st = self.streams.get(ev.request_id)
+                if st is None:
                     continue
                 if ev.finish_reason == "prefilled":
                     del self.streams[ev.request_id]
                     if self.on_prefilled is not None:
-                        self.on_prefilled(self, ev, s)
+                        self.on_prefilled(self, ev, st)
                     continue
-                if s.last_token_s == s.last_token_s:  # not NaN
-                    s.itl.append(ev.time_s - s.last_token_s)
-                s.last_token_s = ev.time_s
-                s.queue.put_nowait(ev)
+                if st.last_token_s == st.last_token_s:  # not NaN
+                    st.itl.append(ev.time_s - st.last_token_s)
+                st.last_token_s = ev.time_s
+                st.queue.put_nowait(ev)
                 if ev.finished:
-                    on_finish(ev, s)
+                    on_finish(ev, st)
                     del self.streams[ev.request_id]
             t_free = end
 

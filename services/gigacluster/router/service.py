@@ -350,7 +350,7 @@ def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
     return router_pb2.Deployment(
         name=dep.name, tenant=dep.tenant, model=_arch_msg(dep), chip=c.chip, tp=c.tp, replicas=len(dep.replicas),
         max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],
-        policy=dep.policy_name, state=STATES[dep.state], reason=dep.reason,
+        policy=dep.policy_name, state=STATES[dep.state], reason=dep.reason,  # type: ignore[arg-type]
         instances=[r.instance for r in dep.replicas], kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
         max_queue=c.max_queue, prefill_replicas=len(dep.pool("prefill")), decode_replicas=len(dep.pool("decode")),
         chunked_prefill=c.chunked_prefill,
@@ -428,7 +428,8 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
                 deployment=d.name, ttft=_summary(s["ttft_s"]), tpot=_summary(s["tpot_s"]),  # type: ignore[arg-type]
                 itl=_summary(s["itl_s"]), e2e=_summary(s["e2e_s"]), queue=_summary(s["queue_s"]),  # type: ignore[arg-type]
                 tokens_per_s=float(s["output_tokens_per_s"]), kv_cache_usage=float(s["kv_used_now"]),  # type: ignore[arg-type]
-                prefix_hit_rate=float(s["prefix_hit_rate"]), queue_depth=int(s["queue_depth"]),  # type: ignore[call-overload]
+                prefix_hit_rate=float(s["prefix_hit_rate"]),  # type: ignore[arg-type]
+                queue_depth=int(s["queue_depth"]),  # type: ignore[call-overload]
                 running=int(s["running"]), completed=int(s["requests"]),  # type: ignore[call-overload]
                 rejected=int(s["rejected"]) + int(s["shed"]),  # type: ignore[call-overload]
             ))
