@@ -92,6 +92,8 @@ def test_domain_errors_map_to_codes_with_error_info() -> None:
     info = error_details_pb2.ErrorInfo()
     assert detail.Unpack(info) and info.metadata["field"] == "spec.tp" and info.domain == "gigacluster.dev"
     assert classify(E.ResourceExhausted("full", retry_after_s=1.5))[3]["retry_after_s"] == "1.500"
+    trailers = dict(to_status(E.ResourceExhausted("full", retry_after_s=1.5)).trailing_metadata)
+    assert trailers["retry-after-s"] == "1.500" and "grpc-status-details-bin" in trailers
 
 
 def test_work_items_round_trip_through_the_proto() -> None:

@@ -8,6 +8,7 @@ logged with its traceback and answered INTERNAL, so no request crashes the proce
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable
@@ -59,13 +60,22 @@ def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
     return "INTERNAL", "INTERNAL", f"internal error ({type(exc).__name__}); see the service log", {}
 
 
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    """A grpc.Status carrying extra trailing metadata (e.g. ``retry-after-s``)."""
+
+
 def to_status(exc: BaseException) -> grpc.Status:
+    """The status for ``exc``: code, message, ErrorInfo details, and ``retry-after-s`` when known."""
     code, reason, message, metadata = classify(exc)
     info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=getattr(code_pb2, code), message=message, details=[detail])
-    return rpc_status.to_status(status)
+    status = rpc_status.to_status(status_pb2.Status(code=getattr(code_pb2, code), message=message, details=[detail]))
+    trailing = tuple(status.trailing_metadata)
+    if "retry_after_s" in metadata:
+        # A trailer clients can read without decoding the details (as HTTP's Retry-After).
+        trailing += (("retry-after-s", metadata["retry_after_s"]),)
+    return _Status(status.code, status.details, trailing)
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
@@ -74,8 +84,6 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
         log.error("rpc failed", method=method, exc_info=exc)
     else:
         log.info("rpc rejected", method=method, code=status.code.name, error=status.details)
-    if "retry_after_s" in classify(exc)[3]:
-        context.set_trailing_metadata((("retry-after-s", classify(exc)[3]["retry_after_s"]),))
     await context.abort_with_status(status)
 
 
