@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections import deque
 from collections.abc import Callable
 
 import grpc
@@ -30,8 +31,14 @@ from gigacluster.inference.policies import ReplicaView, RoutingPolicy
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.metrics import BucketHistogram
 
 log = structlog.get_logger()
+
+
+SLOW_EWMA = 0.2  # weight of the newest KV transfer in the transport's slowdown average
+SLOW_WINDOW = 64  # batch iterations a replica's slowdown is measured over
+SLOW_THRESHOLD = 0.05  # flag a deployment more than 5% slower than its model
 
 
 class ReplicaFailed(Exception):
@@ -76,6 +83,8 @@ class Replica:
         self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
         self.energy_j = 0.0
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
+        # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
+        self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
 
     @property
     def role(self) -> str:
@@ -116,6 +125,8 @@ class Replica:
                 self.streams.clear()
                 return
             self.energy_j += resp.energy_j
+            if it.compute_s > 0:
+                self._timing.append((resp.end_s - resp.start_s, it.compute_s))
             end = resp.end_s + it.comm_s
             await self.clock.sleep_until(end)
             for ev in self.engine.complete(it, end):
@@ -135,6 +146,12 @@ class Replica:
                     on_finish(ev, st)
                     del self.streams[ev.request_id]
             t_free = end
+
+    @property
+    def slow_ratio(self) -> float:
+        """Live over roofline time of the recent iterations, weighted by their length (1.0 = on model)."""
+        predicted = sum(p for _, p in self._timing)
+        return sum(a for a, _ in self._timing) / predicted if predicted > 0 else 1.0
 
     def view(self) -> ReplicaView:
         return ReplicaView.from_stats(self.index, self.engine.stats(), self.engine.cfg.block_size)
@@ -157,6 +174,8 @@ class KvTransport:
         self.stub = fabric_pb2_grpc.FabricServiceStub(self.channel)
         self.capability = capability
         self.clock = clock
+        # Live / predicted-when-started time of KV transfers (EWMA): above 1 under contention.
+        self.slow_ratio = 1.0
 
     async def send(self, src: int, dst: int, tp: int, bytes_per_shard: float, not_before_s: float,
                    tag: str) -> tuple[float, float]:
@@ -172,7 +191,11 @@ class KvTransport:
                 op=fabric_pb2.COLLECTIVE_OP_SEND_RECV, ranks=convert.range_msgs([(src, src + 1), (dst, dst + 1)]),
                 bytes=bytes_per_shard, traffic_class=cls, not_before_s=not_before_s, tag=tag, groups=tp,
                 group_stride=1), metadata=md, timeout=10)
-        return r.start_s, await self.wait(r.name, r.predicted_end_s)
+        end = await self.wait(r.name, r.predicted_end_s)
+        alone = r.predicted_end_s - r.start_s
+        if alone > 0:
+            self.slow_ratio += SLOW_EWMA * ((end - r.start_s) / alone - self.slow_ratio)
+        return r.start_s, end
 
     async def wait(self, name: str, predicted_end_s: float) -> float:
         """The flow's end: sleep to its predicted end, then ask (the fabric settles it, or gives a later end)."""
@@ -213,6 +236,15 @@ class LiveDeployment:
         self._handoffs: set[asyncio.Task[None]] = set()
         self.kv_transfers = 0
         self.kv_transfer_bytes = 0.0
+        # vLLM's histogram buckets (vllm/engine/metrics.py), so existing dashboards' queries work.
+        self.prom = {
+            "ttft": BucketHistogram([0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                                     7.5, 10.0]),
+            "itl": BucketHistogram([0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]),
+            "e2e": BucketHistogram([0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0]),
+            "queue": BucketHistogram([0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                                      60.0]),
+        }
 
     @property
     def name(self) -> str:
@@ -312,8 +344,30 @@ class LiveDeployment:
     def on_finish(self, ev: TokenEvent, stream: Stream) -> None:
         if ev.summary is not None:
             self.metrics.record_request(ev.summary, np.asarray(stream.itl))
+            self.prom["ttft"].observe(ev.summary.ttft_s)
+            self.prom["itl"].observe(stream.itl)
+            self.prom["e2e"].observe(ev.summary.e2e_s)
+            self.prom["queue"].observe(ev.summary.queue_s)
         if stream.owner.role != "decode":  # a decode replica's requests were released by the prefill side
             self.policy.on_finished(ev.request_id, stream.owner.index)
+
+    def performance(self) -> tuple[float, str, str] | None:
+        """(slowdown, cause, detail) while this deployment runs slower than its model, else None.
+
+        Batch iterations slower than their roofline point at the replica's chips (throttled or a slow
+        fault); KV transfers slower than predicted when they started point at the fabric.
+        """
+        worst = max(self.replicas, key=lambda r: r.slow_ratio, default=None)
+        if worst is not None and worst.slow_ratio > 1 + SLOW_THRESHOLD:
+            return (worst.slow_ratio - 1, "throttled_or_faulty_chip",
+                    f"replica {worst.index} batch iterations {100 * (worst.slow_ratio - 1):.0f}% slower than the "
+                    f"roofline of its chips (devices {worst.devices[0][0]}..{worst.devices[-1][1] - 1})")
+        kv = self.transport.slow_ratio if self.transport is not None else 1.0
+        if kv > 1 + SLOW_THRESHOLD:
+            return (kv - 1, "fabric_contention",
+                    f"KV cache transfers {100 * (kv - 1):.0f}% slower than predicted when they started: "
+                    "other traffic (or a degraded link) on their path")
+        return None
 
     def stats_snapshot(self) -> dict[str, object]:
         stats = [r.engine.stats() for r in self.replicas]

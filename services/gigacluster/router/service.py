@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import numpy as np
 import structlog
+from prometheus_client.core import HistogramMetricFamily
 
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.common.v1 import common_pb2
@@ -36,9 +37,10 @@ from gigacluster.router.deployment import KvTransport, LiveDeployment, Replica, 
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
+from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_limiter
 from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler.spec import ARCH_FIELDS
 
@@ -114,8 +116,12 @@ class RouterService(Service[RouterConfig]):
 
     def __init__(self, config: RouterConfig) -> None:
         super().__init__(config)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key)
+        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
+                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.deployments: dict[str, LiveDeployment] = {}
+        self._alerts: dict[str, str] = {}
+        self._loss_events: dict[str, int] = {}
+        self.registry.register(FunctionCollector(self.metrics))
         self._ids = itertools.count(1)
         self._tokenizers: dict[int, Tokenizer] = {}
         self._lock = asyncio.Lock()
@@ -155,10 +161,76 @@ class RouterService(Service[RouterConfig]):
     def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
         return self.auth.stub
 
+    def metrics(self) -> list[Any]:
+        """vLLM-named metrics per deployment (label model_name), plus deployment slowdown vs the model."""
+        hist = {k: HistogramMetricFamily(n, doc, labels=["model_name"]) for k, n, doc in (
+            ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+            ("itl", "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds."),
+            ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds."),
+            ("queue", "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue."))}
+        itl_alias = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency.",
+                                          labels=["model_name"])
+        g = {n: gauge(n, doc, ["model_name"]) for n, doc in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches."),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+            ("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+            ("vllm:gpu_prefix_cache_hit_rate", "Prefix cache hit rate (tokens)."),
+            ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+            ("vllm:generation_tokens_total", "Number of generation tokens processed."),
+            ("vllm:request_success_total", "Count of successfully processed requests."),
+            ("gigacluster_deployment_slowdown", "How much slower than its model the deployment runs (0 = on model)."),
+        )}
+        for d in list(self.deployments.values()):
+            if d.state != "ready":
+                continue
+            m = [d.deployment_id]
+            for k, fam in hist.items():
+                d.prom[k].family("", "", [], m, into=fam)
+            d.prom["itl"].family("", "", [], m, into=itl_alias)
+            stats = [r.engine.stats() for r in d.replicas]
+            mt = d.metrics
+            g["vllm:num_requests_running"].add_metric(m, float(sum(s.running for s in stats)))
+            g["vllm:num_requests_waiting"].add_metric(m, float(sum(s.queue_depth for s in stats)))
+            g["vllm:gpu_cache_usage_perc"].add_metric(m, float(np.mean([s.kv_used_frac for s in stats]))
+                                                      if stats else 0.0)
+            hit = sum(s.prefix_hit_tokens for s in stats)
+            look = sum(s.prefix_lookup_tokens for s in stats)
+            g["vllm:gpu_prefix_cache_hit_rate"].add_metric(m, hit / look if look else 0.0)
+            g["vllm:prompt_tokens_total"].add_metric(m, float(mt.prompt_tokens))
+            g["vllm:generation_tokens_total"].add_metric(m, float(mt.output_tokens))
+            g["vllm:request_success_total"].add_metric(m, float(mt.requests))
+            perf = d.performance()
+            g["gigacluster_deployment_slowdown"].add_metric(m, perf[0] if perf else 0.0)
+        loss = gauge("gigacluster_deployment_performance_loss_events", "Deployment slowdowns flagged, by cause.",
+                     ["cause"])
+        for cause, n in sorted(self._loss_events.items()):
+            loss.add_metric([cause], float(n))
+        return [*hist.values(), itl_alias, *g.values(), loss]
+
+    def check_performance(self, d: LiveDeployment) -> None:
+        """Publish an alert when a deployment starts running slower than its model (or recovers)."""
+        perf = d.performance()
+        key = perf[1] if perf else ""
+        if key == self._alerts.get(d.deployment_id, ""):
+            return
+        self._alerts[d.deployment_id] = key
+        tenant = d.tenant.removeprefix("tenants/")
+        if perf is None:
+            self.telemetry.publish(f"tenants/{tenant}/deployments/{d.deployment_id}/alerts", {
+                "deployment": d.name, "event": "performance_recovered", "t_s": self.clock.now()})
+            return
+        slowdown, cause, detail = perf
+        self._loss_events[cause] = self._loss_events.get(cause, 0) + 1
+        log.warning("deployment performance loss", deployment=d.name, cause=cause, slowdown=slowdown)
+        self.telemetry.publish(f"tenants/{tenant}/deployments/{d.deployment_id}/alerts", {
+            "deployment": d.name, "event": "performance_loss", "cause": cause, "detail": detail,
+            "slowdown": slowdown, "t_s": self.clock.now()})
+
     async def _publish(self) -> None:
         for d in list(self.deployments.values()):
             if d.state != "ready":
                 continue
+            self.check_performance(d)
             s = d.stats_snapshot()
             tenant = d.tenant.removeprefix("tenants/")
             self.telemetry.publish(f"tenants/{tenant}/deployments/{d.deployment_id}/stats", {

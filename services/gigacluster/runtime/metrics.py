@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
@@ -28,6 +29,30 @@ class FunctionCollector(Collector):
 
 def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+class BucketHistogram:
+    """Cumulative Prometheus buckets kept in numpy (observations are cheap; rendering happens at scrape)."""
+
+    def __init__(self, bounds: Iterable[float]) -> None:
+        self.bounds = np.asarray(sorted(bounds), dtype=float)
+        self.counts = np.zeros(self.bounds.size + 1, dtype=np.int64)  # last bucket: +Inf
+        self.sum = 0.0
+
+    def observe(self, values: float | Iterable[float]) -> None:
+        v = np.atleast_1d(np.asarray(values, dtype=float))
+        if v.size:
+            self.counts += np.bincount(np.searchsorted(self.bounds, v, side="left"), minlength=self.counts.size)
+            self.sum += float(v.sum())
+
+    def family(self, name: str, doc: str, labels: list[str], label_values: list[str],
+               into: HistogramMetricFamily | None = None) -> HistogramMetricFamily:
+        fam = into or HistogramMetricFamily(name, doc, labels=labels)
+        cum = np.cumsum(self.counts)
+        buckets = [(f"{b:g}", float(c)) for b, c in zip(self.bounds, cum[:-1], strict=True)]
+        buckets.append(("+Inf", float(cum[-1])))
+        fam.add_metric(label_values, buckets, self.sum)
+        return fam
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
