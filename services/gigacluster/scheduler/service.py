@@ -408,6 +408,7 @@ class SchedulerService(Service[SchedulerConfig]):
         return True
 
     async def _run(self, job: JobRecord, devices: np.ndarray, capability: str, expires_s: float) -> None:
+        instance = job.instance  # this runner's gang; the job may be placed again before the runner ends
         inv = await self.inventory()
         cap = {"token": capability, "expires": expires_s}
         runner = JobRunner(job, devices=devices,
@@ -473,9 +474,11 @@ class SchedulerService(Service[SchedulerConfig]):
                 self.set_state(job, State.FAILED, f"internal error: {exc}")
         finally:
             await runner.close()
-            self._running.pop(job.job_id, None)
-            self._devices.pop(job.job_id, None)
-            await self._release(job)
+            if self._running.get(job.job_id) is asyncio.current_task():
+                self._running.pop(job.job_id, None)
+            if self._devices.get(job.job_id) is devices:
+                self._devices.pop(job.job_id, None)
+            await self._release(job, instance)
 
     def expected(self, job: JobRecord) -> Expected:
         """The model's step for this job on an idle cluster (cached)."""
@@ -618,17 +621,22 @@ class SchedulerService(Service[SchedulerConfig]):
                 t = max(t, self.clock.now())
         return await runner.run_step(t)
 
-    async def _release(self, job: JobRecord) -> None:
-        if not job.instance:
+    async def _release(self, job: JobRecord, instance: str | None = None) -> None:
+        """Release ``instance`` (default: the job's current one). A runner that ends after its job was
+        already placed again must release only its own instance, never the new one."""
+        name = job.instance if instance is None else instance
+        if not name:
             return
         try:
-            await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=job.instance),
+            await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=name),
                                               metadata=self._smd(), timeout=30)
         except grpc.aio.AioRpcError as err:
-            log.warning("release failed", job=job.name, instance=job.instance, error=err.details())
-        job.instance = ""
-        job.borrowing = False
-        self.save(job)
+            if err.code() != grpc.StatusCode.NOT_FOUND:
+                log.warning("release failed", job=job.name, instance=name, error=err.details())
+        if job.instance == name:
+            job.instance = ""
+            job.borrowing = False
+            self.save(job)
         self._kick.set()
 
     # -- API helpers ------------------------------------------------------------------------------
