@@ -5,6 +5,7 @@ a chip fault restarting from the checkpoint on healthy chips, and kill -9 of the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -205,6 +206,34 @@ async def test_chip_fault_restarts_from_the_checkpoint_on_healthy_chips(sched_st
             finally:
                 await stub.ClearFault(chip_pb2.ClearFaultRequest(devices=one), metadata=admin_s.md)
         await gc.cancel_job(job.name)
+
+
+async def test_weights_2_to_1_share_a_saturated_cluster_2_to_1(sched_stack: Stack) -> None:
+    """Two tenants with broker weights 2 and 1 each queue more 8-chip jobs than the 64-chip cluster holds;
+    while both still wait, the weight-2 tenant gets about twice the chip-hours (within 25%)."""
+    (ta, a), (_, b) = await new_tenant(sched_stack, 2.0), await new_tenant(sched_stack, 1.0)
+    async with a, b:
+        jobs = []
+        for _ in range(30):
+            jobs.append(await a.submit_job(small(8, steps=20)))
+            jobs.append(await b.submit_job(small(8, steps=20)))
+
+        async def both_waiting() -> bool:
+            ua = await a.scheduler.GetTenantUsage(scheduler_pb2.GetTenantUsageRequest(), metadata=a.md)
+            done = sum(1 for j in await a.list_jobs() if j.state == J.STATE_SUCCEEDED)
+            return done >= 24 and ua.usage.chip_hours > 0
+
+        await wait_for(both_waiting, 60)
+        ua = await a.scheduler.GetTenantUsage(scheduler_pb2.GetTenantUsageRequest(), metadata=a.md)
+        ub = await b.scheduler.GetTenantUsage(scheduler_pb2.GetTenantUsageRequest(), metadata=b.md)
+        queued_b = sum(1 for j in await b.list_jobs() if j.state == J.STATE_QUEUED)
+        assert queued_b > 0, "the weight-1 tenant must still be waiting for the share to be meaningful"
+        ratio = ua.usage.chip_hours / ub.usage.chip_hours
+        print(f"\nfair share live: chip-hours {ua.usage.chip_hours:.4f} : {ub.usage.chip_hours:.4f} = {ratio:.2f}")
+        assert 2.0 / 1.25 <= ratio <= 2.0 * 1.25
+        for j in jobs:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await (a if j.tenant == ta else b).cancel_job(j.name)
 
 
 @pytest.mark.slow

@@ -313,9 +313,13 @@ class SchedulerService(Service[SchedulerConfig]):
                            j.spec.tp, self._estimated_end(j, now) - now) for j in queued]
         tenants = {j.tenant for j in self.jobs.values()}
         weights = {t: await self.weight(t) for t in tenants}
+        # Weighted fair share orders tenants by chip-seconds run plus chip-seconds committed to their
+        # running gangs (as policy.py documents), so a tenant holding many gangs is not seen as idle.
         usage: dict[str, float] = {}
         for j in self.jobs.values():
             usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
+        for r in running:
+            usage[r.tenant] = usage.get(r.tenant, 0.0) + len(r.devices) * max(r.end_s - now, 0.0)
         d = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=self.queues,
                    weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
         for victim, reason in d.preempt:
