@@ -138,7 +138,7 @@ class Client:
         token = ""
         while True:
             resp = await self.scheduler.ListJobs(
-                scheduler_pb2.ListJobsRequest(page_size=page_size, page_token=token, state=state), metadata=self.md)
+                scheduler_pb2.ListJobsRequest(page_size=page_size, page_token=token, state=state), metadata=self.md)  # type: ignore[arg-type]  # protobuf enums are int NewTypes
             out.extend(resp.jobs)
             token = resp.next_page_token
             if not token:

@@ -169,8 +169,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         core, p = await self._caller(context)
         if not p.privileged:
             raise PermissionDenied("only the admin lists tenants", reason="ADMIN_ONLY")
-        items, token = convert.page(sorted(core.tenants.values(), key=lambda t: t.tenant_id), request.page_size,
-                                    request.page_token)
+        tenants: list[TenantRecord] = sorted(core.tenants.values(), key=lambda t: t.tenant_id)
+        items, token = convert.page(tenants, request.page_size, request.page_token)
         return broker_pb2.ListTenantsResponse(tenants=[_tenant_msg(core, t) for t in items],  # type: ignore[arg-type]
                                               next_page_token=token)
 

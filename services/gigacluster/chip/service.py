@@ -166,7 +166,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         out = []
         for i in np.asarray(page_idx, dtype=np.int64):
             out.append(chip_pb2.Device(
-                id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),
+                id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),  # type: ignore[arg-type]  # protobuf enums are int NewTypes
                 power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
                 memory_used_bytes=int(self.svc.memory.used_bytes[i]), energy_j=float(energy[i]),
                 busy_s=float(s.busy_s[i]), fault=chip_pb2.FaultKind.Name(int(s.fault[i])) if s.fault[i] else "",

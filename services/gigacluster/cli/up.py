@@ -16,7 +16,7 @@ from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.logging import configure
 from gigacluster.stack import Stack, StackConfig
 
-DEFAULT_MODEL = {"deployment_id": "llama3-8b", "preset": "llama3-8b", "tp": 1, "replicas": 2}
+DEFAULT_MODEL: dict[str, Any] = {"deployment_id": "llama3-8b", "preset": "llama3-8b", "tp": 1, "replicas": 2}
 
 
 def add_stack_args(p: argparse.ArgumentParser) -> None:

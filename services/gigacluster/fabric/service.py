@@ -202,7 +202,7 @@ class FabricService(Service[FabricConfig]):
         if st == fabric_pb2.Flow.STATE_DONE:
             h = self.sim.get(rec.handles[0])
             algbw, busbw = h.algbw_GBps, h.busbw_GBps
-        return fabric_pb2.Flow(name=rec.name, state=st, algorithm=rec.algorithm, start_s=rec.start_s,
+        return fabric_pb2.Flow(name=rec.name, state=st, algorithm=rec.algorithm, start_s=rec.start_s,  # type: ignore[arg-type]  # protobuf enums are int NewTypes
                                predicted_end_s=pred, end_s=end, bytes=rec.bytes_, error=err, tag=rec.tag,
                                algbw_gbps=algbw, busbw_gbps=busbw)
 

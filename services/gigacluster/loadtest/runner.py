@@ -61,7 +61,7 @@ async def _create_tenants(target: Target, n: int, run_id: str) -> list[tuple[str
         return [("caller", target.api_key)]
     if not target.admin_key:
         raise InvalidArgument("tenants", f"{n} tenants need the admin key (GIGACLUSTER_ADMIN_KEY or credentials)")
-    out = []
+    out: list[tuple[str, str | None]] = []
     async with Client(target.endpoints, target.admin_key) as admin:
         for i in range(n):
             tid = f"lt-{run_id}-{i}"

@@ -421,7 +421,7 @@ def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
     c = dep.cfg
     return router_pb2.Deployment(
         name=dep.name, tenant=dep.tenant, model=_arch_msg(dep), chip=c.chip, tp=c.tp, replicas=len(dep.replicas),
-        max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],
+        max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],  # type: ignore[arg-type]  # protobuf enums are int NewTypes
         policy=dep.policy_name, state=STATES[dep.state], reason=dep.reason,  # type: ignore[arg-type]
         instances=[r.instance for r in dep.replicas], kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
         max_queue=c.max_queue, prefill_replicas=len(dep.pool("prefill")), decode_replicas=len(dep.pool("decode")),

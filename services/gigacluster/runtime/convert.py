@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
 
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
 from gigacluster.model.roofline import KINDS, Work
 
-PRECISION_NAMES = {
+PRECISION_NAMES: dict[int, str] = {
     common_pb2.PRECISION_FP32: "fp32",
     common_pb2.PRECISION_TF32: "tf32",
     common_pb2.PRECISION_BF16: "bf16",
@@ -64,18 +67,18 @@ def works(items: Sequence[object], field: str = "items") -> list[Work]:
     return out
 
 
-def work_msgs(ws: Iterable[Work]) -> list[object]:
+def work_msgs(ws: Iterable[Work]) -> list[Any]:
     from gigacluster.chip.v1 import chip_pb2
 
     return [
-        chip_pb2.WorkItem(kind=w.kind, flops=w.flops, bytes=w.bytes_, precision=PRECISION_ENUMS[w.precision],
+        chip_pb2.WorkItem(kind=w.kind, flops=w.flops, bytes=w.bytes_, precision=PRECISION_ENUMS[w.precision],  # type: ignore[arg-type]  # protobuf enums are int NewTypes
                           count=w.count, shape=list(w.shape), graph=w.graph)
         for w in ws
     ]
 
 
-def page(items: Sequence[object], page_size: int, page_token: str, *, default: int = 100,
-         maximum: int = 1000) -> tuple[Sequence[object], str]:
+def page(items: Sequence[Any] | np.ndarray, page_size: int, page_token: str, *, default: int = 100,
+         maximum: int = 1000) -> tuple[Sequence[Any], str]:
     """Slice a list for a List call; tokens are opaque offsets."""
     if page_size < 0:
         raise InvalidArgument("page_size", f"must be >= 0, got {page_size}")
@@ -87,4 +90,4 @@ def page(items: Sequence[object], page_size: int, page_token: str, *, default: i
     if start < 0 or start > len(items):
         raise InvalidArgument("page_token", "not a token returned by this call")
     end = start + size
-    return items[start:end], (str(end) if end < len(items) else "")
+    return list(items[start:end]), (str(end) if end < len(items) else "")

@@ -188,15 +188,15 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
             lenders = sorted((r for r in live if r.borrowing and r.chip == job.chip and r.job_id not in evicted
                               and _key(queues.get((r.tenant, r.queue))) == cohort),
                              key=lambda r: (r.priority, -r.started_s))
-            got = 0
+            reclaimed = 0
             for r in lenders:
-                if got >= reclaim:
+                if reclaimed >= reclaim:
                     break
                 out.preempt.append((r.job_id, f"quota reclaimed by {job.job_id} (cohort {cohort})"))
                 evicted.add(r.job_id)
-                got += int(r.devices.size)
+                reclaimed += int(r.devices.size)
             out.reasons[job.job_id] = (f"reclaiming {reclaim} {job.chip} of its nominal quota from borrowers in "
-                                       f"cohort {cohort}" if got >= reclaim else
+                                       f"cohort {cohort}" if reclaimed >= reclaim else
                                        f"cohort {cohort} quota is in use by non-borrowing jobs")
             continue
         mask = free[job.chip]
@@ -241,15 +241,16 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
                 vmask = hyp.copy()
                 for r in victims:
                     vmask[r.devices - lay.offset] = True
-                got = policy.place(lay, vmask, job.count, job.tp)
+                taken = policy.place(lay, vmask, job.count, job.tp)
                 start = now + max(r.restart_s for r in victims)
                 out.reasons[job.job_id] = (f"preempting {', '.join(r.job_id for r in victims)}; starts when they "
                                            f"have checkpointed")
-                if got is not None:
-                    _reserve(reservation, out, job, start, got, lay)
+                if taken is not None:
+                    _reserve(reservation, out, job, start, taken, lay)
                 continue
         # reservation from estimated ends of running gangs
-        start_at, got = None, None
+        start_at: float | None = None
+        got = None
         for r in sorted((r for r in live if r.chip == job.chip and r.job_id not in evicted), key=lambda r: r.end_s):
             hyp[r.devices - lay.offset] = True
             got = policy.place(lay, hyp, job.count, job.tp)

@@ -118,9 +118,9 @@ class SchedulerService(Service[SchedulerConfig]):
         from gigacluster.model.training import TrainSpec, plan_step
 
         for q in json.loads(self.store.get_meta("queues") or "[]"):
-            spec = QueueSpec(q["tenant"], q["queue"], q.get("cohort", ""),
-                             tuple((c, int(n)) for c, n in q.get("quota", {}).items()))
-            self.queues[(spec.tenant, spec.queue)] = spec
+            qspec = QueueSpec(q["tenant"], q["queue"], q.get("cohort", ""),
+                              tuple((c, int(n)) for c, n in q.get("quota", {}).items()))
+            self.queues[(qspec.tenant, qspec.queue)] = qspec
         for seq, d in self.store.load():
             spec = TrainSpec.from_dict(d["spec_dict"])
             known = {f for f in JobRecord.__dataclass_fields__}
@@ -436,7 +436,7 @@ class SchedulerService(Service[SchedulerConfig]):
                 if job.preempt_reason:
                     await self._evict(job, t, durable, pause, write)
                     return
-                if float(cap["expires"]) - time.time() < 60:
+                if float(cap["expires"]) - time.time() < 60:  # type: ignore[arg-type]
                     r = await self.broker.RefreshCapability(
                         broker_pb2.RefreshCapabilityRequest(instance=job.instance), metadata=self._smd(), timeout=10)
                     cap.update(token=r.capability, expires=r.capability_expires_s)
@@ -683,7 +683,7 @@ def job_msg(job: JobRecord, spec_msg: Any, now_s: float = 0.0) -> scheduler_pb2.
     running = job.state in RUN_STATES and bool(job.instance)
     return scheduler_pb2.Job(
         name=job.name, tenant=job.tenant, display_name=job.display_name, queue=job.queue, priority=job.priority,
-        spec=spec_msg, state=int(job.state), reason=job.reason, steps_total=job.steps_total, step=job.step,
+        spec=spec_msg, state=int(job.state), reason=job.reason, steps_total=job.steps_total, step=job.step,  # type: ignore[arg-type]  # protobuf enums are int NewTypes
         tokens=job.tokens, last_step_time_s=job.last_step_time_s, predicted_step_time_s=job.predicted_step_time_s,
         mfu=job.mfu, usage=common_pb2.Usage(energy_it_j=job.energy_it_j, energy_facility_j=job.energy_facility_j,
                                            chip_hours=job.chip_hours, cost_usd=job.cost_usd),

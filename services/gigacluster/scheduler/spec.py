@@ -67,7 +67,7 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
         hardware=scheduler_pb2.HardwareSpec(chip=str(hw.get("chip", "")),
                                             count=_int(hw, "count", "spec.hardware.count"),
                                             system=str(hw.get("system", "") or "")),
-        precision=PRECISION_ENUMS[precision],
+        precision=PRECISION_ENUMS[precision],  # type: ignore[arg-type]  # protobuf enums are int NewTypes
         tokens=_int(spec, "tokens", "spec.tokens"),
         steps=_int(spec, "steps", "spec.steps"),
         pue=float(pue),
