@@ -84,18 +84,3 @@ class Unavailable(DomainError):
     code = "UNAVAILABLE"
     default_reason = "UNAVAILABLE"
 
-
-def require(cond: bool, field: str, message: str) -> None:
-    """Raise InvalidArgument(field, message) unless ``cond``."""
-    if not cond:
-        raise InvalidArgument(field, message)
-
-
-def require_positive(value: float, field: str, *, maximum: float | None = None, integer: bool = False) -> None:
-    """Validate a strictly positive (optionally bounded) number, naming the field."""
-    if integer and int(value) != value:
-        raise InvalidArgument(field, f"must be an integer, got {value}")
-    if not value > 0:
-        raise InvalidArgument(field, f"must be > 0, got {value}")
-    if maximum is not None and value > maximum:
-        raise InvalidArgument(field, f"must be <= {maximum:g}, got {value:g}")
