@@ -743,6 +743,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             predicted_step_time_s=est.step_time_s, reason="queued",
         )
         self.svc.jobs[job_id] = job
+        # The same estimate serves performance-loss detection (no second estimate per job).
+        self.svc._expected[job_id] = Expected(est.step_time_s, est.breakdown.compute_s, dict(est.comm_s))
         self.svc.seq[job_id] = int(job_id[2:])
         if request.request_id:
             self.svc._idempotency[(p.tenant, request.request_id)] = job_id
