@@ -46,6 +46,7 @@ class StackConfig:
 
     cluster: str = "local"
     chip: str = "h100-sxm"
+    system: str = ""  # scale-up system (empty = the chip's default, e.g. trn3-ultraserver for trainium3)
     chips: int = 64
     shards: int = 1
     speedup: float = 1.0
@@ -186,13 +187,16 @@ class Stack:
 
         for i, port in enumerate(self.shard_ports):
             name = "chip" if i == 0 else f"chip-{i}"
-            self.procs[name] = Proc(name, self._argv("chip", "--port", str(port), "--chip", cfg.chip,
+            sysflag = ["--system", cfg.system] if cfg.system else []
+            self.procs[name] = Proc(name, self._argv("chip", "--port", str(port), "--chip", cfg.chip, *sysflag,
                                                      "--device-offset", str(i * per), "--device-count", str(per),
                                                      name=name),
                                     env, lp(name))
         shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
         self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",
-                                                         cfg.chip, "--count", str(cfg.chips)), env, lp("fabric"))
+                                                         cfg.chip, "--count", str(cfg.chips),
+                                                         *(["--system", cfg.system] if cfg.system else [])),
+                                    env, lp("fabric"))
         self.procs["broker"] = Proc("broker", self._argv("broker", "--port", str(self.ports["broker"]), "--shards",
                                                          shards, "--fabric", f"127.0.0.1:{self.ports['fabric']}"),
                                     env, lp("broker"))

@@ -22,6 +22,8 @@ DEFAULT_MODEL: dict[str, Any] = {"deployment_id": "llama3-8b", "preset": "llama3
 def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chip", default="h100-sxm", help="chip type of the emulated cluster (default h100-sxm)")
     p.add_argument("--chips", type=int, default=64, help="number of chips (default 64)")
+    p.add_argument("--system", default="", help="scale-up system (default: the chip's own, e.g. hgx, trn2, "
+                   "trn3-ultraserver, trn3-ultraserver-144, mi300x-platform)")
     p.add_argument("--shards", type=int, default=1, help="chip emulator processes sharing the chips (default 1)")
     p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
@@ -37,7 +39,7 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
     ports = dict(DEFAULT_PORTS)
     if args.base_port:
         ports = {k: args.base_port + i for i, k in enumerate(DEFAULT_PORTS)}
-    return StackConfig(cluster=args.cluster, chip=args.chip, chips=args.chips, shards=args.shards,
+    return StackConfig(cluster=args.cluster, chip=args.chip, system=args.system, chips=args.chips, shards=args.shards,
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
                        http_port=_http_port(args))

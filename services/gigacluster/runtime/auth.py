@@ -125,7 +125,7 @@ class BrokerAuth:
             return hit[1]
         try:
             resp = await self.stub.Authenticate(broker_pb2.AuthenticateRequest(api_key=key), metadata=self._md(),
-                                                timeout=5)
+                                                timeout=15)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise Unauthenticated("invalid API key", reason="BAD_API_KEY") from err
@@ -160,7 +160,7 @@ class BrokerAuth:
             return
         async with self._lock:
             resp = await self.stub.GetVerificationKeys(broker_pb2.GetVerificationKeysRequest(), metadata=self._md(),
-                                                       timeout=5)
+                                                       timeout=15)
             keys = {k: v.encode() for k, v in resp.public_keys.items()}
             if self._verifier is None:
                 self._verifier = CapabilityVerifier(keys, cluster=self.cluster)
