@@ -107,7 +107,7 @@ async def demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         console.print(f"[bold]gigacluster demo[/]: {cfg.chips} x {cfg.chip}, speed-up {cfg.speedup:g}x")
         try:
-            key = await bring_up(stack)
+            key = await bring_up(stack, disaggregated=True)
             console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
             async with Client(stack.endpoints, key) as gc:
                 job = await gc.submit_job_file(job_file)
@@ -167,6 +167,8 @@ def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: A
     t.add_row("ITL p50 / p90 / p99", _pct(stats.itl))
     t.add_row("decode throughput", f"{stats.tokens_per_s:,.0f} tokens/s; prefix hit rate "
               f"{stats.prefix_hit_rate * 100:.0f}%")
+    t.add_row("KV caches over the fabric", f"{stats.kv_transfers} transfers, {stats.kv_transfer_bytes / 1e9:.2f} GB "
+              "(prefill and decode replicas on different chips, sharing the fabric with training)")
     t.add_row("cluster chips", f"{chips.devices} devices, {chips.energy_j / 3.6e6:.3f} kWh drawn since start, "
               f"{chips.power_w / 1e3:.1f} kW now")
     t.add_row("wall time", f"{wall_s:.1f} s")

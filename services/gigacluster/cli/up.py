@@ -66,8 +66,12 @@ def register(subparsers: Any) -> None:
                    help="also record the run's telemetry and write plots and report.html into DIR")
 
 
-async def bring_up(stack: Stack, *, deploy: bool = True) -> str:
-    """Start the stack, create the default tenant, deploy the default model; returns its API key."""
+async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = False) -> str:
+    """Start the stack, create the default tenant, deploy the default model; returns its API key.
+
+    ``disaggregated`` serves it with one prefill and one decode replica, so every prompt's KV cache
+    crosses the fabric (the demo uses it, so inference and training share the fabric too).
+    """
     await stack.start()
     key = await stack.create_tenant("default")
     stack.write_credentials(key)
@@ -76,8 +80,10 @@ async def bring_up(stack: Stack, *, deploy: bool = True) -> str:
             await gc.router.DeployModel(router_pb2.DeployModelRequest(
                 deployment_id=DEFAULT_MODEL["deployment_id"],
                 model=common_pb2.ModelArchitecture(preset=str(DEFAULT_MODEL["preset"])),
-                chip=stack.cfg.chip, tp=int(DEFAULT_MODEL["tp"]), replicas=int(DEFAULT_MODEL["replicas"]),
-                policy="prefix_aware"), metadata=gc.md)
+                chip=stack.cfg.chip, tp=int(DEFAULT_MODEL["tp"]),
+                replicas=0 if disaggregated else int(DEFAULT_MODEL["replicas"]), policy="prefix_aware",
+                prefill_replicas=1 if disaggregated else 0, decode_replicas=1 if disaggregated else 0),
+                metadata=gc.md)
     return key
 
 

@@ -504,5 +504,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
                 queue_depth=int(s["queue_depth"]),  # type: ignore[call-overload]
                 running=int(s["running"]), completed=int(s["requests"]),  # type: ignore[call-overload]
                 rejected=int(s["rejected"]) + int(s["shed"]),  # type: ignore[call-overload]
+                kv_transfers=int(s["kv_transfers"]),  # type: ignore[call-overload]
+                kv_transfer_bytes=float(s["kv_transfer_bytes"]),  # type: ignore[arg-type]
             ))
         return router_pb2.GetStatsResponse(deployments=out, now_s=self.svc.clock.now())

@@ -209,7 +209,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, deployment: _Optional[str] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected")
+    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected", "kv_transfers", "kv_transfer_bytes")
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     TTFT_FIELD_NUMBER: _ClassVar[int]
     TPOT_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +223,8 @@ class DeploymentStats(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     ttft: _common_pb2.LatencySummary
     tpot: _common_pb2.LatencySummary
@@ -236,7 +238,9 @@ class DeploymentStats(_message.Message):
     running: int
     completed: int
     rejected: int
-    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
+    kv_transfers: int
+    kv_transfer_bytes: float
+    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_bytes: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("deployments", "now_s")
