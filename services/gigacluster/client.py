@@ -25,6 +25,7 @@ from gigacluster.chip.v1 import chip_pb2_grpc
 from gigacluster.fabric.v1 import fabric_pb2_grpc
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import Tls, open_channel
 from gigacluster.scheduler.spec import spec_to_proto, split_job_file
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -60,9 +61,10 @@ class Endpoints:
 class Client:
     """Channels and stubs to one cluster, with the caller's API key on every call."""
 
-    def __init__(self, endpoints: Endpoints, api_key: str | None) -> None:
+    def __init__(self, endpoints: Endpoints, api_key: str | None, *, tls: Tls | None = None) -> None:
         self.endpoints = endpoints
         self.api_key = api_key
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     @classmethod
@@ -71,7 +73,8 @@ class Client:
         creds = load_credentials(cluster)
         key = api_key or os.environ.get("GIGACLUSTER_API_KEY") or creds.get("api_key")
         eps = endpoints or (Endpoints.from_dict(creds["endpoints"]) if "endpoints" in creds else Endpoints())
-        return cls(eps, key)
+        tls = Tls.from_env(creds["tls"]) if creds.get("tls") else None
+        return cls(eps, key, tls=tls)
 
     async def __aenter__(self) -> Client:
         return self
@@ -86,7 +89,7 @@ class Client:
 
     def channel(self, service: str) -> grpc.aio.Channel:
         if service not in self._channels:
-            self._channels[service] = grpc.aio.insecure_channel(getattr(self.endpoints, service))
+            self._channels[service] = open_channel(getattr(self.endpoints, service), self.tls)
         return self._channels[service]
 
     @property

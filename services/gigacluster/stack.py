@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.client import DEFAULT_PORTS, Endpoints
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import Tls, make_dev_pki, open_channel
 from gigacluster.runtime.telemetry import EmbeddedBroker
 from gigacluster.security.apikeys import new_api_key
 from gigacluster.security.mqtt_auth import new_password
@@ -59,6 +60,7 @@ class StackConfig:
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     restart: bool = True
     metrics: bool = False  # give every service a Prometheus /metrics port (see Stack.metrics_ports)
+    tls: bool = False  # mutual TLS between every service and client (a local CA under state_dir/tls)
 
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
@@ -119,6 +121,8 @@ class Stack:
         self.ports = dict(cfg.ports)
         self.shard_ports: list[int] = []
         self.metrics_ports: dict[str, int] = {}
+        self.tls: Tls | None = None
+        self.tls_env: dict[str, str] = {}
         self.http_port = cfg.http_port
 
     @property
@@ -148,6 +152,7 @@ class Stack:
         })
         if self.cfg.state_dir is not None:
             env["GIGACLUSTER_STATE_DIR"] = str(self.cfg.state_dir)
+        env.update(self.tls_env)
         env.update(self.cfg.extra_env)
         return env
 
@@ -167,6 +172,11 @@ class Stack:
             self.http_port = free_port()
         if cfg.state_dir is not None:
             cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.tls:
+            if cfg.state_dir is None:
+                raise ValueError("tls needs a state_dir for the certificates")
+            self.tls_env = make_dev_pki(cfg.state_dir / "tls")
+            self.tls = Tls.from_env(self.tls_env)
         if not self.mqtt:
             port = cfg.mqtt_port or free_port()
             # With a state dir, the embedded broker enforces the isolation broker's generated
@@ -220,7 +230,7 @@ class Stack:
         """Wait until every service answers SERVING on the gRPC health service."""
         deadline = time.monotonic() + timeout_s
         for name in names or list(self.procs):
-            async with grpc.aio.insecure_channel(self.endpoint_of(name)) as ch:
+            async with open_channel(self.endpoint_of(name), self.tls) as ch:
                 stub = health_pb2_grpc.HealthStub(ch)
                 while True:
                     p = self.procs[name].proc
@@ -236,7 +246,7 @@ class Stack:
                         raise TimeoutError(f"{name} not healthy after {timeout_s}s")
                     await asyncio.sleep(0.1)
         # The broker answers health before it has discovered the shards; wait for that too.
-        async with grpc.aio.insecure_channel(self.endpoint_of("broker")) as ch:
+        async with open_channel(self.endpoint_of("broker"), self.tls) as ch:
             stub2 = broker_pb2_grpc.BrokerServiceStub(ch)
             while True:
                 try:
@@ -267,7 +277,7 @@ class Stack:
 
     async def create_tenant(self, tenant_id: str, weight: float = 1.0) -> str:
         """Create a tenant through the broker (as admin); returns its API key."""
-        async with grpc.aio.insecure_channel(self.endpoint_of("broker")) as ch:
+        async with open_channel(self.endpoint_of("broker"), self.tls) as ch:
             resp = await broker_pb2_grpc.BrokerServiceStub(ch).CreateTenant(
                 broker_pb2.CreateTenantRequest(tenant_id=tenant_id, weight=weight),
                 metadata=call_metadata(api_key=self.admin_key), timeout=10)
@@ -285,6 +295,7 @@ class Stack:
             "mqtt_password": self.tenant_mqtt.get("default", ("", ""))[1],
             "mqtt_admin": {"username": "admin", "password": self.mqtt_admin_password},
             "endpoints": dataclasses.asdict(self.endpoints),
+            "tls": self.tls_env,
         }, indent=2))
         path.chmod(0o600)
         return path

@@ -17,6 +17,7 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import InvalidArgument, PermissionDenied
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal, bearer_token, call_metadata, rate_limiter
+from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.config import BrokerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
@@ -33,7 +34,7 @@ async def discover_shards(endpoints: list[str], *, service_key: str, timeout_s: 
     md = call_metadata(api_key=service_key)
     out = []
     for ep in endpoints:
-        async with grpc.aio.insecure_channel(ep) as ch:
+        async with open_channel(ep) as ch:
             stub = chip_pb2_grpc.ChipServiceStub(ch)
             deadline = asyncio.get_running_loop().time() + timeout_s
             while True:
@@ -116,7 +117,7 @@ class BrokerService(Service[BrokerConfig]):
         md = call_metadata(api_key=self.config.service_key)
 
         async def one(shard: ShardInfo) -> float:
-            async with grpc.aio.insecure_channel(shard.endpoint) as ch:
+            async with open_channel(shard.endpoint) as ch:
                 r = await chip_pb2_grpc.ChipServiceStub(ch).ScrubInstance(
                     chip_pb2.ScrubInstanceRequest(instance=rec.alloc.instance), metadata=md, timeout=10)
                 return float(r.scrub_s)

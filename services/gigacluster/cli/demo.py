@@ -109,7 +109,7 @@ async def demo(args: argparse.Namespace) -> int:
         try:
             key = await bring_up(stack, disaggregated=True)
             console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
-            async with Client(stack.endpoints, key) as gc:
+            async with Client(stack.endpoints, key, tls=stack.tls) as gc:
                 job = await gc.submit_job_file(job_file)
                 predicted = job.predicted_step_time_s
                 duration = predicted * job.steps_total

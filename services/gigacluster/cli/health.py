@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gigacluster.runtime.channels import open_channel
+
 #: Exit codes: 0 SERVING, 1 answered but not SERVING, 2 no answer (unreachable, timeout, error).
 SERVING, NOT_SERVING, UNREACHABLE = 0, 1, 2
 
@@ -22,7 +24,7 @@ SERVING, NOT_SERVING, UNREACHABLE = 0, 1, 2
 async def check(target: str, *, service: str = "", timeout_s: float = 3.0) -> tuple[int, str]:
     """(exit code, status name) of ``target``'s health service for ``service`` ("" = the server)."""
     try:
-        async with grpc.aio.insecure_channel(target) as ch:
+        async with open_channel(target) as ch:
             r = await health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
     except grpc.aio.AioRpcError as exc:

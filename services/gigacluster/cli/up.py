@@ -29,6 +29,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
     p.add_argument("--mqtt-port", type=int, default=1883, help="port of the embedded MQTT broker (default 1883)")
     p.add_argument("--cluster", default="local", help="cluster name (default local)")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS between every service and client (a local CA under the state directory)")
     p.add_argument("--base-port", type=int, default=0,
                    help="first of five consecutive gRPC ports (default: chip 50051 ... router 50055)")
     p.add_argument("--http-port", type=int, default=None,
@@ -42,7 +44,7 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
     return StackConfig(cluster=args.cluster, chip=args.chip, system=args.system, chips=args.chips, shards=args.shards,
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
-                       http_port=_http_port(args))
+                       http_port=_http_port(args), tls=getattr(args, "tls", False))
 
 
 def _http_port(args: argparse.Namespace) -> int:
@@ -76,7 +78,7 @@ async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = F
     key = await stack.create_tenant("default")
     stack.write_credentials(key)
     if deploy:
-        async with Client(stack.endpoints, key) as gc:
+        async with Client(stack.endpoints, key, tls=stack.tls) as gc:
             await gc.router.DeployModel(router_pb2.DeployModelRequest(
                 deployment_id=DEFAULT_MODEL["deployment_id"],
                 model=common_pb2.ModelArchitecture(preset=str(DEFAULT_MODEL["preset"])),

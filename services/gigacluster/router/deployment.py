@@ -30,6 +30,7 @@ from gigacluster.inference.metrics import ServingMetrics
 from gigacluster.inference.policies import ReplicaView, RoutingPolicy
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.metrics import BucketHistogram
 
@@ -79,7 +80,7 @@ class Replica:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.failed = ""
-        self.channel = grpc.aio.insecure_channel(endpoint)
+        self.channel = open_channel(endpoint)
         self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
         self.energy_j = 0.0
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
@@ -170,7 +171,7 @@ class KvTransport:
     """Sends KV caches between a deployment's chips through the fabric service, and waits for them."""
 
     def __init__(self, endpoint: str, capability: Callable[[], str], clock: VirtualClock) -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint)
+        self.channel = open_channel(endpoint)
         self.stub = fabric_pb2_grpc.FabricServiceStub(self.channel)
         self.capability = capability
         self.clock = clock

@@ -23,6 +23,7 @@ import structlog
 
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.errors import PermissionDenied, Unauthenticated, Unavailable
+from gigacluster.runtime.channels import open_channel
 from gigacluster.security.capability import Capability, CapabilityVerifier, DeviceSet
 from gigacluster.security.ratelimit import BucketSpec, RateLimitSpec, TenantRateLimiter
 
@@ -97,7 +98,7 @@ class BrokerAuth:
     @property
     def stub(self) -> broker_pb2_grpc.BrokerServiceStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.endpoint)
+            self._channel = open_channel(self.endpoint)
             self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)
         return self._stub
 

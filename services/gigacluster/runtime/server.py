@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from gigacluster.runtime.channels import add_port
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
 from gigacluster.runtime.metrics import serve_metrics
@@ -127,7 +128,7 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     for n in [*names, ""]:
         await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(cfg.address)
+    port = add_port(server, cfg.address)
     if port == 0:
         raise OSError(f"cannot bind {cfg.address}")
     service.health = health_servicer  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from gigacluster.model.power import host_overhead_w, link_energy_j
 from gigacluster.model.training import StepBreakdown, compose_step
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
@@ -107,7 +108,7 @@ class JobRunner:
 
     def _channel(self, ep: str) -> grpc.aio.Channel:
         if ep not in self._channels:
-            self._channels[ep] = grpc.aio.insecure_channel(ep)
+            self._channels[ep] = open_channel(ep)
         return self._channels[ep]
 
     async def close(self) -> None:

@@ -34,6 +34,7 @@ from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import chip_names
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_limiter
+from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
@@ -221,7 +222,7 @@ class SchedulerService(Service[SchedulerConfig]):
                                                       int(s.chips_per_domain) or 1))
         topo_resp = None
         try:
-            async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
+            async with open_channel(inv.fabric_endpoint) as ch:
                 topo_resp = await fabric_pb2_grpc.FabricServiceStub(ch).GetTopology(
                     fabric_pb2.GetTopologyRequest(), metadata=self._smd(), timeout=10)
         except grpc.aio.AioRpcError as err:
@@ -351,7 +352,7 @@ class SchedulerService(Service[SchedulerConfig]):
             if not mine:
                 continue
             try:
-                async with grpc.aio.insecure_channel(s.endpoint) as ch:
+                async with open_channel(s.endpoint) as ch:
                     r = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(chip_pb2.ListDevicesRequest(
                         devices=convert.range_msgs(_ranges(np.array(mine))), page_size=len(mine)),
                         metadata=self._smd(), timeout=10)
@@ -371,7 +372,7 @@ class SchedulerService(Service[SchedulerConfig]):
             if not mine.size:
                 continue
             try:
-                async with grpc.aio.insecure_channel(s.endpoint) as ch:
+                async with open_channel(s.endpoint) as ch:
                     r = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(chip_pb2.ListDevicesRequest(
                         devices=convert.range_msgs(_ranges(mine)), page_size=int(mine.size)),
                         metadata=self._smd(), timeout=10)
@@ -510,12 +511,12 @@ class SchedulerService(Service[SchedulerConfig]):
         md = self._smd()
         try:
             for ep, rs in runner.shard_ranges:
-                async with grpc.aio.insecure_channel(ep) as ch:
+                async with open_channel(ep) as ch:
                     st = await chip_pb2_grpc.ChipServiceStub(ch).GetStats(
                         chip_pb2.GetStatsRequest(devices=convert.range_msgs(rs)), metadata=md, timeout=10)
                 slow += int(st.throttled) + int(st.failed)
                 n += int(st.devices)
-            async with grpc.aio.insecure_channel(runner.fabric_ep) as ch:
+            async with open_channel(runner.fabric_ep) as ch:
                 ls = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(fabric_pb2.GetLinkStatsRequest(),
                                                                              metadata=md, timeout=10)
             degraded = {t.tier: int(t.links_down + t.links_degraded) for t in ls.tiers}

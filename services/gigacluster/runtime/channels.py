@@ -1,0 +1,103 @@
+"""Every gRPC channel and listening port of the mesh, plain or mutually authenticated TLS.
+
+mTLS is optional: set ``GIGACLUSTER_TLS_CA``, ``GIGACLUSTER_TLS_CERT`` and ``GIGACLUSTER_TLS_KEY``
+(PEM files) and every service listens with TLS that requires a client certificate signed by the
+CA, and every channel a service, the CLI or the client library opens presents its certificate.
+:func:`make_dev_pki` writes a CA and one certificate for a local cluster (``gigacluster up --tls``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import ipaddress
+import os
+import pathlib
+from collections.abc import Mapping
+
+import grpc
+
+SERVER_NAME = "gigacluster"  # the name every service certificate carries (SAN), checked by clients
+
+
+@dataclasses.dataclass(frozen=True)
+class Tls:
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Tls | None:
+        env = os.environ if env is None else env
+        paths = [env.get(f"GIGACLUSTER_TLS_{k}", "") for k in ("CA", "CERT", "KEY")]
+        if not any(paths):
+            return None
+        if not all(paths):
+            raise ValueError("mTLS needs all of GIGACLUSTER_TLS_CA, GIGACLUSTER_TLS_CERT and GIGACLUSTER_TLS_KEY")
+        ca, cert, key = (pathlib.Path(p).read_bytes() for p in paths)
+        return cls(ca, cert, key)
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca,
+                                           require_client_auth=True)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
+                                            certificate_chain=self.cert)
+
+
+def open_channel(endpoint: str, tls: Tls | None = None) -> grpc.aio.Channel:
+    """A channel to ``endpoint``: mTLS when configured (argument or environment), else plain."""
+    tls = tls or Tls.from_env()
+    if tls is None:
+        return grpc.aio.insecure_channel(endpoint)
+    return grpc.aio.secure_channel(endpoint, tls.channel_credentials(),
+                                   options=[("grpc.ssl_target_name_override", SERVER_NAME)])
+
+
+def add_port(server: grpc.aio.Server, address: str, tls: Tls | None = None) -> int:
+    """Bind ``address``: with TLS requiring client certificates when configured."""
+    tls = tls or Tls.from_env()
+    if tls is None:
+        return server.add_insecure_port(address)
+    return server.add_secure_port(address, tls.server_credentials())
+
+
+def make_dev_pki(directory: pathlib.Path) -> dict[str, str]:
+    """A CA and one certificate (for every service and client of a local cluster); returns the env."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gigacluster local CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME), x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = {
+        "ca.pem": ca.public_bytes(serialization.Encoding.PEM),
+        "cert.pem": cert.public_bytes(serialization.Encoding.PEM),
+        "key.pem": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()),
+    }
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    (directory / "key.pem").chmod(0o600)
+    return {"GIGACLUSTER_TLS_CA": str(directory / "ca.pem"), "GIGACLUSTER_TLS_CERT": str(directory / "cert.pem"),
+            "GIGACLUSTER_TLS_KEY": str(directory / "key.pem")}
