@@ -278,9 +278,7 @@ class BrokerCore:
         return rec
 
     def shards_of(self, rec: InstanceRecord) -> list[ShardInfo]:
-        out = []
-        for s in self.shards:
-            ids = rec.alloc.devices.ids()
-            if ((ids >= s.start) & (ids < s.end)).any():
-                out.append(s)
-        return out
+        """The shards holding any of the instance's devices (compared range by range, no id arrays)."""
+        d = rec.alloc.devices
+        return [s for s in self.shards
+                if ((d.starts < s.end) & (d.stops > s.start)).any()]

@@ -742,7 +742,8 @@ def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str
     }
 
 
-def _link_bytes(plan: StepPlan) -> tuple[float, float]:
+def link_bytes(plan: StepPlan) -> tuple[float, float]:
+    """(scale-up, scale-out) bytes one step's collectives move, for link energy."""
     up = out = 0.0
     for d in plan.collectives:
         moved = d.count * d.bytes_ * max(volume_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
@@ -773,7 +774,7 @@ def estimate_train(
     step = bd.step_time_s
     chip_w = chip.idle_w + works_energy_above_idle_j(chip, plan.compute, clock_factor=cf) / step
     sys_w = chip_w + host_overhead_w()
-    up, out = _link_bytes(plan)
+    up, out = link_bytes(plan)
     step_j = spec.count * (sys_w * step + link_energy_j(up, out))
     peak = chip.peak_flops(spec.precision)
     model_tf = plan.model_flops_per_step / spec.count / step

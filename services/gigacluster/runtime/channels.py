@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import ipaddress
 import os
 import pathlib
@@ -34,8 +35,7 @@ class Tls:
             return None
         if not all(paths):
             raise ValueError("mTLS needs all of GIGACLUSTER_TLS_CA, GIGACLUSTER_TLS_CERT and GIGACLUSTER_TLS_KEY")
-        ca, cert, key = (pathlib.Path(p).read_bytes() for p in paths)
-        return cls(ca, cert, key)
+        return _load(*paths)
 
     def server_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca,
@@ -44,6 +44,12 @@ class Tls:
     def channel_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
                                             certificate_chain=self.cert)
+
+
+@functools.cache
+def _load(ca: str, cert: str, key: str) -> Tls:
+    """The PEM files, read once per process (channels are opened often; the files do not change)."""
+    return Tls(*(pathlib.Path(p).read_bytes() for p in (ca, cert, key)))
 
 
 def open_channel(endpoint: str, tls: Tls | None = None) -> grpc.aio.Channel:

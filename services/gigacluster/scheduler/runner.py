@@ -20,10 +20,9 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import FailedPrecondition, Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import facility
-from gigacluster.model.comm import volume_factor
 from gigacluster.model.cost import job_cost
 from gigacluster.model.power import host_overhead_w, link_energy_j
-from gigacluster.model.training import StepBreakdown, compose_step
+from gigacluster.model.training import StepBreakdown, compose_step, link_bytes
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
@@ -106,7 +105,7 @@ class JobRunner:
                 self.shard_ranges.append((ep, _ranges(np.sort(sel))))
         self.collective_calls = self._collective_calls()
 
-    def _channel(self, ep: str) -> grpc.aio.Channel:
+    def channel(self, ep: str) -> grpc.aio.Channel:
         if ep not in self._channels:
             self._channels[ep] = open_channel(ep)
         return self._channels[ep]
@@ -140,12 +139,12 @@ class JobRunner:
         md = self._md()
         try:
             chip_res = await asyncio.gather(*(
-                chip_pb2_grpc.ChipServiceStub(self._channel(ep)).ExecuteWork(
+                chip_pb2_grpc.ChipServiceStub(self.channel(ep)).ExecuteWork(
                     chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
                                                 tag=job.name), metadata=md, timeout=30)
                 for ep, rs in self.shard_ranges))
             compute_s = max(r.end_s for r in chip_res) - start_s
-            fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
+            fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))
             fab_calls = []
             for name, req in self.collective_calls:
                 req.not_before_s = start_s + self._offset_s(name, compute_s)
@@ -204,7 +203,7 @@ class JobRunner:
 
     async def _wait_flows(self, names: list[str], preds: list[float]) -> list[float]:
         """Actual end times of flow groups (watching those still running)."""
-        fabric = fabric_pb2_grpc.FabricServiceStub(self._channel(self.fabric_ep))
+        fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))
         md = self._md()
         ends: dict[str, float] = {}
         got = await asyncio.gather(*(fabric.GetFlow(fabric_pb2.GetFlowRequest(name=n), metadata=md, timeout=30)
@@ -235,13 +234,7 @@ def step_energy_it_j(job: JobRecord, res: StepResult) -> float:
     """
     chip = job.spec.chip_spec()
     step = res.breakdown.step_time_s
-    up = out = 0.0
-    for d in job.plan.collectives:
-        moved = d.count * d.bytes_ * max(volume_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
-        if d.layout.domains > 1:
-            out += moved
-        else:
-            up += moved
+    up, out = link_bytes(job.plan)
     n = job.spec.count
     return n * (chip.idle_w + host_overhead_w()) * step + res.above_idle_j + n * link_energy_j(up, out)
 

@@ -511,14 +511,12 @@ class SchedulerService(Service[SchedulerConfig]):
         md = self._smd()
         try:
             for ep, rs in runner.shard_ranges:
-                async with open_channel(ep) as ch:
-                    st = await chip_pb2_grpc.ChipServiceStub(ch).GetStats(
-                        chip_pb2.GetStatsRequest(devices=convert.range_msgs(rs)), metadata=md, timeout=10)
+                st = await chip_pb2_grpc.ChipServiceStub(runner.channel(ep)).GetStats(
+                    chip_pb2.GetStatsRequest(devices=convert.range_msgs(rs)), metadata=md, timeout=10)
                 slow += int(st.throttled) + int(st.failed)
                 n += int(st.devices)
-            async with open_channel(runner.fabric_ep) as ch:
-                ls = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(fabric_pb2.GetLinkStatsRequest(),
-                                                                             metadata=md, timeout=10)
+            ls = await fabric_pb2_grpc.FabricServiceStub(runner.channel(runner.fabric_ep)).GetLinkStats(
+                fabric_pb2.GetLinkStatsRequest(), metadata=md, timeout=10)
             degraded = {t.tier: int(t.links_down + t.links_degraded) for t in ls.tiers}
         except grpc.aio.AioRpcError as err:
             log.warning("performance diagnosis incomplete", job=job.name, error=err.details())
