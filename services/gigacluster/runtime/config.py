@@ -80,6 +80,14 @@ class CommonConfig:
         return f"{self.host}:{self.port}"
 
 
+def _positive(cfg: CommonConfig, *names: str) -> None:
+    """Fail fast unless every named bound is a finite number > 0."""
+    for name in names:
+        v = getattr(cfg, name)
+        if not 0 < v < float("inf"):
+            raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+
+
 def _is_endpoint(s: str) -> bool:
     host, _, port = s.rpartition(":")
     return bool(host) and port.isdigit()
@@ -94,9 +102,14 @@ class ChipConfig(CommonConfig):
     device_offset: int = _f(0, "global id of this shard's first device")
     device_count: int = _f(64, "devices hosted by this shard")
     virtualization: str = _f("none", "isolation layer cost: none (bare metal) or nitro (security/overhead.py)")
+    max_device_ranges: int = _f(1024, "device ranges one chip request may name (more: RESOURCE_EXHAUSTED)")
+    max_io_bytes: int = _f(4 * 1024 * 1024, "bytes one ReadMemory/WriteMemory call may move (more: RESOURCE_EXHAUSTED)")
+    not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie (further: "
+                                             "INVALID_ARGUMENT), so no start can hold devices for ever")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.system and self.system not in system_names():
@@ -124,9 +137,18 @@ class FabricConfig(CommonConfig):
     inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
     inference_weight: float = _f(4.0, "weight of inference flows against training flows (weighted mode)")
     rate_bytes_per_s: float = _f(0.0, "per-tenant fabric bandwidth bucket: bytes per virtual second (0 = off)")
+    max_collective_ranks: int = _f(1_048_576, "ranks one StartCollective may name, over all its groups "
+                                              "(more: RESOURCE_EXHAUSTED)")
+    max_rank_ranges: int = _f(1024, "rank ranges one StartCollective may name (more: RESOURCE_EXHAUSTED)")
+    max_collective_groups: int = _f(100_000, "groups one StartCollective may start (more: RESOURCE_EXHAUSTED)")
+    max_flow_bytes: float = _f(1e15, "bytes per rank (collective) or per transfer (more: INVALID_ARGUMENT)")
+    not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie "
+                                             "(further: INVALID_ARGUMENT)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _positive(self, "max_collective_ranks", "max_rank_ranges", "max_collective_groups", "max_flow_bytes",
+                  "not_before_horizon_s")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.count <= 0:

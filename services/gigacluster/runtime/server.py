@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
@@ -20,9 +21,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from gigacluster.errors import InvalidArgument
 from gigacluster.runtime.channels import add_port
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.errors import preview, to_status
 from gigacluster.runtime.metrics import serve_metrics
 from gigacluster.runtime.telemetry import Telemetry
 
@@ -48,6 +51,86 @@ class RequestIdInterceptor(grpc.aio.ServerInterceptor):
             request_id=rid or uuid.uuid4().hex[:12], method=handler_call_details.method
         )
         return await continuation(handler_call_details)
+
+
+class _Undecodable:
+    """Stands in for a request body the method's deserializer rejected."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer`` that returns an :class:`_Undecodable` instead of raising."""
+    if deserializer is None:
+        return None
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is the caller's bad body
+            return _Undecodable(exc)
+
+    return deserialize
+
+
+async def _reject_undecodable(context: grpc.aio.ServicerContext, method: str, bad: _Undecodable) -> None:
+    log.info("rpc rejected", method=method, code="INVALID_ARGUMENT", error="undecodable request body")
+    err = InvalidArgument("request", f"the body is not a valid {method.rsplit('/', 1)[-1]} request message "
+                                     f"({preview(str(bad.error), 80)})")
+    err.reason = "UNDECODABLE_REQUEST"
+    await context.abort_with_status(to_status(err))
+
+
+class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Answers an undecodable request body INVALID_ARGUMENT naming the method, for every RPC.
+
+    Without it grpcio answers a body its deserializer rejects with UNKNOWN (or INTERNAL). The
+    handler's deserializer is wrapped to return a sentinel, and the behaviour aborts on it.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        method = handler_call_details.method
+        deserializer = _tolerant(handler.request_deserializer)
+        if handler.unary_unary is not None:
+            unary = handler.unary_unary
+
+            async def unary_behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                return await unary(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary_behaviour, request_deserializer=deserializer,
+                                                       response_serializer=handler.response_serializer)
+        stream = handler.unary_stream
+        if inspect.isasyncgenfunction(stream) or inspect.isasyncgenfunction(getattr(stream, "__func__", None)):
+
+            async def stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                async for item in stream(request, context):
+                    yield item
+
+            behaviour: Callable[..., Any] = stream_gen
+        else:
+
+            async def stream_coro(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                return await stream(request, context)
+
+            behaviour = stream_coro
+        return grpc.unary_stream_rpc_method_handler(behaviour, request_deserializer=deserializer,
+                                                    response_serializer=handler.response_serializer)
 
 
 class Service(Generic[CfgT]):
@@ -115,7 +198,7 @@ class Service(Generic[CfgT]):
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
     server = grpc.aio.server(
-        interceptors=[RequestIdInterceptor()],
+        interceptors=[RequestIdInterceptor(), DecodeErrorInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
