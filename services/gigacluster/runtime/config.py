@@ -54,8 +54,11 @@ class CommonConfig:
     telemetry_interval_s: float = _f(1.0, "wall seconds between telemetry publications")
     grace_s: float = _f(5.0, "grace period for in-flight calls on SIGTERM")
     metrics_port: int = _f(-1, "Prometheus /metrics port (-1 = off, 0 = any free port)")
-    rate_ops_per_s: float = _f(5000.0, "per-tenant RPC token bucket: size and refill per wall second (0 = off)")
+    rate_ops_per_s: float = _f(500.0, "per-tenant RPC token bucket per service: size and refill per wall second "
+                                        "(0 = off); a quarter of what one service process serves (docs/performance.md)")
     rate_ops_burst: float = _f(0.0, "per-tenant one-time burst on top of the RPC bucket (Firecracker one_time_burst)")
+    rate_max_wait_s: float = _f(0.25, "a call over its tenant's RPC rate waits up to this long for a token "
+                                      "(paced), and beyond it is refused RESOURCE_EXHAUSTED")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -72,8 +75,8 @@ class CommonConfig:
             raise ConfigError(f"broker must be HOST:PORT, got {self.broker!r}")
         if self.telemetry_interval_s <= 0:
             raise ConfigError("telemetry_interval_s must be > 0")
-        if self.rate_ops_per_s < 0 or self.rate_ops_burst < 0:
-            raise ConfigError("rate_ops_per_s and rate_ops_burst must be >= 0")
+        if self.rate_ops_per_s < 0 or self.rate_ops_burst < 0 or self.rate_max_wait_s < 0:
+            raise ConfigError("rate_ops_per_s, rate_ops_burst and rate_max_wait_s must be >= 0")
 
     @property
     def address(self) -> str:

@@ -95,6 +95,9 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     status = to_status(exc)
     if status.code == grpc.StatusCode.INTERNAL:
         log.error("rpc failed", method=method, exc_info=exc)
+    elif getattr(exc, "reason", "") == "RPC_RATE_LIMITED":
+        # A flooding tenant would otherwise cost a log line per refused call.
+        log.debug("rpc rejected", method=method, code=status.code.name, error=status.details)
     else:
         log.info("rpc rejected", method=method, code=status.code.name, error=status.details)
     await context.abort_with_status(status)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import signal
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -28,6 +30,8 @@ from gigacluster.runtime.config import CommonConfig
 from gigacluster.runtime.errors import preview, to_status
 from gigacluster.runtime.metrics import serve_metrics
 from gigacluster.runtime.telemetry import Telemetry
+from gigacluster.security import RateLimited
+from gigacluster.security.ratelimit import CALLER_KEY, PREPAID, TenantRateLimiter
 
 CfgT = TypeVar("CfgT", bound=CommonConfig)
 log = structlog.get_logger()
@@ -133,6 +137,81 @@ class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
                                                     response_serializer=handler.response_serializer)
 
 
+CREDENTIAL_HEADERS = ("authorization", "x-gigacluster-capability")
+
+
+def credential_key(metadata: Any) -> bytes | None:
+    """A digest of the call's credentials (API key and capability), or None without any."""
+    h = None
+    for k, v in metadata or ():
+        if k in CREDENTIAL_HEADERS:
+            h = h or hashlib.blake2b(digest_size=16)
+            h.update(k.encode())
+            h.update(v.encode() if isinstance(v, str) else v)
+    return h.digest() if h is not None else None
+
+
+def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodHandler:
+    """``handler`` replaced by one that skips decoding and answers ``exc``'s status at once."""
+    status = to_status(exc)
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=lambda raw: None,
+                                                   response_serializer=handler.response_serializer)
+
+    async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+        yield  # pragma: no cover - an async generator that never yields
+
+    return grpc.unary_stream_rpc_method_handler(refuse_stream, request_deserializer=lambda raw: None,
+                                                response_serializer=handler.response_serializer)
+
+
+class FairShareInterceptor(grpc.aio.ServerInterceptor):
+    """Enforces a tenant's RPC rate before its call is decoded or its credential verified.
+
+    A credential the service has verified before is known by its digest (the limiter learns it
+    when it charges the verified tenant). A call from a known tenant takes its token here: when
+    the bucket is empty it waits for a token borrowed from the next ``max_wait_s`` (a flooding
+    client is slowed to its rate, its calls parked at no CPU cost), and beyond that it is refused
+    RESOURCE_EXHAUSTED without decoding (after ``max_wait_s``, see below). Unknown credentials go
+    the normal way (verify, then charge), so a forged or foreign credential never spends a
+    tenant's budget.
+    """
+
+    def __init__(self, limiter: TenantRateLimiter, max_wait_s: float) -> None:
+        self.limiter = limiter
+        self.max_wait_s = max_wait_s
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        key = credential_key(handler_call_details.invocation_metadata)
+        CALLER_KEY.set(key)
+        PREPAID.set(None)
+        tenant = self.limiter.tenant_of(key) if key is not None else None
+        if tenant is None:
+            return await continuation(handler_call_details)
+        try:
+            wait_s = self.limiter.pace(tenant, time.monotonic(), self.max_wait_s)
+        except RateLimited as exc:
+            # Tarpit: the refusal comes after the longest wait a paced call may have, so a client
+            # with many calls in flight is refused at most (calls in flight / max_wait_s) times a
+            # second instead of as fast as the service can say no.
+            await asyncio.sleep(self.max_wait_s)
+            handler = await continuation(handler_call_details)
+            return handler if handler is None or handler.request_streaming else _refusing(handler, exc)
+        PREPAID.set(self.limiter)
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        return await continuation(handler_call_details)
+
+
 class Service(Generic[CfgT]):
     """Base of every service process."""
 
@@ -197,8 +276,13 @@ class Service(Generic[CfgT]):
 
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
+    interceptors: list[grpc.aio.ServerInterceptor] = [RequestIdInterceptor()]
+    limiter = getattr(getattr(service, "auth", None), "limiter", None)
+    if isinstance(limiter, TenantRateLimiter):
+        interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
+    interceptors.append(DecodeErrorInterceptor())
     server = grpc.aio.server(
-        interceptors=[RequestIdInterceptor(), DecodeErrorInterceptor()],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
