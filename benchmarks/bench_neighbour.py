@@ -146,7 +146,7 @@ async def run_stack(rate: float, args: argparse.Namespace, *, phases: list[str])
                         res["a_other"] = {k: v for k, v in got["counts"].items()
                                           if k not in ("OK", "RESOURCE_EXHAUSTED")}
                         res["client_cpu_share"] = got["cpu_s"] / args.seconds
-                    out[phase] = res
+                    out.setdefault(phase, []).append(res)
         finally:
             await st.stop()
     return out
@@ -158,28 +158,34 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--probe-rate", type=float, default=50.0)
     ap.add_argument("--rate", type=float, default=CommonConfig.rate_ops_per_s)
+    ap.add_argument("--rounds", type=int, default=1, help="alternate idle and loaded phases this many times "
+                                                         "(each loaded phase is compared with the idle one before it)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    unlimited = await run_stack(0.0, args, phases=["idle", "capacity"])
-    limited = await run_stack(args.rate, args, phases=["idle", "neighbour"])
-    idle = limited["idle"]
-    rows = [("idle, no limit", unlimited["idle"]), ("A at full speed, no limit", unlimited["capacity"]),
-            ("idle, limit", idle), (f"A at full speed, limit {args.rate:g}/s", limited["neighbour"])]
-    print(f"cpus={os.cpu_count()} seconds={args.seconds} concurrency={args.concurrency} rate={args.rate:g}",
-          file=sys.stderr)
+    load0 = os.getloadavg()[0]
+    unlimited = await run_stack(0.0, args, phases=["idle", "capacity"] * args.rounds)
+    limited = await run_stack(args.rate, args, phases=["idle", "neighbour"] * args.rounds)
+    rows = []
+    for i in range(args.rounds):
+        rows += [("idle, no limit", unlimited["idle"][i], unlimited["idle"][i]),
+                 ("A at full speed, no limit", unlimited["capacity"][i], unlimited["idle"][i]),
+                 ("idle, limit", limited["idle"][i], limited["idle"][i]),
+                 (f"A at full speed, limit {args.rate:g}/s", limited["neighbour"][i], limited["idle"][i])]
+    print(f"cpus={os.cpu_count()} loadavg={load0:.1f}->{os.getloadavg()[0]:.1f} seconds={args.seconds} "
+          f"concurrency={args.concurrency} rate={args.rate:g}", file=sys.stderr)
     if args.markdown:
         print("| phase | B p50 ms | B p99 ms | B p99 / idle | A served/s | A refused/s | chip CPU | client CPU |")
         print("|---|---|---|---|---|---|---|---|")
-    for name, r in rows:
-        base = unlimited["idle"] if "no limit" in name else idle
+    for name, r, base in rows:
         cells = [name, f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['p99_ms'] / base['p99_ms']:.2f}",
                  f"{r.get('a_ok_per_s', 0):.0f}", f"{r.get('a_refused_per_s', 0):.0f}",
                  f"{r['server_cpu_share']:.0%}", f"{r.get('client_cpu_share', 0):.0%}"]
         print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(cells))
         if r.get("a_other"):
             print(f"  other codes for A: {r['a_other']}", file=sys.stderr)
-    print(f"median of B idle: {statistics.median([unlimited['idle']['p50_ms'], idle['p50_ms']]):.2f} ms",
-          file=sys.stderr)
+    ratios = [n["p99_ms"] / i["p99_ms"] for n, i in zip(limited["neighbour"], limited["idle"], strict=True)]
+    print(f"B p99 loaded/idle with the limit, per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"median {statistics.median(ratios):.2f}", file=sys.stderr)
 
 
 if __name__ == "__main__":
