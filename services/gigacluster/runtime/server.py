@@ -277,7 +277,9 @@ class Service(Generic[CfgT]):
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestIdInterceptor()]
-    limiter = getattr(getattr(service, "auth", None), "limiter", None)
+    # The tenant RPC limiter the service charges (chip, fabric, scheduler, router: its BrokerAuth's;
+    # the broker: its own), paced and shed here before decoding.
+    limiter = getattr(getattr(service, "auth", None), "limiter", None) or getattr(service, "limiter", None)
     if isinstance(limiter, TenantRateLimiter):
         interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
     interceptors.append(DecodeErrorInterceptor())
