@@ -77,6 +77,8 @@ ABSURD: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "cap", RE, "max_device_ranges"),
     ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=U64, size_bytes=U64), "cap", NF,
      "device"),
+    ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=BASE[0], size_bytes=U64), "cap", RE,
+     "bytes"),
     ("chip", "FreeMemory", lambda: chip_pb2.FreeMemoryRequest(name="allocations/" + "9" * 5000), "cap", IA,
      "name"),
     ("chip", "WriteMemory", lambda: chip_pb2.WriteMemoryRequest(name="allocations/1", offset=U64,
