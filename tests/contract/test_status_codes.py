@@ -88,7 +88,7 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("chip", "FreeMemory", lambda: chip_pb2.FreeMemoryRequest(name="nope"), "cap", IA, "name"),
     ("chip", "FreeMemory", lambda: chip_pb2.FreeMemoryRequest(name="allocations/987654"), "cap", NF, "987654"),
     ("chip", "WriteMemory", lambda: chip_pb2.WriteMemoryRequest(name="", data=b"x"), "cap", IA, "name"),
-    ("chip", "ReadMemory", lambda: chip_pb2.ReadMemoryRequest(name="allocations/1", length=1 << 40), "cap", IA,
+    ("chip", "ReadMemory", lambda: chip_pb2.ReadMemoryRequest(name="allocations/1", length=1 << 40), "cap", RE,
      "length"),
     ("chip", "ScrubInstance", lambda: chip_pb2.ScrubInstanceRequest(), "admin", IA, "instance"),
     ("chip", "InjectFault", lambda: chip_pb2.InjectFaultRequest(kind=chip_pb2.FAULT_KIND_FAILED), "admin", IA,

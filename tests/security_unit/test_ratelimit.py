@@ -100,3 +100,46 @@ def test_overrides_and_disabled_buckets() -> None:
     lim.set_limits("small", RateLimitSpec(ops=BucketSpec(size=5)), now_s=0.0)
     for _ in range(5):
         lim.check("small", 0.0)
+
+
+def test_reserve_paces_by_borrowing_up_to_the_max_wait() -> None:
+    """An empty bucket lends tokens from the next max_wait_s: waits grow by 1/rate each, then refusal."""
+    b = TokenBucket(size=10, refill_time_s=1.0)
+    assert [b.reserve(1, 0.0, 0.25) for _ in range(10)] == [0.0] * 10
+    waits = [b.reserve(1, 0.0, 0.25) for _ in range(3)]
+    assert waits == [pytest.approx(0.1), pytest.approx(0.2), None]
+    assert b.available(0.0) == 0.0
+    assert b.reserve(1, 0.3, 0.25) == pytest.approx(0.0)  # the debt of 2 was repaid by 0.2 s; 1 token back
+
+
+def test_pace_refuses_with_retry_after_and_charges_nothing() -> None:
+    """pace() raises RateLimited once the wait would pass max_wait_s, leaving the bucket as it was."""
+    lim = TenantRateLimiter(RateLimitSpec(ops=BucketSpec(size=2, refill_time_s=1.0)))
+    assert lim.pace("acme", 0.0, 0.5) == 0.0
+    assert lim.pace("acme", 0.0, 0.5) == 0.0
+    assert lim.pace("acme", 0.0, 0.5) == pytest.approx(0.5)
+    with pytest.raises(RateLimited) as exc:
+        lim.pace("acme", 0.0, 0.5)
+    assert exc.value.reason == "RPC_RATE_LIMITED"
+    assert lim.pace("beta", 0.0, 0.5) == 0.0  # another tenant is untouched
+
+
+def test_check_learns_the_verified_credential_and_skips_prepaid_calls() -> None:
+    """check() maps the call's credential digest to the tenant it charged, and never charges a prepaid call twice."""
+    from gigacluster.security.ratelimit import CALLER_KEY, PREPAID
+
+    lim = TenantRateLimiter(RateLimitSpec(ops=BucketSpec(size=1, refill_time_s=1.0)))
+    assert lim.tenant_of(b"k1") is None
+    t1 = CALLER_KEY.set(b"k1")
+    try:
+        lim.check("acme", 0.0)
+        assert lim.tenant_of(b"k1") == "acme"
+        t2 = PREPAID.set(lim)
+        lim.check("acme", 0.0)  # bucket empty, but the transport already charged this call
+        PREPAID.reset(t2)
+        with pytest.raises(RateLimited):
+            lim.check("acme", 0.0)
+    finally:
+        CALLER_KEY.reset(t1)
+    lim.forget("acme")
+    assert lim.tenant_of(b"k1") is None

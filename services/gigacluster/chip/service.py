@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
 from typing import Any
 
 import grpc
@@ -9,19 +11,18 @@ import numpy as np
 
 from gigacluster.chip.shard import ChipShard
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.errors import InvalidArgument, PermissionDenied
+from gigacluster.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from gigacluster.hw.catalog import default_system, get_chip, get_system
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, bearer_token, rate_limiter
 from gigacluster.runtime.config import ChipConfig
-from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.errors import grpc_errors, preview
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.security.capability import DeviceSet
+from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
 
-MAX_IO_BYTES = 4 * 1024 * 1024
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
 DCGM_LABELS = ["gpu", "Hostname", "modelName"]
 
@@ -126,27 +127,62 @@ def _devset(idx: np.ndarray, offset: int) -> DeviceSet:
     return DeviceSet.from_ids(idx + offset)
 
 
+MAX_TRACKED_INSTANCES = 100_000  # instances whose devices a shard remembers for the release reset
+
+
 @grpc_errors(chip_pb2_grpc.ChipServiceServicer)
 class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
+    """Every RPC authenticates first, then bounds its request against config, then works."""
+
     def __init__(self, svc: ChipService) -> None:
         self.svc = svc
         self.shard = svc.shard
+        self.cfg = svc.config
+        # Devices each instance's capability covered on this shard: a release resets their timing.
+        self._instance_devices: OrderedDict[str, DeviceSet] = OrderedDict()
 
-    async def _read_access(self, context: grpc.aio.ServicerContext, idx: np.ndarray | None) -> None:
-        """Privileged callers read any device; a capability reads its own."""
+    async def _cap(self, context: grpc.aio.ServicerContext, action: str) -> Capability:
+        """The caller's verified capability for ``action`` (devices are checked once bounded)."""
+        cap = await self.svc.auth.capability(context, action)
+        self._instance_devices[cap.instance] = cap.devices
+        self._instance_devices.move_to_end(cap.instance)
+        if len(self._instance_devices) > MAX_TRACKED_INSTANCES:
+            self._instance_devices.popitem(last=False)
+        return cap
+
+    def _devices(self, msgs: Any, field: str = "devices") -> np.ndarray:
+        """Local indices of the requested ranges, bounded before anything is expanded."""
+        if len(msgs) > self.cfg.max_device_ranges:
+            raise ResourceExhausted(f"{field}: at most {self.cfg.max_device_ranges} ranges per request "
+                                    f"(max_device_ranges), got {len(msgs)}", field=field)
+        return self.shard.local(convert.ranges(msgs), field)
+
+    def _not_before(self, value: float) -> float:
+        now = self.svc.clock.now()
+        if not math.isfinite(value) or value < 0:
+            raise InvalidArgument("not_before_s", f"must be a finite number >= 0, got {value}")
+        if value > now + self.cfg.not_before_horizon_s:
+            raise InvalidArgument("not_before_s", f"at most {self.cfg.not_before_horizon_s:g} s ahead of now "
+                                                  f"({now:.3f}; not_before_horizon_s), got {value:g}")
+        return value
+
+    async def _read_access(self, context: grpc.aio.ServicerContext, msgs: Any) -> np.ndarray | None:
+        """Privileged callers read any device; a capability reads its own. Returns the named devices."""
         if bearer_token(context):
             await self.svc.auth.require_privileged(context)
-            return
-        devs = _devset(idx, self.shard.offset) if idx is not None else None
-        cap = await self.svc.auth.capability(context, "telemetry.read", devs)
-        if idx is None:
+            return self._devices(msgs) if msgs else None
+        cap = await self._cap(context, "telemetry.read")
+        if not msgs:
             raise PermissionDenied(f"tenant {cap.tenant} must name its devices", reason="DEVICES_REQUIRED")
+        idx = self._devices(msgs)
+        cap.require("telemetry.read", _devset(idx, self.shard.offset))
+        return idx
 
     async def GetShard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if bearer_token(context):
             await self.svc.auth.principal(context)
         else:
-            await self.svc.auth.capability(context, "telemetry.read")
+            await self._cap(context, "telemetry.read")
         s = self.shard
         return chip_pb2.GetShardResponse(
             name=self.svc.shard_name, chip_type=s.chip.name,
@@ -155,8 +191,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         )
 
     async def ListDevices(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        idx = self.shard.local(convert.ranges(request.devices)) if request.devices else None
-        await self._read_access(context, idx)
+        idx = await self._read_access(context, request.devices)
         s = self.shard
         all_idx = idx if idx is not None else np.arange(s.count)
         page_idx, token = convert.page(all_idx, request.page_size, request.page_token)
@@ -174,91 +209,105 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
 
     async def ExecuteWork(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        idx = self.shard.local(convert.ranges(request.devices))
+        cap = await self._cap(context, "compute.run")
+        not_before_s = self._not_before(request.not_before_s)
+        idx = self._devices(request.devices)
         works = convert.works(request.items)
-        if request.not_before_s < 0:
-            raise InvalidArgument("not_before_s", f"must be >= 0, got {request.not_before_s}")
-        await self.svc.auth.capability(context, "compute.run", _devset(idx, self.shard.offset))
-        res = self.shard.execute(idx, works, not_before_s=request.not_before_s, now_s=self.svc.clock.now())
+        cap.require("compute.run", _devset(idx, self.shard.offset))
+        res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now())
         if request.wait:
             await self.svc.clock.sleep_until(res.end_s)
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                             clock_factor=res.clock_factor)
 
     async def AllocateMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self._cap(context, "memory.write")
         idx = self.shard.local([(request.device, request.device + 1)], "device")
         if request.size_bytes <= 0:
             raise InvalidArgument("size_bytes", "must be > 0")
-        cap = await self.svc.auth.capability(context, "memory.write", _devset(idx, self.shard.offset))
+        cap.require("memory.write", _devset(idx, self.shard.offset))
         alloc = self.svc.memory.allocate(int(idx[0]), cap.tenant, cap.instance, int(request.size_bytes))
         return chip_pb2.AllocateMemoryResponse(name=f"allocations/{alloc}", device=request.device,
                                                size_bytes=request.size_bytes)
 
     def _alloc_id(self, name: str) -> int:
         rest = name.removeprefix("allocations/")
-        if not name.startswith("allocations/") or not rest.isdigit():
-            raise InvalidArgument("name", f"must look like 'allocations/<number>', got {name!r}")
+        if not name.startswith("allocations/") or not rest.isdigit() or len(rest) > 18:
+            raise InvalidArgument("name", f"must look like 'allocations/<number>', got {preview(name, 64)!r}")
         return int(rest)
 
+    def _io_bound(self, field: str, n: int) -> None:
+        if n > self.cfg.max_io_bytes:
+            raise ResourceExhausted(f"{field}: at most {self.cfg.max_io_bytes} bytes per call (max_io_bytes), "
+                                    f"got {n}", field=field)
+
     async def FreeMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
-        cap = await self.svc.auth.capability(context, "memory.write")
         scrub_s = self.svc.memory.free(alloc, cap.tenant)
         return chip_pb2.FreeMemoryResponse(scrub_s=scrub_s)
 
     async def WriteMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
-        if len(request.data) > MAX_IO_BYTES:
-            raise InvalidArgument("data", f"at most {MAX_IO_BYTES} bytes per call, got {len(request.data)}")
-        cap = await self.svc.auth.capability(context, "memory.write")
+        self._io_bound("data", len(request.data))
         self.svc.memory.write(alloc, cap.tenant, int(request.offset), bytes(request.data))
         return chip_pb2.WriteMemoryResponse(written_bytes=len(request.data))
 
     async def ReadMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self._cap(context, "memory.read")
         alloc = self._alloc_id(request.name)
-        if request.length > MAX_IO_BYTES:
-            raise InvalidArgument("length", f"at most {MAX_IO_BYTES} bytes per call, got {request.length}")
-        cap = await self.svc.auth.capability(context, "memory.read")
+        self._io_bound("length", int(request.length))
         data = self.svc.memory.read(alloc, cap.tenant, int(request.offset), int(request.length))
         return chip_pb2.ReadMemoryResponse(data=data)
+
+    def _local_of(self, devices: DeviceSet) -> np.ndarray:
+        """Local indices of the part of ``devices`` on this shard."""
+        s = self.shard
+        parts = [np.arange(max(int(a), s.offset) - s.offset, min(int(b), s.end) - s.offset)
+                 for a, b in zip(devices.starts, devices.stops, strict=True) if a < s.end and b > s.offset]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     async def ScrubInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.svc.auth.require_privileged(context)
         if not request.instance:
             raise InvalidArgument("instance", "required")
         iid = request.instance.removeprefix("instances/")
+        named = self._devices(request.devices) if request.devices else np.empty(0, np.int64)
         # Revoke at once (the periodic pull from the broker would take up to a second).
         self.svc.auth.revoke(iid)
         mem = self.svc.memory
-        devices = sorted({a.device for a in mem.allocations(instance=iid)})
+        with_memory = np.asarray(sorted({a.device for a in mem.allocations(instance=iid)}), dtype=np.int64)
         before = int(mem.used_bytes.sum())
         scrub_s = mem.release_instance(iid)
-        # The scrub runs on the devices: the next tenant's work starts after it (modelled time).
-        if devices and scrub_s > 0:
-            idx = np.asarray(devices, dtype=np.int64)
-            s = self.shard
-            s.busy_until_s[idx] = np.maximum(s.busy_until_s[idx], self.svc.clock.now()) + scrub_s
+        # The instance's devices go back with no timing state: whatever its tenant booked ahead
+        # (however far) is cancelled, and the scrub runs before the next tenant's work (modelled time).
+        seen = self._instance_devices.pop(iid, None)
+        held = self._local_of(seen) if seen is not None else np.empty(0, np.int64)
+        idx = np.unique(np.concatenate([named, with_memory, held]))
+        self.shard.reset_timing(idx, self.svc.clock.now(), scrub_s)
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
     async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        idx = self.shard.local(convert.ranges(request.devices))
         await self.svc.auth.require_privileged(context)
+        idx = self._devices(request.devices)
+        if not math.isfinite(request.clock_factor):
+            raise InvalidArgument("clock_factor", f"must be a finite number, got {request.clock_factor}")
         n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
         self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_pb2.FaultKind.Name(request.kind),
                                               "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
         return chip_pb2.InjectFaultResponse(affected=n)
 
     async def ClearFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        idx = self.shard.local(convert.ranges(request.devices))
         await self.svc.auth.require_privileged(context)
+        idx = self._devices(request.devices)
         n = self.shard.clear_fault(idx)
         self.svc.telemetry.publish("events", {"event": "fault_cleared", "devices": convert.ranges(request.devices),
                                               "t_s": self.svc.clock.now()})
         return chip_pb2.ClearFaultResponse(affected=n)
 
     async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        idx = self.shard.local(convert.ranges(request.devices)) if request.devices else None
-        await self._read_access(context, idx)
+        idx = await self._read_access(context, request.devices)
         s = self.shard
         sel = idx if idx is not None else np.arange(s.count)
         now = self.svc.clock.now()

@@ -141,6 +141,24 @@ class ChipShard:
         self._item_above_j[idx] = above
         return ExecResult(start, end, above * idx.size, clock)
 
+    def reset_timing(self, idx: np.ndarray, now_s: float, scrub_s: float = 0.0) -> None:
+        """Give devices ``idx`` back with no timing state: free from ``now_s + scrub_s``.
+
+        Called when an instance is released or scrubbed, so work its tenant booked ahead (however
+        far) never delays the next tenant. Work booked beyond ``now_s`` is cancelled: its busy
+        time and energy are taken off the books, as if it had never been scheduled.
+        """
+        if idx.size == 0:
+            return
+        pending = self._pending_fraction(now_s)[idx]
+        dur = self._item_end_s[idx] - self._item_start_s[idx]
+        self.busy_s[idx] -= pending * dur
+        self.above_idle_j[idx] -= pending * self._item_above_j[idx]
+        self._item_start_s[idx] = now_s
+        self._item_end_s[idx] = now_s
+        self._item_above_j[idx] = 0.0
+        self.busy_until_s[idx] = now_s + max(scrub_s, 0.0)
+
     # -- faults -----------------------------------------------------------------------------------
     def inject_fault(self, idx: np.ndarray, kind: int, clock_factor: float = 0.5) -> int:
         if kind not in (FAULT_FAILED, FAULT_HBM, FAULT_SLOW):

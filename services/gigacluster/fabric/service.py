@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import math
 from collections import OrderedDict
 from typing import Any
 
@@ -26,10 +27,10 @@ from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token, rate_limiter
 from gigacluster.runtime.config import FabricConfig
-from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.errors import grpc_errors, preview
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.security.capability import DeviceSet
+from gigacluster.security.capability import MAX_DEVICE_ID, DeviceSet
 
 log = structlog.get_logger()
 OPS = {
@@ -247,16 +248,35 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
 
     def _visible(self, p: Principal, name: str) -> FlowRecord:
         if not name.startswith("flows/") or len(name) <= 6:
-            raise InvalidArgument("name", f"must look like 'flows/<id>', got {name!r}")
+            raise InvalidArgument("name", f"must look like 'flows/<id>', got {preview(name, 64)!r}")
         rec = self.svc.flows.get(name)
         if rec is None or (not p.privileged and rec.tenant != p.tenant):
-            raise NotFound(name)
+            raise NotFound(preview(name, 64))
         return rec
 
     def _start_s(self, not_before_s: float) -> float:
-        if not not_before_s >= 0:
-            raise InvalidArgument("not_before_s", f"must be >= 0, got {not_before_s}")
-        return max(not_before_s or self.svc.clock.now(), self.svc.sim.now_s)
+        now = self.svc.clock.now()
+        horizon = self.svc.config.not_before_horizon_s
+        if not math.isfinite(not_before_s) or not_before_s < 0:
+            raise InvalidArgument("not_before_s", f"must be a finite number >= 0, got {not_before_s}")
+        if not_before_s > now + horizon:
+            raise InvalidArgument("not_before_s", f"at most {horizon:g} s ahead of now ({now:.3f}; "
+                                                  f"not_before_horizon_s), got {not_before_s:g}")
+        return max(not_before_s or now, self.svc.sim.now_s)
+
+    def _bytes(self, value: float) -> float:
+        cap = self.svc.config.max_flow_bytes
+        if not math.isfinite(value) or not 0 < value <= cap:
+            raise InvalidArgument("bytes", f"must be in (0, {cap:g}] (max_flow_bytes), got {value}")
+        return float(value)
+
+    def _device(self, field: str, value: int) -> int:
+        n = self.svc.topo.n_chips
+        if value >= MAX_DEVICE_ID:
+            raise InvalidArgument(field, f"device ids are below 2^40, got {value}")
+        if value >= n:
+            raise NotFound(f"devices/{value}", f"{field}: device {value} is not in the topology (0..{n - 1})")
+        return int(value)
 
     async def GetTopology(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._reader(context)
@@ -274,7 +294,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         await self._reader(context)
         topo = self.svc.topo
         if request.tier and request.tier not in TIER_NAMES:
-            raise InvalidArgument("tier", f"allowed: {', '.join(TIER_NAMES)}; got {request.tier!r}")
+            raise InvalidArgument("tier", f"allowed: {', '.join(TIER_NAMES)}; got {preview(request.tier, 64)!r}")
         ids = (np.flatnonzero(topo.link_tier == TIER_NAMES.index(request.tier)) if request.tier
                else np.arange(topo.n_links))
         page, token = convert.page(ids, request.page_size, request.page_token)
@@ -288,72 +308,85 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         return fabric_pb2.ListLinksResponse(links=links, next_page_token=token)
 
     async def StartTransfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        n = self.svc.topo.n_chips
-        for field in ("src_device", "dst_device"):
-            if getattr(request, field) >= n:
-                raise NotFound(f"devices/{getattr(request, field)}",
-                               f"{field}: device {getattr(request, field)} is not in the topology (0..{n - 1})")
-        if request.src_device == request.dst_device:
+        cap = await self.svc.auth.capability(context, "fabric.send")
+        src = self._device("src_device", request.src_device)
+        dst = self._device("dst_device", request.dst_device)
+        if src == dst:
             raise InvalidArgument("dst_device", "must differ from src_device")
-        if not 0 < request.bytes <= 1e15:
-            raise InvalidArgument("bytes", f"must be in (0, 1e15], got {request.bytes}")
+        bytes_ = self._bytes(request.bytes)
         if request.traffic_class not in CLASSES:
             raise InvalidArgument("traffic_class", f"unknown traffic class {request.traffic_class}")
-        cap = await self.svc.auth.capability(context, "fabric.send",
-                                             DeviceSet.from_ids([request.src_device, request.dst_device]))
-        self.svc.check_capacity(1)
-        self.svc.charge_bytes(cap.tenant, float(request.bytes))
         start = self._start_s(request.not_before_s)
-        h = self.svc.sim.start_transfer(int(request.src_device), int(request.dst_device), float(request.bytes),
-                                        start_s=start, traffic_class=CLASSES[request.traffic_class], tag=request.tag)
+        cap.require("fabric.send", DeviceSet.from_ids([src, dst]))
+        self.svc.check_capacity(1)
+        self.svc.charge_bytes(cap.tenant, bytes_)
+        h = self.svc.sim.start_transfer(src, dst, bytes_, start_s=start, traffic_class=CLASSES[request.traffic_class],
+                                        tag=request.tag)
         name = f"flows/f-{next(self.svc._ids)}"
-        rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id], h.algorithm, start, float(request.bytes),
-                         request.tag, "send_recv", 2)
+        rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id], h.algorithm, start, bytes_, request.tag, "send_recv", 2)
         self.svc.add(rec)
         return fabric_pb2.StartTransferResponse(name=name, start_s=start, predicted_end_s=h.predicted_end_s)
 
-    async def StartCollective(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        op = OPS.get(request.op)
-        if op is None:
-            raise InvalidArgument("op", "allowed: COLLECTIVE_OP_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER, "
-                                        "_ALL_TO_ALL, _BROADCAST, _SEND_RECV")
+    def _collective_ranks(self, request: Any) -> tuple[np.ndarray, int, int]:
+        """(ranks of group 0, groups, stride), every size checked against config before expanding."""
+        cfg = self.svc.config
+        if len(request.ranks) > cfg.max_rank_ranges:
+            raise ResourceExhausted(f"ranks: at most {cfg.max_rank_ranges} ranges per collective (max_rank_ranges), "
+                                    f"got {len(request.ranks)}", field="ranks")
         rs = convert.ranges(request.ranks)
         if not rs:
             raise InvalidArgument("ranks", "must name at least two ranks")
         for i, (a, b) in enumerate(rs):
             if b <= a:
                 raise InvalidArgument(f"ranks[{i}]", f"end ({b}) must be > start ({a})")
-        ranks = np.concatenate([np.arange(a, b) for a, b in rs])
-        if ranks.size < 2:
-            raise InvalidArgument("ranks", f"a collective needs at least 2 ranks, got {ranks.size}")
-        if np.unique(ranks).size != ranks.size:
-            raise InvalidArgument("ranks", "ranks must be distinct")
-        if not 0 < request.bytes <= 1e15:
-            raise InvalidArgument("bytes", f"must be in (0, 1e15], got {request.bytes}")
-        if request.traffic_class not in CLASSES:
-            raise InvalidArgument("traffic_class", f"unknown traffic class {request.traffic_class}")
+            if b > MAX_DEVICE_ID:
+                raise InvalidArgument(f"ranks[{i}]", f"device ids are below 2^40, got end {b}")
         groups = int(request.groups) or 1
         stride = int(request.group_stride)
         if groups > 1 and stride < 1:
             raise InvalidArgument("group_stride", "must be >= 1 when groups > 1")
-        if groups > 100_000:
-            raise InvalidArgument("groups", f"must be <= 100000, got {groups}")
+        if groups > 1 and stride >= MAX_DEVICE_ID:
+            raise InvalidArgument("group_stride", f"must be below 2^40, got {stride}")
+        if groups > cfg.max_collective_groups:
+            raise ResourceExhausted(f"groups: at most {cfg.max_collective_groups} per collective "
+                                    f"(max_collective_groups), got {groups}", field="groups")
+        per_group = sum(b - a for a, b in rs)
+        if per_group * groups > cfg.max_collective_ranks:
+            raise ResourceExhausted(f"ranks: at most {cfg.max_collective_ranks} ranks per collective over all groups "
+                                    f"(max_collective_ranks), got {per_group} x {groups} groups", field="ranks")
+        if per_group < 2:
+            raise InvalidArgument("ranks", f"a collective needs at least 2 ranks, got {per_group}")
         n = self.svc.topo.n_chips
-        top = int(ranks.max()) + stride * (groups - 1)
+        top = max(b for _, b in rs) - 1 + stride * (groups - 1)
         if top >= n:
             raise NotFound(f"devices/{top}", f"ranks: device {top} is not in the topology (0..{n - 1})")
-        all_ranks = (ranks[None, :] + stride * np.arange(groups)[:, None]).ravel()
-        cap = await self.svc.auth.capability(context, "fabric.send", DeviceSet.from_ids(all_ranks))
-        self.svc.check_capacity(groups)
-        self.svc.charge_bytes(cap.tenant, float(request.bytes) * groups * int(ranks.size))
+        ranks = np.concatenate([np.arange(a, b) for a, b in rs])
+        if np.unique(ranks).size != ranks.size:
+            raise InvalidArgument("ranks", "ranks must be distinct")
+        return ranks, groups, (stride if groups > 1 else 0)
+
+    async def StartCollective(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self.svc.auth.capability(context, "fabric.send")
+        op = OPS.get(request.op)
+        if op is None:
+            raise InvalidArgument("op", "allowed: COLLECTIVE_OP_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER, "
+                                        "_ALL_TO_ALL, _BROADCAST, _SEND_RECV")
+        ranks, groups, stride = self._collective_ranks(request)
+        bytes_ = self._bytes(request.bytes)
+        if request.traffic_class not in CLASSES:
+            raise InvalidArgument("traffic_class", f"unknown traffic class {request.traffic_class}")
         start = self._start_s(request.not_before_s)
-        handles = [self.svc.sim.start_collective(op, ranks + stride * k, float(request.bytes), start_s=start,
+        all_ranks = (ranks[None, :] + stride * np.arange(groups)[:, None]).ravel()
+        cap.require("fabric.send", DeviceSet.from_ids(all_ranks))
+        self.svc.check_capacity(groups)
+        self.svc.charge_bytes(cap.tenant, bytes_ * groups * int(ranks.size))
+        handles = [self.svc.sim.start_collective(op, ranks + stride * k, bytes_, start_s=start,
                                                  algo=request.algorithm or None,
                                                  traffic_class=CLASSES[request.traffic_class], tag=request.tag)
                    for k in range(groups)]
         name = f"flows/f-{next(self.svc._ids)}"
         rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id for h in handles], handles[0].algorithm, start,
-                         float(request.bytes), request.tag, op, int(ranks.size))
+                         bytes_, request.tag, op, int(ranks.size))
         self.svc.add(rec)
         return fabric_pb2.StartCollectiveResponse(name=name, algorithm=rec.algorithm, start_s=start,
                                                   predicted_end_s=max(h.predicted_end_s for h in handles))
@@ -410,17 +443,17 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             try:
                 return "link", topo.link_id_by_name(target.removeprefix("links/"))
             except Exception as exc:
-                raise NotFound(target, f"target: no link {target!r} (see ListLinks)") from exc
+                raise NotFound(preview(target, 64), f"target: no link {preview(target, 64)!r} (see ListLinks)") from exc
         if target.startswith("switches/"):
             try:
                 return "switch", topo.node_id_by_name(target.removeprefix("switches/"))
             except Exception as exc:
-                raise NotFound(target, f"target: no switch {target!r}") from exc
-        raise InvalidArgument("target", f"must be 'links/<name>' or 'switches/<name>', got {target!r}")
+                raise NotFound(preview(target, 64), f"target: no switch {preview(target, 64)!r}") from exc
+        raise InvalidArgument("target", f"must be 'links/<name>' or 'switches/<name>', got {preview(target, 64)!r}")
 
     async def InjectLinkFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        kind, ident = self._target(request.target)
         await self.svc.auth.require_privileged(context)
+        kind, ident = self._target(request.target)
         self.svc.advance(self.svc.clock.now())
         before = {n for n, r in self.svc.flows.items() if self.svc.state(r)[0] == fabric_pb2.Flow.STATE_FAILED}
         if request.kind == fabric_pb2.InjectLinkFaultRequest.KIND_DOWN:
@@ -428,7 +461,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         elif request.kind == fabric_pb2.InjectLinkFaultRequest.KIND_DEGRADED:
             if kind != "link":
                 raise InvalidArgument("kind", "only links can be degraded; take a switch down instead")
-            if not 0 < request.capacity_factor < 1:
+            if not 0 < request.capacity_factor < 1:  # NaN fails this too
                 raise InvalidArgument("capacity_factor", f"must be in (0, 1), got {request.capacity_factor}")
             events = self.svc.sim.degrade_link(ident, request.capacity_factor)
         else:
@@ -445,8 +478,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             flows_rerouted=sum(1 for e in events if e.kind == "rerouted"), flows_failed=len(failed))
 
     async def ClearLinkFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        kind, ident = self._target(request.target)
         await self.svc.auth.require_privileged(context)
+        kind, ident = self._target(request.target)
         self.svc.advance(self.svc.clock.now())
         events = self.svc.sim.restore_link(ident) if kind == "link" else self.svc.sim.restore_switch(ident)
         self.svc._events(events)

@@ -54,8 +54,11 @@ class CommonConfig:
     telemetry_interval_s: float = _f(1.0, "wall seconds between telemetry publications")
     grace_s: float = _f(5.0, "grace period for in-flight calls on SIGTERM")
     metrics_port: int = _f(-1, "Prometheus /metrics port (-1 = off, 0 = any free port)")
-    rate_ops_per_s: float = _f(5000.0, "per-tenant RPC token bucket: size and refill per wall second (0 = off)")
+    rate_ops_per_s: float = _f(500.0, "per-tenant RPC token bucket per service: size and refill per wall second "
+                                        "(0 = off); a quarter of what one service process serves (docs/performance.md)")
     rate_ops_burst: float = _f(0.0, "per-tenant one-time burst on top of the RPC bucket (Firecracker one_time_burst)")
+    rate_max_wait_s: float = _f(0.25, "a call over its tenant's RPC rate waits up to this long for a token "
+                                      "(paced), and beyond it is refused RESOURCE_EXHAUSTED")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -72,12 +75,20 @@ class CommonConfig:
             raise ConfigError(f"broker must be HOST:PORT, got {self.broker!r}")
         if self.telemetry_interval_s <= 0:
             raise ConfigError("telemetry_interval_s must be > 0")
-        if self.rate_ops_per_s < 0 or self.rate_ops_burst < 0:
-            raise ConfigError("rate_ops_per_s and rate_ops_burst must be >= 0")
+        if self.rate_ops_per_s < 0 or self.rate_ops_burst < 0 or self.rate_max_wait_s < 0:
+            raise ConfigError("rate_ops_per_s, rate_ops_burst and rate_max_wait_s must be >= 0")
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _positive(cfg: CommonConfig, *names: str) -> None:
+    """Fail fast unless every named bound is a finite number > 0."""
+    for name in names:
+        v = getattr(cfg, name)
+        if not 0 < v < float("inf"):
+            raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
 
 
 def _is_endpoint(s: str) -> bool:
@@ -94,9 +105,14 @@ class ChipConfig(CommonConfig):
     device_offset: int = _f(0, "global id of this shard's first device")
     device_count: int = _f(64, "devices hosted by this shard")
     virtualization: str = _f("none", "isolation layer cost: none (bare metal) or nitro (security/overhead.py)")
+    max_device_ranges: int = _f(1024, "device ranges one chip request may name (more: RESOURCE_EXHAUSTED)")
+    max_io_bytes: int = _f(4 * 1024 * 1024, "bytes one ReadMemory/WriteMemory call may move (more: RESOURCE_EXHAUSTED)")
+    not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie (further: "
+                                             "INVALID_ARGUMENT), so no start can hold devices for ever")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.system and self.system not in system_names():
@@ -124,9 +140,18 @@ class FabricConfig(CommonConfig):
     inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
     inference_weight: float = _f(4.0, "weight of inference flows against training flows (weighted mode)")
     rate_bytes_per_s: float = _f(0.0, "per-tenant fabric bandwidth bucket: bytes per virtual second (0 = off)")
+    max_collective_ranks: int = _f(1_048_576, "ranks one StartCollective may name, over all its groups "
+                                              "(more: RESOURCE_EXHAUSTED)")
+    max_rank_ranges: int = _f(1024, "rank ranges one StartCollective may name (more: RESOURCE_EXHAUSTED)")
+    max_collective_groups: int = _f(100_000, "groups one StartCollective may start (more: RESOURCE_EXHAUSTED)")
+    max_flow_bytes: float = _f(1e15, "bytes per rank (collective) or per transfer (more: INVALID_ARGUMENT)")
+    not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie "
+                                             "(further: INVALID_ARGUMENT)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _positive(self, "max_collective_ranks", "max_rank_ranges", "max_collective_groups", "max_flow_bytes",
+                  "not_before_horizon_s")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.count <= 0:

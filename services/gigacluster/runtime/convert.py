@@ -10,6 +10,7 @@ import numpy as np
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
 from gigacluster.model.roofline import KINDS, Work
+from gigacluster.runtime.errors import preview
 
 PRECISION_NAMES: dict[int, str] = {
     common_pb2.PRECISION_FP32: "fp32",
@@ -48,7 +49,7 @@ def works(items: Sequence[object], field: str = "items") -> list[Work]:
         f = f"{field}[{i}]"
         kind = it.kind or "matmul"  # type: ignore[attr-defined]
         if kind not in KINDS:
-            raise InvalidArgument(f"{f}.kind", f"allowed: {', '.join(KINDS)}; got {kind!r}")
+            raise InvalidArgument(f"{f}.kind", f"allowed: {', '.join(KINDS)}; got {preview(kind, 64)!r}")
         flops, bytes_ = float(it.flops), float(it.bytes)  # type: ignore[attr-defined]
         for name, v, cap in (("flops", flops, MAX_FLOPS), ("bytes", bytes_, MAX_BYTES)):
             if not v >= 0:

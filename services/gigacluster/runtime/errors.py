@@ -25,6 +25,10 @@ from gigacluster.model import DoesNotFitError, SpecError
 
 log = structlog.get_logger()
 DOMAIN = "gigacluster.dev"
+# Longest message and ErrorInfo metadata value sent back: an error that echoed a whole hostile field
+# (1 MB) overflowed the metadata limit. Call sites quote a short prefix; this is the backstop.
+MAX_MESSAGE_CHARS = 400
+MAX_METADATA_CHARS = 200
 C = TypeVar("C", bound=type)
 
 
@@ -32,6 +36,13 @@ def _security_code(exc: Exception) -> str | None:
     """Security package errors carry their status name in ``code`` (duck-typed: no import cycle)."""
     code = getattr(exc, "grpc_code", None) or getattr(exc, "code", None)
     return code if isinstance(code, str) and hasattr(code_pb2, code) else None
+
+
+def preview(text: str, limit: int = MAX_METADATA_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis and the full length when cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
 
 
 def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
@@ -67,6 +78,8 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
 def to_status(exc: BaseException) -> grpc.Status:
     """The status for ``exc``: code, message, ErrorInfo details, and ``retry-after-s`` when known."""
     code, reason, message, metadata = classify(exc)
+    message = preview(message, MAX_MESSAGE_CHARS)
+    metadata = {preview(k, 64): preview(v) for k, v in metadata.items()}
     info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -82,6 +95,9 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     status = to_status(exc)
     if status.code == grpc.StatusCode.INTERNAL:
         log.error("rpc failed", method=method, exc_info=exc)
+    elif getattr(exc, "reason", "") == "RPC_RATE_LIMITED":
+        # A flooding tenant would otherwise cost a log line per refused call.
+        log.debug("rpc rejected", method=method, code=status.code.name, error=status.details)
     else:
         log.info("rpc rejected", method=method, code=status.code.name, error=status.details)
     await context.abort_with_status(status)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import inspect
 import signal
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -20,11 +23,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from gigacluster.errors import InvalidArgument
 from gigacluster.runtime.channels import add_port
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.errors import preview, to_status
 from gigacluster.runtime.metrics import serve_metrics
 from gigacluster.runtime.telemetry import Telemetry
+from gigacluster.security import RateLimited
+from gigacluster.security.ratelimit import CALLER_KEY, PREPAID, TenantRateLimiter
 
 CfgT = TypeVar("CfgT", bound=CommonConfig)
 log = structlog.get_logger()
@@ -47,6 +54,161 @@ class RequestIdInterceptor(grpc.aio.ServerInterceptor):
         structlog.contextvars.bind_contextvars(
             request_id=rid or uuid.uuid4().hex[:12], method=handler_call_details.method
         )
+        return await continuation(handler_call_details)
+
+
+class _Undecodable:
+    """Stands in for a request body the method's deserializer rejected."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer`` that returns an :class:`_Undecodable` instead of raising."""
+    if deserializer is None:
+        return None
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is the caller's bad body
+            return _Undecodable(exc)
+
+    return deserialize
+
+
+async def _reject_undecodable(context: grpc.aio.ServicerContext, method: str, bad: _Undecodable) -> None:
+    log.info("rpc rejected", method=method, code="INVALID_ARGUMENT", error="undecodable request body")
+    err = InvalidArgument("request", f"the body is not a valid {method.rsplit('/', 1)[-1]} request message "
+                                     f"({preview(str(bad.error), 80)})")
+    err.reason = "UNDECODABLE_REQUEST"
+    await context.abort_with_status(to_status(err))
+
+
+class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Answers an undecodable request body INVALID_ARGUMENT naming the method, for every RPC.
+
+    Without it grpcio answers a body its deserializer rejects with UNKNOWN (or INTERNAL). The
+    handler's deserializer is wrapped to return a sentinel, and the behaviour aborts on it.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        method = handler_call_details.method
+        deserializer = _tolerant(handler.request_deserializer)
+        if handler.unary_unary is not None:
+            unary = handler.unary_unary
+
+            async def unary_behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                return await unary(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary_behaviour, request_deserializer=deserializer,
+                                                       response_serializer=handler.response_serializer)
+        stream = handler.unary_stream
+        if inspect.isasyncgenfunction(stream) or inspect.isasyncgenfunction(getattr(stream, "__func__", None)):
+
+            async def stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                async for item in stream(request, context):
+                    yield item
+
+            behaviour: Callable[..., Any] = stream_gen
+        else:
+
+            async def stream_coro(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await _reject_undecodable(context, method, request)
+                return await stream(request, context)
+
+            behaviour = stream_coro
+        return grpc.unary_stream_rpc_method_handler(behaviour, request_deserializer=deserializer,
+                                                    response_serializer=handler.response_serializer)
+
+
+CREDENTIAL_HEADERS = ("authorization", "x-gigacluster-capability")
+
+
+def credential_key(metadata: Any) -> bytes | None:
+    """A digest of the call's credentials (API key and capability), or None without any."""
+    h = None
+    for k, v in metadata or ():
+        if k in CREDENTIAL_HEADERS:
+            h = h or hashlib.blake2b(digest_size=16)
+            h.update(k.encode())
+            h.update(v.encode() if isinstance(v, str) else v)
+    return h.digest() if h is not None else None
+
+
+def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodHandler:
+    """``handler`` replaced by one that skips decoding and answers ``exc``'s status at once."""
+    status = to_status(exc)
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=lambda raw: None,
+                                                   response_serializer=handler.response_serializer)
+
+    async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+        yield  # pragma: no cover - an async generator that never yields
+
+    return grpc.unary_stream_rpc_method_handler(refuse_stream, request_deserializer=lambda raw: None,
+                                                response_serializer=handler.response_serializer)
+
+
+class FairShareInterceptor(grpc.aio.ServerInterceptor):
+    """Enforces a tenant's RPC rate before its call is decoded or its credential verified.
+
+    A credential the service has verified before is known by its digest (the limiter learns it
+    when it charges the verified tenant). A call from a known tenant takes its token here: when
+    the bucket is empty it waits for a token borrowed from the next ``max_wait_s`` (a flooding
+    client is slowed to its rate, its calls parked at no CPU cost), and beyond that it is refused
+    RESOURCE_EXHAUSTED without decoding (after ``max_wait_s``, see below). Unknown credentials go
+    the normal way (verify, then charge), so a forged or foreign credential never spends a
+    tenant's budget.
+    """
+
+    def __init__(self, limiter: TenantRateLimiter, max_wait_s: float) -> None:
+        self.limiter = limiter
+        self.max_wait_s = max_wait_s
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        key = credential_key(handler_call_details.invocation_metadata)
+        CALLER_KEY.set(key)
+        PREPAID.set(None)
+        tenant = self.limiter.tenant_of(key) if key is not None else None
+        if tenant is None:
+            return await continuation(handler_call_details)
+        try:
+            wait_s = self.limiter.pace(tenant, time.monotonic(), self.max_wait_s)
+        except RateLimited as exc:
+            # Tarpit: the refusal comes after the longest wait a paced call may have, so a client
+            # with many calls in flight is refused at most (calls in flight / max_wait_s) times a
+            # second instead of as fast as the service can say no.
+            await asyncio.sleep(self.max_wait_s)
+            handler = await continuation(handler_call_details)
+            return handler if handler is None or handler.request_streaming else _refusing(handler, exc)
+        PREPAID.set(self.limiter)
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
         return await continuation(handler_call_details)
 
 
@@ -114,8 +276,15 @@ class Service(Generic[CfgT]):
 
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
+    interceptors: list[grpc.aio.ServerInterceptor] = [RequestIdInterceptor()]
+    # The tenant RPC limiter the service charges (chip, fabric, scheduler, router: its BrokerAuth's;
+    # the broker: its own), paced and shed here before decoding.
+    limiter = getattr(getattr(service, "auth", None), "limiter", None) or getattr(service, "limiter", None)
+    if isinstance(limiter, TenantRateLimiter):
+        interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
+    interceptors.append(DecodeErrorInterceptor())
     server = grpc.aio.server(
-        interceptors=[RequestIdInterceptor()],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

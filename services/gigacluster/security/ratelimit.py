@@ -14,14 +14,33 @@ the burst it had taken before failing).
 
 Everything is driven by the caller's clock (``now_s``), so the model is pure and repeatable.
 Each tenant has its own buckets, so one tenant draining its budget cannot delay another.
+
+Refusing an over-limit call still costs the service CPU (a refused call costs about as much as
+a served one on the emulator), so a tenant flooding at full speed would slow its neighbours even
+while throttled. Two additions make the limit cheap to enforce:
+
+- :meth:`TokenBucket.reserve` paces instead of refusing: a call that finds the bucket empty may
+  borrow its token from the near future and is told how long to wait for it (up to ``max_wait_s``),
+  so a closed-loop client is slowed to its rate with its calls parked, costing nothing;
+- :meth:`TenantRateLimiter.tenant_of` maps a caller's credential (a digest of it, learned only
+  after the credential was verified: :data:`CALLER_KEY` is set by the transport for each call) to
+  its tenant, so the transport can pace or shed a known tenant before decoding or verifying.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from gigacluster.security import InvalidArgument, RateLimited
+
+# Set by the transport for each call: a digest of the caller's credential (None when it sent none)
+# and the limiter that already charged the call while pacing it (so ``check`` does not charge twice).
+CALLER_KEY: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("gigacluster_caller_key", default=None)
+PREPAID: contextvars.ContextVar[object | None] = contextvars.ContextVar("gigacluster_prepaid", default=None)
+MAX_LEARNED_CREDENTIALS = 65_536
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,7 @@ class TokenBucket:
         self._refill(now_s)
         if now_s < self._blocked_until_s:
             return 0.0
-        return self._budget + self._burst
+        return max(0.0, self._budget + self._burst)
 
     def consume(self, n: float, now_s: float) -> bool:
         """Take ``n`` tokens at ``now_s``; False (and nothing taken) if there are not enough."""
@@ -97,6 +116,26 @@ class TokenBucket:
             self._blocked_until_s = now_s + excess / self.spec.size * self.spec.refill_time_s
             return True
         return False
+
+    def reserve(self, n: float, now_s: float, max_wait_s: float) -> float | None:
+        """Take ``n`` tokens, borrowing from the future if need be: the seconds the caller must wait
+        before using them (0 when they were there), or None (nothing taken) if that wait would
+        exceed ``max_wait_s``. A borrowed token leaves the budget negative until refilled."""
+        if n < 0:
+            raise InvalidArgument("n", f"must be >= 0 tokens, got {n}")
+        if n > self.spec.size:  # over-consumption: exactly as consume() (no borrowing beyond a bucket)
+            return 0.0 if self.consume(n, now_s) else None
+        if self.consume(n, now_s):
+            return 0.0
+        if now_s < self._blocked_until_s:
+            return None
+        rest = n - self._burst
+        wait_s = (rest - self._budget) / self.spec.rate_per_s
+        if wait_s > max_wait_s:
+            return None
+        self._burst = 0.0
+        self._budget -= rest
+        return wait_s
 
     def time_until(self, n: float, now_s: float) -> float:
         """Seconds from ``now_s`` until ``consume(n)`` would succeed (0 if it would now)."""
@@ -131,6 +170,29 @@ class TenantRateLimiter:
         self.default = default
         self._overrides = dict(overrides or {})
         self._buckets: dict[tuple[str, TokenType], TokenBucket | None] = {}
+        self._learned: OrderedDict[bytes, str] = OrderedDict()
+
+    def tenant_of(self, caller_key: bytes) -> str | None:
+        """The tenant a verified credential (by digest) belongs to, if this limiter has charged it."""
+        return self._learned.get(caller_key)
+
+    def _learn(self, caller_key: bytes, tenant: str) -> None:
+        if self._learned.get(caller_key) != tenant:
+            self._learned[caller_key] = tenant
+            if len(self._learned) > MAX_LEARNED_CREDENTIALS:
+                self._learned.popitem(last=False)
+
+    def pace(self, tenant: str, now_s: float, max_wait_s: float) -> float:
+        """Charge one call, borrowing up to ``max_wait_s`` ahead: the seconds to wait before serving
+        it. Raises RateLimited (nothing charged) when even that wait would not do."""
+        bucket = self._bucket(tenant, TokenType.OPS, now_s)
+        if bucket is None:
+            return 0.0
+        wait_s = bucket.reserve(1.0, now_s, max_wait_s)
+        if wait_s is None:
+            raise RateLimited(f"tenant {tenant!r} over its RPC rate", retry_after_s=bucket.time_until(1.0, now_s),
+                              reason="RPC_RATE_LIMITED")
+        return wait_s
 
     def set_limits(self, tenant: str, spec: RateLimitSpec, now_s: float) -> None:
         """Change one tenant's limits; its buckets restart full (as Firecracker's update does)."""
@@ -145,6 +207,8 @@ class TenantRateLimiter:
         self._overrides.pop(tenant, None)
         for tt in TokenType:
             self._buckets.pop((tenant, tt), None)
+        for key in [k for k, t in self._learned.items() if t == tenant]:
+            del self._learned[key]
 
     def _bucket(self, tenant: str, token_type: TokenType, now_s: float) -> TokenBucket | None:
         key = (tenant, token_type)
@@ -163,7 +227,15 @@ class TenantRateLimiter:
         """Charge one call (``ops``) and its fabric bytes, or raise RateLimited with ``retry_after_s``.
 
         Nothing is taken unless both buckets have room, so a refused call costs the tenant nothing.
+        A call the transport already charged through :meth:`pace` is not charged again; the call's
+        credential digest (:data:`CALLER_KEY`) is remembered as the tenant's.
         """
+        if ops:
+            key = CALLER_KEY.get()
+            if key is not None:
+                self._learn(key, tenant)
+            if PREPAID.get() is self:
+                ops = 0.0
         ob = self._bucket(tenant, TokenType.OPS, now_s) if ops else None
         bb = self._bucket(tenant, TokenType.BYTES, now_s) if bytes_ else None
         if bb is not None and (wait_s := bb.time_until(bytes_, now_s)) > 0:
