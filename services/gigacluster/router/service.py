@@ -560,14 +560,14 @@ class RouterService(Service[RouterConfig]):
             n_bytes = len(text) if len(text) > c.max_prompt_bytes else len(text.encode("utf-8", "surrogatepass"))
             if n_bytes > c.max_prompt_bytes:
                 raise InvalidArgument("prompt", f"{n_bytes:,}+ bytes exceeds the router's max_prompt_bytes "
-                                                f"({c.max_prompt_bytes:,})", reason="PROMPT_TOO_LARGE")
+                                                f"({c.max_prompt_bytes:,})", limit="max_prompt_bytes")
             if not text:
                 raise InvalidArgument("text", "must not be empty")
         elif token_ids is not None:
             if 4 * len(token_ids) > c.max_prompt_bytes or len(token_ids) > arch.seq_len:
                 raise InvalidArgument("token_ids", f"{len(token_ids):,} ids exceed the model's context "
                                                    f"({arch.seq_len}) or max_prompt_bytes ({c.max_prompt_bytes:,} "
-                                                   "at 4 bytes an id)", reason="PROMPT_TOO_LARGE")
+                                                   "at 4 bytes an id)", limit="max_prompt_bytes")
             if not token_ids:
                 raise InvalidArgument("token_ids", "must hold at least one token")
         else:
