@@ -494,7 +494,7 @@ class LiveDeployment:
             src.engine.release_kv(rid)
             detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.warning("kv transfer failed", request_id=rid, error=detail)
-            stream.queue.put_nowait(ReplicaFailed(f"KV transfer failed: {detail}"))
+            stream.queue.put_nowait(ReplicaFailed(f"KV transfer failed: {str(detail)[:200]}; retry"))
             return
         src.engine.release_kv(rid)
         if stream.closed:

@@ -195,14 +195,15 @@ class RouterService(Service[RouterConfig]):
 
     def metrics(self) -> list[Any]:
         """vLLM-named metrics per deployment (label model_name), plus deployment slowdown vs the model."""
-        hist = {k: HistogramMetricFamily(n, doc, labels=["model_name"]) for k, n, doc in (
+        hist = {k: HistogramMetricFamily(n, doc, labels=["model_name", "tenant"]) for k, n, doc in (
             ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
             ("itl", "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds."),
             ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds."),
             ("queue", "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue."))}
         itl_alias = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency.",
-                                          labels=["model_name"])
-        g = {n: gauge(n, doc, ["model_name"]) for n, doc in (
+                                          labels=["model_name", "tenant"])
+        # model_name as vLLM names it; tenant too, since deployment ids are per tenant.
+        g = {n: gauge(n, doc, ["model_name", "tenant"]) for n, doc in (
             ("vllm:num_requests_running", "Number of requests in model execution batches."),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
             ("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
@@ -213,9 +214,9 @@ class RouterService(Service[RouterConfig]):
             ("gigacluster_deployment_slowdown", "How much slower than its model the deployment runs (0 = on model)."),
         )}
         for d in list(self.deployments.values()):
-            if d.state != "ready":
+            if d.health()[0] not in ("ready", "degraded"):
                 continue
-            m = [d.deployment_id]
+            m = [d.deployment_id, d.tenant]
             for k, fam in hist.items():
                 d.prom[k].family("", "", [], m, into=fam)
             d.prom["itl"].family("", "", [], m, into=itl_alias)
@@ -358,6 +359,7 @@ class RouterService(Service[RouterConfig]):
             resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
                 chip_type=spec.cfg.chip, count=spec.cfg.tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
                 purpose=dep.purpose, tenant=dep.tenant), metadata=self._smd(), timeout=30)
+            await self._unless_deleted(dep, resp.instance.name)
             lease = dep.lease(resp.instance.name, resp.capability, resp.capability_expires_s, self._refresh)
             self._persist(dep)
             self._add_replica(dep, i, spec.cfg, resp.instance.name, convert.ranges(resp.instance.devices), inv,
@@ -381,6 +383,7 @@ class RouterService(Service[RouterConfig]):
             chip_type=chip, count=(n_pre + n_dec) * tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_NONE,
             purpose=dep.purpose, tenant=dep.tenant,
             devices=convert.range_msgs([(g, g + tp) for g in prefill + decode])), metadata=self._smd(), timeout=30)
+        await self._unless_deleted(dep, resp.instance.name)
         lease = dep.lease(resp.instance.name, resp.capability, resp.capability_expires_s, self._refresh)
         self._persist(dep)
         self._add_disaggregated(dep, resp.instance.name, prefill + decode, n_pre, inv, lease)
@@ -445,7 +448,7 @@ class RouterService(Service[RouterConfig]):
             dep = next(d for d in self.deployments.values() if d.qualified_name == qname)
             try:
                 await self._restore(dep, spec, instances, inv)
-            except (ResourceExhausted, DoesNotFitError, grpc.aio.AioRpcError) as exc:
+            except (DomainError, ModelError, grpc.aio.AioRpcError) as exc:
                 if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE:
                     raise
                 dep.state, dep.reason = "failed", f"could not be restored after a router restart: {exc}"[:300]
@@ -503,12 +506,21 @@ class RouterService(Service[RouterConfig]):
         await dep.close()
         self.store.delete(dep.tenant, dep.deployment_id)  # first: an instance left behind is an orphan now
         for inst in list(dep.leases):
-            try:
-                await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst),
-                                                  metadata=self._smd(), timeout=30)
-            except grpc.aio.AioRpcError as err:
-                log.warning("release failed; the next reconcile releases it", instance=inst, error=err.details())
+            await self._release(inst)
         self.deployments.pop(DeploymentStore.key(dep.tenant, dep.deployment_id), None)
+
+    async def _unless_deleted(self, dep: LiveDeployment, instance: str) -> None:
+        """Release a just-allocated instance of a deployment deleted while the allocation was in flight."""
+        if dep.state == "deleting":
+            await self._release(instance)
+            raise Unavailable(f"{dep.name} was deleted while it deployed")
+
+    async def _release(self, instance: str) -> None:
+        try:
+            await self.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=instance),
+                                              metadata=self._smd(), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            log.warning("release failed; the next reconcile releases it", instance=instance, error=err.details())
 
     def visible(self, p: Principal, name: str) -> LiveDeployment:
         """The deployment ``name`` names for ``p``: NOT_FOUND for another tenant's (never a hint it exists).
@@ -665,6 +677,9 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def DeleteDeployment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self._tenant(context)
         dep = self.svc.visible(p, request.name)
+        if not self.svc.reconciled.is_set() or dep.state == "deleting":
+            raise Unavailable(f"{dep.name} is {'being deleted' if dep.state == 'deleting' else 'being restored'}; "
+                              "retry")
         msg = deployment_msg(dep)
         await self.svc.undeploy(dep)
         msg.state = router_pb2.Deployment.STATE_DELETING
