@@ -164,3 +164,25 @@ async def test_router_kill_keeps_deployments_and_leaks_no_instance(env: tuple[St
         with contextlib.suppress(grpc.aio.AioRpcError):
             await gc.router.DeleteDeployment(router_pb2.DeleteDeploymentRequest(name="deployments/later"),
                                              metadata=gc.md)
+
+
+async def test_replica_reacquires_an_instance_the_broker_lost(env: tuple[Stack, Client]) -> None:
+    """When the broker no longer knows a replica's instance (released behind the router's back), the replica
+    allocates a new one and serves again; the deployment lists the new instance and the router holds only it."""
+    st, gc = env
+    old = list((await _deployment(gc)).instances)
+    async with Client(st.endpoints, st.admin_key) as adm:
+        await adm.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=old[0]), metadata=adm.md)
+    deadline = time.monotonic() + 15
+    while True:  # until a request is served on a new instance (the chips learn of the release within ~1 s)
+        r = await _gen(gc, timeout=5)
+        if not isinstance(r, grpc.aio.AioRpcError) and list((await _deployment(gc)).instances) != old:
+            break
+        if isinstance(r, grpc.aio.AioRpcError):
+            assert r.code() == grpc.StatusCode.UNAVAILABLE and "retry" in (r.details() or ""), r
+        assert time.monotonic() < deadline, "not served again after the instance was lost"
+        await asyncio.sleep(0.1)
+    now = await _deployment(gc)
+    assert len(now.instances) == 1 and now.instances[0] != old[0]
+    assert now.state == router_pb2.Deployment.STATE_READY
+    assert set(await _router_instances(st)) == set(now.instances)

@@ -33,6 +33,7 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+from gigacluster.errors import DomainError
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.inference.engine import Handoff, ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.errors import AdmissionError
@@ -65,6 +66,20 @@ class ReplicaFailed(Exception):
 RefreshFn = Callable[[str], Awaitable[tuple[str, float]]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """Where a replica runs: its broker instance, devices, shard endpoint and capability lease."""
+
+    instance: str
+    devices: list[tuple[int, int]]
+    endpoint: str
+    lease: Lease
+
+
+# Allocates a new instance for a replica whose instance the broker no longer knows.
+ReacquireFn = Callable[["Replica"], Awaitable[Binding]]
+
+
 class Lease:
     """The capability token of one broker instance, kept fresh.
 
@@ -82,6 +97,9 @@ class Lease:
         self._inflight: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.refreshes = 0
+        # The broker no longer knows the instance (released behind our back, or a broker that lost it).
+        self.lost = False
+        self.on_lost: list[Callable[[], None]] = []
 
     def __call__(self) -> str:
         return self.token
@@ -97,7 +115,15 @@ class Lease:
         await asyncio.shield(self._inflight)
 
     async def _fetch(self) -> None:
-        token, expires_s = await self._refresh(self.instance)
+        try:
+            token, expires_s = await self._refresh(self.instance)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND and not self.lost:
+                self.lost = True
+                log.warning("instance lost", instance=self.instance, error=(err.details() or "")[:200])
+                for cb in self.on_lost:
+                    cb()
+            raise
         self._lifetime_s = max(expires_s - time.time(), 1e-3)
         self.token, self.expires_s = token, expires_s
         self.refreshes += 1
@@ -111,6 +137,8 @@ class Lease:
                 await self.refresh()
                 delay = 0.1
             except grpc.aio.AioRpcError as err:
+                if self.lost:
+                    return  # nothing left to refresh: the replicas re-acquire an instance
                 log.warning("capability refresh failed; retrying", instance=self.instance, code=err.code().name,
                             retry_in_s=delay)
                 await asyncio.sleep(delay)
@@ -169,6 +197,9 @@ class Replica:
         self.energy_j = 0.0
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
         self.on_dropped: Callable[[Replica, Stream], None] | None = None
+        self.reacquire: ReacquireFn | None = None
+        self.reacquires = 0
+        lease.on_lost.append(self.wake.set)
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
 
@@ -187,7 +218,10 @@ class Replica:
         self.wake.set()
 
     async def _execute(self, it: Any, ranges: Any) -> Any:
-        """ExecuteWork for one batch iteration; a refused token is refreshed and the call retried once."""
+        """ExecuteWork for one batch iteration; a refused token is refreshed and the call retried once.
+
+        None when the token was refused because the broker no longer knows the instance.
+        """
         req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=convert.work_msgs(it.work),
                                           not_before_s=it.start_s, tag=self.instance)
         try:
@@ -200,6 +234,8 @@ class Replica:
             try:
                 await self.lease.refresh()
             except grpc.aio.AioRpcError:
+                if self.lease.lost:
+                    return None
                 raise err from None
         return await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
 
@@ -235,10 +271,44 @@ class Replica:
             await old.close()
             return
 
+    async def _rebind(self) -> None:
+        """Move to a new instance (devices, shard, lease) after the broker lost ours; retried with backoff."""
+        old = self.instance
+        self.failed = f"replica {self.index}: its instance {old} is gone; acquiring a new one"
+        self._drop_all(f"{self.failed}; the request was dropped: retry it")
+        if self.reacquire is None:  # e.g. disaggregated replicas sharing one instance: redeploy
+            self.failed = f"replica {self.index}: its instance {old} is gone; delete and redeploy"
+            await asyncio.Event().wait()
+        assert self.reacquire is not None
+        delay = 0.1
+        while True:
+            try:
+                b = await self.reacquire(self)
+                break
+            except (grpc.aio.AioRpcError, DomainError) as err:
+                log.warning("re-acquire failed; retrying", replica=self.index, error=str(err)[:200], retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self.instance, self.devices, self.lease = b.instance, b.devices, b.lease
+        b.lease.on_lost.append(self.wake.set)
+        if b.endpoint != self.endpoint:
+            self.endpoint = b.endpoint
+            old_ch, self.channel = self.channel, open_channel(b.endpoint)
+            self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
+            await old_ch.close()
+        self.reacquires += 1
+        self.failed = ""
+        log.info("replica re-acquired", replica=self.index, old=old, instance=self.instance)
+
     async def run(self, on_finish: Callable[[TokenEvent, Stream], None]) -> None:
         t_free = self.clock.now()
         ranges = convert.range_msgs(self.devices)
         while True:
+            if self.lease.lost:
+                await self._rebind()
+                ranges = convert.range_msgs(self.devices)
+                t_free = self.clock.now()
+                continue
             # In virtual time the next iteration starts when the last one ended or when work arrived,
             # never later because this task woke late (the chip service backdates the call to it).
             start = max(t_free, min(self.clock.now(), self.engine.ready_since_s()))
@@ -259,6 +329,8 @@ class Replica:
                 self.heals += 1
                 log.info("replica healed", replica=self.index, heals=self.heals)
                 t_free = self.clock.now()
+                continue
+            if resp is None:  # the instance is gone: re-acquire at the top of the loop
                 continue
             self.energy_j += resp.energy_j
             if it.compute_s > 0:

@@ -42,7 +42,16 @@ from gigacluster.inference.policies import POLICIES, make_policy
 from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model import DoesNotFitError, ModelError
 from gigacluster.model.arch import arch_from_dict
-from gigacluster.router.deployment import KvTransport, Lease, LiveDeployment, Replica, ReplicaFailed, Stream
+from gigacluster.router.deployment import (
+    Binding,
+    KvTransport,
+    Lease,
+    LiveDeployment,
+    ReacquireFn,
+    Replica,
+    ReplicaFailed,
+    Stream,
+)
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
@@ -367,9 +376,28 @@ class RouterService(Service[RouterConfig]):
 
     def _add_replica(self, dep: LiveDeployment, i: int, cfg: ReplicaConfig, instance: str,
                      devs: list[tuple[int, int]], inv: Any, lease: Lease) -> None:
-        shard = next(s for s in inv.shards if s.devices.start <= devs[0][0] < s.devices.end)
-        dep.add(Replica(i, cfg, instance=instance, devices=devs, endpoint=shard.endpoint, lease=lease,
-                        clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s))
+        rep = Replica(i, cfg, instance=instance, devices=devs, endpoint=_shard_endpoint(inv, devs), lease=lease,
+                      clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s)
+        if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
+            rep.reacquire = self._reacquirer(dep)
+        dep.add(rep)
+
+    def _reacquirer(self, dep: LiveDeployment) -> ReacquireFn:
+        async def reacquire(rep: Replica) -> Binding:
+            """A new instance for ``rep`` when the broker no longer knows its own."""
+            inv = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=self._smd(), timeout=10)
+            resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+                chip_type=dep.cfg.chip, count=dep.cfg.tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
+                purpose=dep.purpose, tenant=dep.tenant), metadata=self._smd(), timeout=30)
+            await self._unless_deleted(dep, resp.instance.name)
+            old = dep.leases.pop(rep.instance, None)
+            if old is not None:
+                await old.close()
+            lease = dep.lease(resp.instance.name, resp.capability, resp.capability_expires_s, self._refresh)
+            self._persist(dep)
+            devs = convert.ranges(resp.instance.devices)
+            return Binding(resp.instance.name, devs, _shard_endpoint(inv, devs), lease)
+        return reacquire
 
     async def _deploy_disaggregated(self, dep: LiveDeployment, chip: str, inv: Any, n_pre: int, n_dec: int) -> None:
         """One instance of exact devices for all replicas, so one capability covers every KV transfer."""
@@ -620,6 +648,14 @@ class RouterService(Service[RouterConfig]):
         except ReplicaFailed as exc:
             raise Unavailable(str(exc)) from exc
         return Generation(dep, stream, tok, len(prompt))
+
+
+def _shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
+    """The endpoint of the chip shard holding the first of ``devs`` (from a GetInventory answer)."""
+    for s in inv.shards:
+        if s.devices.start <= devs[0][0] < s.devices.end:
+            return str(s.endpoint)
+    raise Unavailable(f"no chip shard in the inventory holds device {devs[0][0]}; retry")
 
 
 def _arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
