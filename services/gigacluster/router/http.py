@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from gigacluster.router.service import Chunk, Generation, RouterService
 
 log = structlog.get_logger()
+UNAVAILABLE_RETRY_S = 1.0  # Retry-After of a 503 (replicas heal, or the router restores, in about a second)
 STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
           "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -153,6 +154,8 @@ def domain_error_response(exc: Exception) -> web.Response:
         status, message, reason, param = STATUS.get(exc.code, 500), exc.message, exc.reason, getattr(exc, "field", None)
         if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
             headers = _retry_headers(exc.retry_after_s)
+        elif status == 503:  # chips restarting or the router restoring: worth retrying soon
+            headers = _retry_headers(UNAVAILABLE_RETRY_S)
     code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, reason.lower())
     return error_response(status, message, param=param, code=code, headers=headers)
 

@@ -169,9 +169,7 @@ class RouterService(Service[RouterConfig]):
 
     async def start(self) -> None:
         await super().start()
-        health = getattr(self, "health", None)
-        if health is not None:  # not SERVING until the stored deployments are back
-            await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until the deployments are back
         self.spawn(self._reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
         if self.config.http_port >= 0:
@@ -465,10 +463,14 @@ class RouterService(Service[RouterConfig]):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self.reconciled.set()
-        health = getattr(self, "health", None)
-        if health is not None:
-            await health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("reconciled", deployments=len(self.deployments))
+
+    async def _set_health(self, status: Any) -> None:
+        health = getattr(self, "health", None)  # set by create_server; absent in unit tests
+        if health is not None:
+            for name in ("", router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name):
+                await health.set(name, status)
 
     async def _reconcile_once(self) -> None:
         inv = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=self._smd(), timeout=10)
