@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gigacluster.common.v1 import common_pb2
-from gigacluster.errors import InvalidArgument, NotFound, Unavailable
+from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
@@ -184,3 +184,16 @@ async def test_lease_refreshes_before_expiry_and_once_for_many_waiters() -> None
     assert calls == ["instances/i-1"] and lease() == "tok1"
     expired = Lease("instances/i-2", "old", time.time() - 1, refresh)
     assert expired.due_in_s() == 0
+
+
+async def test_deploy_is_idempotent_for_the_same_request() -> None:
+    """The same DeployModel again returns the existing deployment (no broker call); another spec is ALREADY_EXISTS."""
+    svc = _svc()
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm")
+    dep = _dep(svc, "tenants/alice", "m")
+    dep.request = req.SerializeToString()
+    assert await svc.deploy(ALICE, req) is dep
+    with pytest.raises(AlreadyExists):
+        await svc.deploy(ALICE, router_pb2.DeployModelRequest(
+            deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm", replicas=2))

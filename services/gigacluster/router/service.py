@@ -328,9 +328,18 @@ class RouterService(Service[RouterConfig]):
         if not self.reconciled.is_set():
             raise Unavailable("the router is restoring its deployments after a restart; retry in a moment")
         key = DeploymentStore.key(p.tenant, did)
-        if key in self.deployments:
-            raise AlreadyExists(f"deployments/{did} already exists")
         spec = self._spec(request)
+        existing = self.deployments.get(key)
+        if existing is not None:
+            # The same request again (a client retrying after a lost answer, or `up` after a restart)
+            # gets the deployment it created; a failed one is placed afresh. A different one is refused.
+            if router_pb2.DeployModelRequest.FromString(existing.request) != request:
+                raise AlreadyExists(f"deployments/{did} already exists with a different spec")
+            if existing.state != "failed":
+                return existing
+            await self.undeploy(existing)
+            if key in self.deployments:  # another call re-created it meanwhile
+                return self.deployments[key]
         dep = LiveDeployment(did, p.tenant, spec.cfg, make_policy(spec.policy), spec.policy,
                              seq=self.store.next_seq())
         dep.request = request.SerializeToString()
