@@ -197,3 +197,12 @@ async def test_deploy_is_idempotent_for_the_same_request() -> None:
     with pytest.raises(AlreadyExists):
         await svc.deploy(ALICE, router_pb2.DeployModelRequest(
             deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm", replicas=2))
+
+
+def test_long_names_are_refused_without_echo() -> None:
+    """A 1 MB preset name is refused before lookup, with a short message that does not echo it."""
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="x" * 1_000_000),
+                                        chip="h100-sxm")
+    with pytest.raises(InvalidArgument) as ei:
+        _svc()._spec(req)
+    assert ei.value.field == "model.preset" and len(ei.value.message) < 100

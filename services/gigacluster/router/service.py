@@ -65,6 +65,7 @@ from gigacluster.scheduler.spec import ARCH_FIELDS
 
 log = structlog.get_logger()
 DEPLOYMENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+MAX_NAME_CHARS = 64  # preset and chip names: refused before lookup, so no error echoes a long one
 STATES = {"deploying": 1, "ready": 2, "failed": 3, "deleting": 4, "degraded": 5}
 # Purposes of the broker instances this router allocates (and may release when no deployment owns them).
 ROUTER_PURPOSE_RE = re.compile(r"^(tenants/[^/]+/)?deployments/")
@@ -287,6 +288,9 @@ class RouterService(Service[RouterConfig]):
         if not request.HasField("model"):
             raise InvalidArgument("model", "required: a preset (e.g. llama3-8b) or an architecture")
         m = request.model
+        if len(m.preset) > MAX_NAME_CHARS or len(request.chip) > MAX_NAME_CHARS:
+            raise InvalidArgument("model.preset" if len(m.preset) > MAX_NAME_CHARS else "chip",
+                                  f"at most {MAX_NAME_CHARS} characters")
         arch = arch_from_dict({"preset": m.preset, **{k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)}}
                               if m.preset else {k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)})
         if request.chip not in chip_names():
