@@ -188,6 +188,7 @@ class Replica:
         self.clock = clock
         self.heal_backoff_max_s = heal_backoff_max_s
         self.heals = 0
+        self._probe_s = HEAL_FIRST_PROBE_S
         self.streams: dict[str, Stream] = {}
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -251,11 +252,14 @@ class Replica:
         self._timing.clear()
 
     async def _heal(self) -> None:
-        """Probe the shard's health with backoff until it serves again, then reopen the channel."""
-        delay = HEAL_FIRST_PROBE_S
+        """Probe the shard's health with backoff until it serves again, then reopen the channel.
+
+        The backoff carries over until an iteration succeeds, so chips that answer health but keep
+        failing work are retried at ``heal_backoff_max_s``, not in a tight loop.
+        """
         while True:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.heal_backoff_max_s)
+            await asyncio.sleep(self._probe_s)
+            self._probe_s = min(self._probe_s * 2, self.heal_backoff_max_s)
             channel = open_channel(self.endpoint)  # a fresh channel: no inherited reconnect backoff
             try:
                 r = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
@@ -332,6 +336,7 @@ class Replica:
                 continue
             if resp is None:  # the instance is gone: re-acquire at the top of the loop
                 continue
+            self._probe_s = HEAL_FIRST_PROBE_S
             self.energy_j += resp.energy_j
             if it.compute_s > 0:
                 self._timing.append((resp.end_s - resp.start_s, it.compute_s))
