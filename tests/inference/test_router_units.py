@@ -7,8 +7,10 @@ import asyncio
 import json
 import pathlib
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 
@@ -17,12 +19,13 @@ from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavail
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
-from gigacluster.router.deployment import Lease, LiveDeployment
+from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
-from gigacluster.runtime.auth import Principal
+from gigacluster.runtime.auth import CAPABILITY_HEADER, Principal
+from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import ConfigError, RouterConfig
 from gigacluster.security import RateLimited
 from tests.inference.conftest import run_until_idle
@@ -206,3 +209,63 @@ def test_long_names_are_refused_without_echo() -> None:
     with pytest.raises(InvalidArgument) as ei:
         _svc()._spec(req)
     assert ei.value.field == "model.preset" and len(ei.value.message) < 100
+
+
+class _Chip:
+    """A fake ChipService stub: refuses the token 'old', records the tokens it saw."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def ExecuteWork(self, req: Any, metadata: Any, timeout: float) -> Any:
+        tok = dict(metadata)[CAPABILITY_HEADER]
+        self.tokens.append(tok)
+        if tok == "old":
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "capability expired")
+        return SimpleNamespace(start_s=0.0, end_s=1.0, energy_j=0.0)
+
+
+async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
+    lease = Lease("instances/i-1", "old", time.time() + 30, refresh)
+    rep = Replica(0, ReplicaConfig(preset("llama3-8b"), "h100-sxm"), instance="instances/i-1", devices=[(0, 1)],
+                  endpoint="127.0.0.1:9", lease=lease, clock=VirtualClock.starting_now())
+    chip = _Chip()
+    rep.stub = chip  # type: ignore[assignment]
+    return rep, chip
+
+
+async def test_refused_token_is_refreshed_and_the_iteration_retried() -> None:
+    """A chip refusing the token makes the replica fetch a new one and retry the same call on it."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    resp = await rep._execute(SimpleNamespace(work=[], start_s=0.0), [])
+    assert resp.end_s == 1.0 and chip.tokens == ["old", "new"] and not rep.lease.lost
+    await rep.channel.close()
+
+
+async def test_token_refused_for_a_lost_instance_marks_the_lease_lost() -> None:
+    """When the broker no longer knows the instance, the iteration returns None and the lease is lost."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+
+    rep, chip = await _replica(refresh)
+    assert await rep._execute(SimpleNamespace(work=[], start_s=0.0), []) is None
+    assert rep.lease.lost and chip.tokens == ["old"]
+    await rep.channel.close()
+
+
+async def test_dropped_requests_end_with_a_retryable_error() -> None:
+    """Dropping a replica's requests (its chips died) ends each stream with ReplicaFailed saying retry."""
+    rep, _ = await _replica(None)
+    req = Request("r1", np.arange(32), 4)
+    rep.engine.admit(req, 0.0)
+    stream = Stream(asyncio.Queue(), req, rep)
+    rep.streams[req.id] = stream
+    rep._drop_all("replica 0 lost its chips; the request was dropped: retry it")
+    err = stream.queue.get_nowait()
+    assert isinstance(err, ReplicaFailed) and "retry" in str(err)
+    assert rep.streams == {} and rep.engine.stats().outstanding_requests == 0
+    await rep.channel.close()
