@@ -519,6 +519,11 @@ class RouterService(Service[RouterConfig]):
             try:
                 got = await self.broker.GetInstance(broker_pb2.GetInstanceRequest(name=name), metadata=self._smd(),
                                                     timeout=10)
+                if got.instance.purpose != dep.purpose:
+                    # Same name, someone else's instance (a broker that reused ids): never touch it.
+                    log.warning("stored instance now belongs to something else; replacing it",
+                                deployment=dep.qualified_name, instance=name, purpose=got.instance.purpose[:100])
+                    continue
                 cap = await self.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=name),
                                                           metadata=self._smd(), timeout=10)
             except grpc.aio.AioRpcError as err:
