@@ -99,6 +99,15 @@ def test_prompt_bytes_are_checked_before_tokenising(monkeypatch: pytest.MonkeyPa
         assert "max_prompt_bytes" in ei.value.message
 
 
+def test_token_ids_beyond_int64_are_invalid_argument() -> None:
+    """A token id too large for int64 (possible over HTTP JSON) is INVALID_ARGUMENT, not an OverflowError."""
+    svc = _svc()
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(InvalidArgument) as ei:
+        svc.generate(ALICE, "m", token_ids=[2**70], max_tokens=4)
+    assert ei.value.field == "token_ids"
+
+
 @pytest.mark.parametrize("max_tokens", [0, -1, 9000, 2.5, True, "8"])
 def test_bad_max_tokens_is_refused(max_tokens: Any) -> None:
     """max_tokens outside [1, max_tokens_limit] or not an integer is INVALID_ARGUMENT naming the field."""

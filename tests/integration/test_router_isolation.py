@@ -129,6 +129,8 @@ async def test_hostile_http_bodies_get_openai_errors(env: dict[str, Any]) -> Non
         b'{"model": "iso", "prompt": "hi", "max_tokens": NaN}': 400,
         b'{"model": "iso", "prompt": "hi", "temperature": 1e999}': 400,
         b'{"model": "iso", "prompt": "hi", "max_tokens": -1}': 400,
+        b'{"model": "iso", "prompt": [1180591620717411303424]}': 400,
+        b'{"model": "iso", "prompt": [' + b"1," * 1_000_000 + b'1]}': 400,
         b'{"model": "iso", "prompt": "hi", "max_tokens": 2.5}': 400,
         b'{"model": "iso", "prompt": "hi", "max_tokens": 10000000}': 400,
         b'{"model": "iso", "prompt": "' + b"a" * 3_900_000 + b'"}': 400,

@@ -238,6 +238,9 @@ class OpenAIServer:
         ids: list[int] | None = None
         if isinstance(prompt, str):
             text = prompt
+        elif isinstance(prompt, list) and 4 * len(prompt) > self.svc.config.max_prompt_bytes:
+            raise InvalidArgument("prompt", f"{len(prompt):,} token ids exceed the router's max_prompt_bytes "
+                                            f"({self.svc.config.max_prompt_bytes:,} at 4 bytes an id)")
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = prompt
         else:

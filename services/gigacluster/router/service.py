@@ -646,7 +646,10 @@ class RouterService(Service[RouterConfig]):
         if text is not None:
             prompt = np.asarray(tok.encode(text), dtype=np.int64)
         else:
-            prompt = np.asarray(token_ids, dtype=np.int64)
+            try:
+                prompt = np.asarray(token_ids, dtype=np.int64)
+            except (OverflowError, TypeError, ValueError) as exc:
+                raise InvalidArgument("token_ids", f"ids must be integers in [0, {arch.vocab}) (the vocab)") from exc
             bad = (prompt < 0) | (prompt >= arch.vocab)
             if bad.any():
                 raise InvalidArgument("token_ids", f"ids must be in [0, {arch.vocab}) (the vocab), "
