@@ -20,7 +20,7 @@ from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
-from gigacluster.router.http import domain_error_response, json_depth, parse_json_body
+from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
@@ -278,3 +278,10 @@ async def test_dropped_requests_end_with_a_retryable_error() -> None:
     assert isinstance(err, ReplicaFailed) and "retry" in str(err)
     assert rep.streams == {} and rep.engine.stats().outstanding_requests == 0
     await rep.channel.close()
+
+
+def test_chat_text_parts_must_be_strings() -> None:
+    """A chat content part whose 'text' is not a string is INVALID_ARGUMENT naming the message (was a 500)."""
+    with pytest.raises(InvalidArgument) as ei:
+        render_chat([{"role": "user", "content": [{"type": "text", "text": 5}]}])
+    assert ei.value.field == "messages[0].content"

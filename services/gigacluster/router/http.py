@@ -120,7 +120,10 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
             raise InvalidArgument(f"messages[{i}]", "must be an object with a string 'role'")
         content = m.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if not all(isinstance(t, str) for t in texts):
+                raise InvalidArgument(f"messages[{i}].content", "text parts must carry a string 'text'")
+            content = "".join(texts)
         if content is None:
             content = ""
         if not isinstance(content, str):
