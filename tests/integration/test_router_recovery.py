@@ -120,6 +120,9 @@ async def test_chip_shard_kill_under_load_heals_within_5s(env: tuple[Stack, Clie
     assert errors, "the kill should have cut the long requests short"
     assert {e.code() for e in errors} == {grpc.StatusCode.UNAVAILABLE}
     assert all("retry" in (e.details() or "") for e in errors)
+    during = await _deployment(gc)  # the shard takes seconds to start again: still down here
+    assert during.state == router_pb2.Deployment.STATE_DEGRADED
+    assert "0 of 1 replicas serving" in during.reason and "lost its chips" in during.reason
 
     waited = await _serve_after(st, gc, proc, 5.0)
     assert waited < 5.0
