@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
+from gigacluster.broker.v1 import broker_pb2
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
@@ -285,3 +286,112 @@ def test_chat_text_parts_must_be_strings() -> None:
     with pytest.raises(InvalidArgument) as ei:
         render_chat([{"role": "user", "content": [{"type": "text", "text": 5}]}])
     assert ei.value.field == "messages[0].content"
+
+
+class _Broker:
+    """A fake broker stub holding instances by name: enough of the API for the router's reconcile."""
+
+    def __init__(self, instances: dict[str, str]) -> None:
+        self.instances = dict(instances)  # name -> purpose
+        self.released: list[str] = []
+        self._next = 100
+
+    def _inst(self, name: str) -> Any:
+        dev = int(name.rsplit("-", 1)[1]) % 16
+        return broker_pb2.Instance(name=name, purpose=self.instances[name], tenant="tenants/alice",
+                                   devices=[common_pb2.DeviceRange(start=dev, end=dev + 1)])
+
+    def _missing(self, name: str) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), name)
+
+    async def GetInventory(self, req: Any, **kw: Any) -> Any:
+        return broker_pb2.GetInventoryResponse(shards=[broker_pb2.Shard(
+            endpoint="127.0.0.1:9", chip_type="h100-sxm", devices=common_pb2.DeviceRange(start=0, end=16))])
+
+    async def GetInstance(self, req: Any, **kw: Any) -> Any:
+        if req.name not in self.instances:
+            raise self._missing(req.name)
+        return broker_pb2.GetInstanceResponse(instance=self._inst(req.name))
+
+    async def RefreshCapability(self, req: Any, **kw: Any) -> Any:
+        if req.instance not in self.instances:
+            raise self._missing(req.instance)
+        return broker_pb2.RefreshCapabilityResponse(capability="tok", capability_expires_s=time.time() + 900)
+
+    async def AllocateInstance(self, req: Any, **kw: Any) -> Any:
+        self._next += 1
+        name = f"instances/i-{self._next}"
+        self.instances[name] = req.purpose
+        return broker_pb2.AllocateInstanceResponse(instance=self._inst(name), capability="tok",
+                                                   capability_expires_s=time.time() + 900)
+
+    async def ListInstances(self, req: Any, **kw: Any) -> Any:
+        return broker_pb2.ListInstancesResponse(instances=[self._inst(n) for n in self.instances])
+
+    async def ReleaseInstance(self, req: Any, **kw: Any) -> Any:
+        self.released.append(req.name)
+        del self.instances[req.name]
+        return broker_pb2.ReleaseInstanceResponse()
+
+
+async def test_reconcile_restores_replaces_and_releases(tmp_path: pathlib.Path) -> None:
+    """After a restart: a live stored instance is adopted, a lost one replaced, one reused by someone else
+    never touched, a router orphan released, a job's instance left alone, and the store records the result."""
+    store = DeploymentStore(tmp_path / "router.db")
+    seq = store.next_seq()
+    purpose = f"tenants/alice/deployments/m/d-{seq}"
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm", replicas=3)
+    store.save(StoredDeployment(seq, "tenants/alice", "m", req.SerializeToString(),
+                                ("instances/i-1", "instances/i-2", "instances/i-3")))
+    store.close()
+    broker = _Broker({"instances/i-1": purpose, "instances/i-3": "jobs/j-7",  # i-2 lost; i-3 reused by a job
+                      "instances/i-9": "tenants/alice/deployments/ghost/d-99", "instances/i-5": "jobs/j-1"})
+    svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
+    svc.auth._stub = broker  # type: ignore[assignment]
+    await svc._reconcile()
+    try:
+        dep = svc.visible(ALICE, "m")
+        assert dep.health() == ("ready", "")
+        assert dep.replicas[0].instance == "instances/i-1" and len(dep.replicas) == 3
+        assert broker.released == ["instances/i-9"]
+        assert broker.instances["instances/i-3"] == "jobs/j-7" and "instances/i-5" in broker.instances
+        assert set(svc.store.load()[0].instances) == {r.instance for r in dep.replicas}
+        assert svc.store.next_seq() == seq + 1
+    finally:
+        await dep.close()
+        svc.store.close()
+
+
+class _FlakyBroker(_Broker):
+    """Answers UNAVAILABLE to the first AllocateInstance (a broker restarting mid-reconcile)."""
+
+    failed = False
+
+    async def AllocateInstance(self, req: Any, **kw: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+        return await super().AllocateInstance(req, **kw)
+
+
+async def test_reconcile_retried_mid_deployment_builds_each_replica_once(tmp_path: pathlib.Path) -> None:
+    """A broker outage in the middle of restoring a deployment is retried without duplicating replicas."""
+    store = DeploymentStore(tmp_path / "router.db")
+    seq = store.next_seq()
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm", replicas=2)
+    store.save(StoredDeployment(seq, "tenants/alice", "m", req.SerializeToString(), ("instances/i-1",)))
+    store.close()
+    broker = _FlakyBroker({"instances/i-1": f"tenants/alice/deployments/m/d-{seq}"})
+    svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
+    svc.auth._stub = broker  # type: ignore[assignment]
+    await svc._reconcile()
+    dep = svc.visible(ALICE, "m")
+    try:
+        assert broker.failed and dep.health() == ("ready", "")
+        assert [r.index for r in dep.replicas] == [0, 1] and len(dep.leases) == 2
+        assert set(broker.instances) == set(dep.leases) and broker.released == []
+    finally:
+        await dep.close()
+        svc.store.close()

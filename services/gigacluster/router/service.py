@@ -493,6 +493,12 @@ class RouterService(Service[RouterConfig]):
                 await self._restore(dep, spec, instances, inv)
             except (DomainError, ModelError, grpc.aio.AioRpcError) as exc:
                 if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE:
+                    # Start this deployment over on the next attempt, from every instance it holds now.
+                    self._restoring[qname] = (spec, tuple(dict.fromkeys([*instances, *dep.leases])))
+                    await dep.close()
+                    dep.replicas.clear()
+                    dep.leases.clear()
+                    dep.transport = None
                     raise
                 dep.state, dep.reason = "failed", f"could not be restored after a router restart: {exc}"[:300]
                 log.error("restore failed", deployment=qname, error=dep.reason)
