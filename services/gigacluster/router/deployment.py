@@ -269,6 +269,8 @@ class Replica:
                     await self.lease.refresh()  # re-acquire a token that lapsed while the chips were away
             except (grpc.aio.AioRpcError, ReplicaFailed):
                 await channel.close()
+                if self.lease.lost:
+                    return  # the instance itself is gone: run() re-acquires one
                 continue
             old, self.channel = self.channel, channel
             self.stub = chip_pb2_grpc.ChipServiceStub(channel)
