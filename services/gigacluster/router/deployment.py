@@ -331,10 +331,11 @@ class Replica:
                 log.error("replica failed; healing", replica=self.index, code=err.code().name, error=detail)
                 self._drop_all(f"{self.failed}; the request was dropped: retry it")
                 await self._heal()
-                self.failed = ""
-                self.heals += 1
-                log.info("replica healed", replica=self.index, heals=self.heals)
                 t_free = self.clock.now()
+                if not self.lease.lost:  # else the top of the loop re-acquires an instance
+                    self.failed = ""
+                    self.heals += 1
+                    log.info("replica healed", replica=self.index, heals=self.heals)
                 continue
             if resp is None:  # the instance is gone: re-acquire at the top of the loop
                 continue
