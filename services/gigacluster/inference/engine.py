@@ -196,6 +196,9 @@ class Request:
     arrival_s: float = 0.0
     tenant: str = ""
     handoff: Handoff | None = None
+    # Prefix-cache salt (vLLM's cache_salt): blocks are shared only between requests with equal salts.
+    # Empty = the tenant. The router salts with the caller, so not even the admin can probe a tenant's cache.
+    cache_salt: str = ""
     _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -212,7 +215,7 @@ class Request:
         """Chained hashes of the full prompt blocks, salted by tenant (computed once per size)."""
         h = self._hash_cache.get(block_size)
         if h is None:
-            h = block_hashes(self.prompt_tokens, block_size, salt=self.tenant)
+            h = block_hashes(self.prompt_tokens, block_size, salt=self.cache_salt or self.tenant)
             self._hash_cache[block_size] = h
         return h
 

@@ -16,17 +16,23 @@ and the extensions ``priority`` (as vLLM) and ``request_id``. Sampling parameter
 deterministic and every request runs to ``max_tokens``. Responses carry the usual ``usage`` plus
 a ``gigacluster`` object with the virtual timings (TTFT, queue, end-to-end, KV transfer).
 
-Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-field, 401/403, 404 for an unknown model, 429 with ``Retry-After`` (whole seconds, rounded up)
-and ``retry-after-ms`` when the deployment is saturated, 503 when its chips failed. A request
-shed from the queue before its first token still gets its 429: the response starts only once
-the first token exists.
+``max_tokens`` left out or ``null`` means the router's ``default_max_tokens`` (16, OpenAI's
+default for completions); it must otherwise be an integer in ``[1, max_tokens_limit]``.
+
+Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``, never a bare
+500: 400 for a bad field, an undecodable body, JSON nested deeper than ``http_max_json_depth`` or
+a non-finite number (``NaN``, ``Infinity``); 413 for a body over ``http_max_body_bytes``; 401/403;
+404 for an unknown model (or another tenant's); 429 with ``Retry-After`` (whole seconds, rounded
+up) and ``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent;
+503 (retry) while its chips restart. A request shed from the queue before its first token still
+gets its 429: the response starts only once the first token exists.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -36,17 +42,74 @@ from aiohttp import web
 
 from gigacluster.errors import DomainError, InvalidArgument, ResourceExhausted
 from gigacluster.model import ModelError
+from gigacluster.security import RateLimited, SecurityError
 
 if TYPE_CHECKING:
     from gigacluster.router.service import Chunk, Generation, RouterService
 
 log = structlog.get_logger()
-MAX_BODY_BYTES = 4 * 1024 * 1024
-DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+UNAVAILABLE_RETRY_S = 1.0  # Retry-After of a 503 (replicas heal, or the router restores, in about a second)
 STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
           "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         409: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 500: "server_error"}
+         409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+         503: "service_unavailable", 500: "server_error"}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidArgument("body", f"non-finite number {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise InvalidArgument("body", f"number {text[:32]} is out of range (non-finite)")
+    return v
+
+
+def parse_json_body(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """A request body as a JSON object; INVALID_ARGUMENT for anything else.
+
+    Undecodable bytes, bad JSON, ``NaN``/``Infinity`` and nesting deeper than ``max_depth`` are all
+    refused with a message naming the problem (the depth is checked on the bytes, before parsing,
+    so 100,000 nested ``[`` cost one linear scan, not the parser's recursion).
+    """
+    if json_depth(raw) > max_depth:
+        raise InvalidArgument("body", f"JSON nested deeper than {max_depth} levels")
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidArgument("body", f"must be a JSON object: {str(exc)[:120]}") from exc
+    if not isinstance(body, dict):
+        raise InvalidArgument("body", "must be a JSON object")
+    return body
+
+
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``raw`` (strings skipped; C-speed regex scans)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub(b'""', raw)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _int_field(body: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` present and not null in ``body`` (None if none): OpenAI treats null as absent."""
+    for n in names:
+        v = body.get(n)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InvalidArgument(n, f"must be an integer, got {str(v)[:32]}")
+            return v
+    return None
 
 
 def render_chat(messages: list[dict[str, Any]]) -> str:
@@ -57,7 +120,10 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
             raise InvalidArgument(f"messages[{i}]", "must be an object with a string 'role'")
         content = m.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if not all(isinstance(t, str) for t in texts):
+                raise InvalidArgument(f"messages[{i}].content", "text parts must carry a string 'text'")
+            content = "".join(texts)
         if content is None:
             content = ""
         if not isinstance(content, str):
@@ -72,18 +138,29 @@ def error_response(status: int, message: str, *, param: str | None = None, code:
     return web.json_response(body, status=status, headers=headers)
 
 
+def _retry_headers(retry_after_s: float) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(retry_after_s))),
+            "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000)))}
+
+
 def domain_error_response(exc: Exception) -> web.Response:
-    """One place mapping domain errors to HTTP (as runtime/errors.py does for gRPC)."""
+    """One place mapping domain (and security) errors to HTTP (as runtime/errors.py does for gRPC)."""
     if isinstance(exc, ModelError):
         return error_response(400, str(exc), param=getattr(exc, "field", None), code="invalid_value")
-    assert isinstance(exc, DomainError)
-    status = STATUS.get(exc.code, 500)
     headers = None
-    if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s))),
-                   "retry-after-ms": str(max(1, math.ceil(exc.retry_after_s * 1000)))}
-    code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, exc.reason.lower())
-    return error_response(status, exc.message, param=getattr(exc, "field", None), code=code, headers=headers)
+    if isinstance(exc, SecurityError):  # e.g. the per-tenant rate limit (RateLimited)
+        status, message, reason, param = STATUS.get(exc.code, 500), str(exc), exc.reason, None
+        if isinstance(exc, RateLimited):
+            headers = _retry_headers(exc.retry_after_s)
+    else:
+        assert isinstance(exc, DomainError)
+        status, message, reason, param = STATUS.get(exc.code, 500), exc.message, exc.reason, getattr(exc, "field", None)
+        if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
+            headers = _retry_headers(exc.retry_after_s)
+        elif status == 503:  # chips restarting or the router restoring: worth retrying soon
+            headers = _retry_headers(UNAVAILABLE_RETRY_S)
+    code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, reason.lower())
+    return error_response(status, message, param=param, code=code, headers=headers)
 
 
 class _Headers:
@@ -103,7 +180,7 @@ class OpenAIServer:
         self.port: int | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app = web.Application(client_max_size=self.svc.config.http_max_body_bytes, middlewares=[self._errors])
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -130,30 +207,28 @@ class OpenAIServer:
         structlog.contextvars.clear_contextvars()
         try:
             return await handler(request)
-        except (DomainError, ModelError) as exc:
+        except (DomainError, ModelError, SecurityError) as exc:
             return domain_error_response(exc)
+        except web.HTTPRequestEntityTooLarge as exc:
+            return error_response(413, f"request body exceeds {self.svc.config.http_max_body_bytes:,} bytes "
+                                       f"(router http_max_body_bytes): {exc.reason}", code="body_too_large")
         except web.HTTPException as exc:
             return error_response(exc.status, exc.reason or "error")
+        except Exception:  # a bug, but never a bare text 500
+            log.exception("http handler failed", path=request.path[:100])
+            return error_response(500, "internal error (logged by the router)")
 
     async def _principal(self, request: web.Request) -> Any:
         return await self.svc.auth.principal(_Headers(request.headers.get("Authorization")))
 
-    @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidArgument("body", f"must be a JSON object: {exc}") from exc
-        if not isinstance(body, dict):
-            raise InvalidArgument("body", "must be a JSON object")
-        return body
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        return parse_json_body(await request.read(), self.svc.config.http_max_json_depth)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         p = await self._principal(request)
         data = [{"id": d.deployment_id, "object": "model", "created": 0, "owned_by": d.tenant,
                  "max_model_len": d.cfg.arch.seq_len}
-                for d in self.svc.deployments.values()
-                if d.state == "ready" and (p.privileged or d.tenant == p.tenant)]
+                for d in self.svc.owned_by(p) if d.health()[0] in ("ready", "degraded")]
         return web.json_response({"object": "list", "data": data})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -166,12 +241,15 @@ class OpenAIServer:
         ids: list[int] | None = None
         if isinstance(prompt, str):
             text = prompt
+        elif isinstance(prompt, list) and 4 * len(prompt) > self.svc.config.max_prompt_bytes:
+            raise InvalidArgument("prompt", f"{len(prompt):,} token ids exceed the router's max_prompt_bytes "
+                                            f"({self.svc.config.max_prompt_bytes:,} at 4 bytes an id)")
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = prompt
         else:
             raise InvalidArgument("prompt", "must be a string or a list of token ids (one prompt per request)")
         return await self._run(request, p, body, "text_completion", text=text, token_ids=ids,
-                               max_tokens=body.get("max_tokens", DEFAULT_MAX_TOKENS))
+                               max_tokens=_int_field(body, "max_tokens"))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         p = await self._principal(request)
@@ -179,7 +257,7 @@ class OpenAIServer:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidArgument("messages", "must be a non-empty list of {role, content}")
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = _int_field(body, "max_completion_tokens", "max_tokens")
         return await self._run(request, p, body, "chat.completion", text=render_chat(messages), token_ids=None,
                                max_tokens=max_tokens)
 
@@ -188,16 +266,9 @@ class OpenAIServer:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidArgument("model", "required: a deployment id from GET /v1/models")
-        if max_tokens is None:
-            dep = self.svc.visible(p, model)
-            max_tokens = max(1, min(4096, dep.cfg.arch.seq_len - len(text or token_ids or "") - 1))
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-            raise InvalidArgument("max_tokens", f"must be an integer, got {max_tokens!r}")
-        if body.get("n", 1) != 1:
+        if _int_field(body, "n") not in (None, 1):
             raise InvalidArgument("n", "only n=1 is supported")
-        priority = body.get("priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise InvalidArgument("priority", f"must be an integer, got {priority!r}")
+        priority = _int_field(body, "priority") or 0
         rid = body.get("request_id") or ""
         if not isinstance(rid, str):
             raise InvalidArgument("request_id", "must be a string")

@@ -203,6 +203,27 @@ class RouterConfig(CommonConfig):
     service: typing.ClassVar[str] = "router"
     port: int = _f(50055, "port to bind")
     http_port: int = _f(-1, "OpenAI-compatible HTTP port (-1 = off)")
+    max_prompt_bytes: int = _f(131072, "largest prompt a request may send (UTF-8 bytes of text, 4 per token id); "
+                                       "checked before tokenising")
+    default_max_tokens: int = _f(16, "max_tokens of a request that leaves it out or sends null (OpenAI's default)")
+    max_tokens_limit: int = _f(8192, "largest max_tokens a request may ask for")
+    max_queue_limit: int = _f(16384, "largest max_queue a deployment may ask for")
+    max_batch_limit: int = _f(4096, "largest max_batch a deployment may ask for")
+    max_replicas: int = _f(1024, "largest number of replicas in one deployment")
+    http_max_body_bytes: int = _f(4 * 1024 * 1024, "largest HTTP request body (413 above)")
+    http_max_json_depth: int = _f(32, "deepest nesting of arrays and objects in an HTTP body (400 above)")
+    heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_prompt_bytes", "default_max_tokens", "max_tokens_limit", "max_queue_limit",
+                     "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise ConfigError("default_max_tokens must be <= max_tokens_limit")
+        if not self.heal_backoff_max_s > 0:
+            raise ConfigError("heal_backoff_max_s must be > 0")
 
 
 CONFIGS: dict[str, type[CommonConfig]] = {

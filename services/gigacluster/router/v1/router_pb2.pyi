@@ -17,11 +17,13 @@ class Deployment(_message.Message):
         STATE_READY: _ClassVar[Deployment.State]
         STATE_FAILED: _ClassVar[Deployment.State]
         STATE_DELETING: _ClassVar[Deployment.State]
+        STATE_DEGRADED: _ClassVar[Deployment.State]
     STATE_UNSPECIFIED: Deployment.State
     STATE_DEPLOYING: Deployment.State
     STATE_READY: Deployment.State
     STATE_FAILED: Deployment.State
     STATE_DELETING: Deployment.State
+    STATE_DEGRADED: Deployment.State
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,397 @@
+"""The router's pure parts without a socket: cache salting, request and deploy bounds, per-tenant names,
+HTTP body parsing and error mapping, the durable store and the capability lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from gigacluster.broker.v1 import broker_pb2
+from gigacluster.common.v1 import common_pb2
+from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
+from gigacluster.inference.policies import make_policy
+from gigacluster.model.arch import preset
+from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
+from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
+from gigacluster.router.service import RouterService
+from gigacluster.router.store import DeploymentStore, StoredDeployment
+from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime.auth import CAPABILITY_HEADER, Principal
+from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.config import ConfigError, RouterConfig
+from gigacluster.security import RateLimited
+from tests.inference.conftest import run_until_idle
+
+ALICE, BOB = Principal("tenant", "tenants/alice"), Principal("tenant", "tenants/bob")
+ADMIN = Principal("admin")
+
+
+def _cached(eng: ReplicaEngine, req: Request, t: float) -> int:
+    eng.admit(req, t)
+    _, events = run_until_idle(eng, t)
+    return next(e.summary.cached_tokens for e in events if e.request_id == req.id and e.finished)
+
+
+def test_prefix_cache_hits_only_within_one_salt(cfg8b: ReplicaConfig) -> None:
+    """The same prompt hits the cache for the same salt only: another tenant's or the admin's salt gets 0 tokens."""
+    eng = ReplicaEngine(cfg8b)
+    prompt = np.arange(300, 364)
+    assert _cached(eng, Request("a1", prompt, 2, tenant="tenants/alice", cache_salt="tenants/alice"), 0.0) == 0
+    assert _cached(eng, Request("a2", prompt, 2, tenant="tenants/alice", cache_salt="tenants/alice"), 10.0) == 48
+    assert _cached(eng, Request("x1", prompt, 2, tenant="tenants/alice", cache_salt="principal:admin"), 20.0) == 0
+    assert _cached(eng, Request("b1", prompt, 2, tenant="tenants/bob"), 30.0) == 0
+
+
+def test_cache_salt_defaults_to_the_tenant() -> None:
+    """Without an explicit salt, the tenant salts the block hashes (and equal salts give equal hashes)."""
+    p = np.arange(64)
+    assert Request("a", p, 1, tenant="t").block_hashes(16) == Request("b", p, 1, cache_salt="t").block_hashes(16)
+    assert Request("a", p, 1, tenant="t").block_hashes(16) != Request("b", p, 1, tenant="u").block_hashes(16)
+
+
+def _svc(tmp: pathlib.Path | None = None, **cfg: Any) -> RouterService:
+    svc = RouterService(RouterConfig(state_dir=str(tmp) if tmp else "", **cfg))
+    svc.reconciled.set()
+    return svc
+
+
+def _dep(svc: RouterService, tenant: str, did: str) -> LiveDeployment:
+    dep = LiveDeployment(did, tenant, ReplicaConfig(preset("llama3-8b"), "h100-sxm"), make_policy("round_robin"),
+                         "round_robin", seq=svc.store.next_seq())
+    dep.state = "ready"
+    svc.deployments[DeploymentStore.key(tenant, did)] = dep
+    return dep
+
+
+def test_names_are_scoped_per_tenant() -> None:
+    """Two tenants own 'm'; each resolves its own, the other's qualified name is NOT_FOUND, the admin must qualify."""
+    svc = _svc()
+    a, b = _dep(svc, "tenants/alice", "m"), _dep(svc, "tenants/bob", "m")
+    assert svc.visible(ALICE, "deployments/m") is a and svc.visible(BOB, "m") is b
+    with pytest.raises(NotFound):
+        svc.visible(BOB, "tenants/alice/deployments/m")
+    with pytest.raises(InvalidArgument):
+        svc.visible(ADMIN, "deployments/m")
+    assert svc.visible(ADMIN, "tenants/bob/deployments/m") is b
+    assert svc.owned_by(ALICE) == [a]
+
+
+def test_prompt_bytes_are_checked_before_tokenising(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt over max_prompt_bytes is refused without touching the tokenizer; so are too many token ids."""
+    svc = _svc(max_prompt_bytes=1000)
+    _dep(svc, "tenants/alice", "m")
+
+    def boom(vocab: int) -> Any:
+        raise AssertionError("tokenised")
+
+    monkeypatch.setattr(svc, "tokenizer", boom)
+    for kw in ({"text": "x" * 1001}, {"text": "é" * 501}, {"token_ids": [1] * 251}):
+        with pytest.raises(InvalidArgument) as ei:
+            svc.generate(ALICE, "m", max_tokens=4, **kw)  # type: ignore[arg-type]
+        assert "max_prompt_bytes" in ei.value.message
+
+
+def test_token_ids_beyond_int64_are_invalid_argument() -> None:
+    """A token id too large for int64 (possible over HTTP JSON) is INVALID_ARGUMENT, not an OverflowError."""
+    svc = _svc()
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(InvalidArgument) as ei:
+        svc.generate(ALICE, "m", token_ids=[2**70], max_tokens=4)
+    assert ei.value.field == "token_ids"
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1, 9000, 2.5, True, "8"])
+def test_bad_max_tokens_is_refused(max_tokens: Any) -> None:
+    """max_tokens outside [1, max_tokens_limit] or not an integer is INVALID_ARGUMENT naming the field."""
+    svc = _svc(max_tokens_limit=8192)
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(InvalidArgument) as ei:
+        svc.generate(ALICE, "m", text="hi", max_tokens=max_tokens)
+    assert ei.value.field == "max_tokens"
+
+
+def test_absent_max_tokens_takes_the_default_and_reaches_routing() -> None:
+    """max_tokens None passes the bounds (default_max_tokens) and fails only at routing (no replica here)."""
+    svc = _svc()
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(Unavailable) as ei:
+        svc.generate(ALICE, "m", text="hi", max_tokens=None)
+    assert "retry" in ei.value.message
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_queue", 2**32 - 1), ("max_batch", 5000), ("replicas", 2000)])
+def test_deploy_bounds(field: str, value: int) -> None:
+    """max_queue, max_batch and replicas above their configured limits are refused before any allocation."""
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm", **{field: value})
+    with pytest.raises(InvalidArgument) as ei:
+        _svc()._spec(req)
+    assert ei.value.field == field
+
+
+def test_config_refuses_nonsense_bounds() -> None:
+    """A zero bound or a default above the limit fails at start-up, naming the field."""
+    with pytest.raises(ConfigError, match="max_prompt_bytes"):
+        RouterConfig(max_prompt_bytes=0)
+    with pytest.raises(ConfigError, match="default_max_tokens"):
+        RouterConfig(default_max_tokens=10, max_tokens_limit=5)
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000, b"{" * 40, b"\xff", b"[1]", b'{"a": NaN}', b'{"a": -Infinity}',
+                                 b'{"a": 1e999}', b'{"a": ', b""])
+def test_hostile_json_bodies_are_invalid_argument(raw: bytes) -> None:
+    """Deep, undecodable, non-object, non-finite or truncated JSON is INVALID_ARGUMENT, never another error."""
+    with pytest.raises(InvalidArgument):
+        parse_json_body(raw, 32)
+
+
+def test_json_depth_ignores_brackets_in_strings() -> None:
+    """Brackets inside strings (escaped quotes included) do not count as nesting."""
+    assert json_depth(b'{"a": "[[[\\"[[", "b": [[1]]}') == 3
+    assert parse_json_body(b'{"p": "' + b"[" * 100 + b'"}', 2) == {"p": "[" * 100}
+
+
+def test_rate_limited_maps_to_429_with_retry_after() -> None:
+    """security.RateLimited becomes an OpenAI-shaped 429 with Retry-After rounded up."""
+    r = domain_error_response(RateLimited("tenant over its RPC rate", retry_after_s=0.3))
+    assert r.status == 429
+    assert r.headers["Retry-After"] == "1" and r.headers["retry-after-ms"] == "300"
+    assert json.loads(r.text or "")["error"]["type"] == "rate_limit_error"
+
+
+def test_store_keeps_deployments_and_never_repeats_a_sequence(tmp_path: pathlib.Path) -> None:
+    """Rows survive a reopen, deleted rows stay deleted, and sequence numbers continue past the last one."""
+    s = DeploymentStore(tmp_path / "router.db")
+    a, b = s.next_seq(), s.next_seq()
+    s.save(StoredDeployment(a, "tenants/alice", "m", b"req", ("instances/i-1",)))
+    s.save(StoredDeployment(b, "tenants/bob", "m", b"req2", ()))
+    s.save(StoredDeployment(b, "tenants/bob", "m", b"req2", ("instances/i-2", "instances/i-3")))
+    s.delete("tenants/alice", "m")
+    s.close()
+    s2 = DeploymentStore(tmp_path / "router.db")
+    assert s2.load() == [StoredDeployment(b, "tenants/bob", "m", b"req2", ("instances/i-2", "instances/i-3"))]
+    assert s2.next_seq() == b + 1
+
+
+async def test_lease_refreshes_before_expiry_and_once_for_many_waiters() -> None:
+    """A lease is due at two thirds of its lifetime; concurrent refreshes make one broker call."""
+    calls = []
+
+    async def refresh(instance: str) -> tuple[str, float]:
+        calls.append(instance)
+        await asyncio.sleep(0.01)
+        return f"tok{len(calls)}", time.time() + 30
+
+    lease = Lease("instances/i-1", "tok0", time.time() + 30, refresh)
+    assert 19 < lease.due_in_s() <= 20  # 2/3 of 30 s
+    await asyncio.gather(*(lease.refresh() for _ in range(5)))
+    assert calls == ["instances/i-1"] and lease() == "tok1"
+    expired = Lease("instances/i-2", "old", time.time() - 1, refresh)
+    assert expired.due_in_s() == 0
+
+
+async def test_deploy_is_idempotent_for_the_same_request() -> None:
+    """The same DeployModel again returns the existing deployment (no broker call); another spec is ALREADY_EXISTS."""
+    svc = _svc()
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm")
+    dep = _dep(svc, "tenants/alice", "m")
+    dep.request = req.SerializeToString()
+    assert await svc.deploy(ALICE, req) is dep
+    with pytest.raises(AlreadyExists):
+        await svc.deploy(ALICE, router_pb2.DeployModelRequest(
+            deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm", replicas=2))
+
+
+def test_long_names_are_refused_without_echo() -> None:
+    """A 1 MB preset name is refused before lookup, with a short message that does not echo it."""
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="x" * 1_000_000),
+                                        chip="h100-sxm")
+    with pytest.raises(InvalidArgument) as ei:
+        _svc()._spec(req)
+    assert ei.value.field == "model.preset" and len(ei.value.message) < 100
+
+
+class _Chip:
+    """A fake ChipService stub: refuses the token 'old', records the tokens it saw."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def ExecuteWork(self, req: Any, metadata: Any, timeout: float) -> Any:
+        tok = dict(metadata)[CAPABILITY_HEADER]
+        self.tokens.append(tok)
+        if tok == "old":
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "capability expired")
+        return SimpleNamespace(start_s=0.0, end_s=1.0, energy_j=0.0)
+
+
+async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
+    lease = Lease("instances/i-1", "old", time.time() + 30, refresh)
+    rep = Replica(0, ReplicaConfig(preset("llama3-8b"), "h100-sxm"), instance="instances/i-1", devices=[(0, 1)],
+                  endpoint="127.0.0.1:9", lease=lease, clock=VirtualClock.starting_now())
+    chip = _Chip()
+    rep.stub = chip  # type: ignore[assignment]
+    return rep, chip
+
+
+async def test_refused_token_is_refreshed_and_the_iteration_retried() -> None:
+    """A chip refusing the token makes the replica fetch a new one and retry the same call on it."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    resp = await rep._execute(SimpleNamespace(work=[], start_s=0.0), [])
+    assert resp.end_s == 1.0 and chip.tokens == ["old", "new"] and not rep.lease.lost
+    await rep.channel.close()
+
+
+async def test_token_refused_for_a_lost_instance_marks_the_lease_lost() -> None:
+    """When the broker no longer knows the instance, the iteration returns None and the lease is lost."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+
+    rep, chip = await _replica(refresh)
+    assert await rep._execute(SimpleNamespace(work=[], start_s=0.0), []) is None
+    assert rep.lease.lost and chip.tokens == ["old"]
+    await rep.channel.close()
+
+
+async def test_dropped_requests_end_with_a_retryable_error() -> None:
+    """Dropping a replica's requests (its chips died) ends each stream with ReplicaFailed saying retry."""
+    rep, _ = await _replica(None)
+    req = Request("r1", np.arange(32), 4)
+    rep.engine.admit(req, 0.0)
+    stream = Stream(asyncio.Queue(), req, rep)
+    rep.streams[req.id] = stream
+    rep._drop_all("replica 0 lost its chips; the request was dropped: retry it")
+    err = stream.queue.get_nowait()
+    assert isinstance(err, ReplicaFailed) and "retry" in str(err)
+    assert rep.streams == {} and rep.engine.stats().outstanding_requests == 0
+    await rep.channel.close()
+
+
+def test_chat_text_parts_must_be_strings() -> None:
+    """A chat content part whose 'text' is not a string is INVALID_ARGUMENT naming the message (was a 500)."""
+    with pytest.raises(InvalidArgument) as ei:
+        render_chat([{"role": "user", "content": [{"type": "text", "text": 5}]}])
+    assert ei.value.field == "messages[0].content"
+
+
+class _Broker:
+    """A fake broker stub holding instances by name: enough of the API for the router's reconcile."""
+
+    def __init__(self, instances: dict[str, str]) -> None:
+        self.instances = dict(instances)  # name -> purpose
+        self.released: list[str] = []
+        self._next = 100
+
+    def _inst(self, name: str) -> Any:
+        dev = int(name.rsplit("-", 1)[1]) % 16
+        return broker_pb2.Instance(name=name, purpose=self.instances[name], tenant="tenants/alice",
+                                   devices=[common_pb2.DeviceRange(start=dev, end=dev + 1)])
+
+    def _missing(self, name: str) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), name)
+
+    async def GetInventory(self, req: Any, **kw: Any) -> Any:
+        return broker_pb2.GetInventoryResponse(shards=[broker_pb2.Shard(
+            endpoint="127.0.0.1:9", chip_type="h100-sxm", devices=common_pb2.DeviceRange(start=0, end=16))])
+
+    async def GetInstance(self, req: Any, **kw: Any) -> Any:
+        if req.name not in self.instances:
+            raise self._missing(req.name)
+        return broker_pb2.GetInstanceResponse(instance=self._inst(req.name))
+
+    async def RefreshCapability(self, req: Any, **kw: Any) -> Any:
+        if req.instance not in self.instances:
+            raise self._missing(req.instance)
+        return broker_pb2.RefreshCapabilityResponse(capability="tok", capability_expires_s=time.time() + 900)
+
+    async def AllocateInstance(self, req: Any, **kw: Any) -> Any:
+        self._next += 1
+        name = f"instances/i-{self._next}"
+        self.instances[name] = req.purpose
+        return broker_pb2.AllocateInstanceResponse(instance=self._inst(name), capability="tok",
+                                                   capability_expires_s=time.time() + 900)
+
+    async def ListInstances(self, req: Any, **kw: Any) -> Any:
+        return broker_pb2.ListInstancesResponse(instances=[self._inst(n) for n in self.instances])
+
+    async def ReleaseInstance(self, req: Any, **kw: Any) -> Any:
+        self.released.append(req.name)
+        del self.instances[req.name]
+        return broker_pb2.ReleaseInstanceResponse()
+
+
+async def test_reconcile_restores_replaces_and_releases(tmp_path: pathlib.Path) -> None:
+    """After a restart: a live stored instance is adopted, a lost one replaced, one reused by someone else
+    never touched, a router orphan released, a job's instance left alone, and the store records the result."""
+    store = DeploymentStore(tmp_path / "router.db")
+    seq = store.next_seq()
+    purpose = f"tenants/alice/deployments/m/d-{seq}"
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm", replicas=3)
+    store.save(StoredDeployment(seq, "tenants/alice", "m", req.SerializeToString(),
+                                ("instances/i-1", "instances/i-2", "instances/i-3")))
+    store.close()
+    broker = _Broker({"instances/i-1": purpose, "instances/i-3": "jobs/j-7",  # i-2 lost; i-3 reused by a job
+                      "instances/i-9": "tenants/alice/deployments/ghost/d-99", "instances/i-5": "jobs/j-1"})
+    svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
+    svc.auth._stub = broker  # type: ignore[assignment]
+    await svc._reconcile()
+    try:
+        dep = svc.visible(ALICE, "m")
+        assert dep.health() == ("ready", "")
+        assert dep.replicas[0].instance == "instances/i-1" and len(dep.replicas) == 3
+        assert broker.released == ["instances/i-9"]
+        assert broker.instances["instances/i-3"] == "jobs/j-7" and "instances/i-5" in broker.instances
+        assert set(svc.store.load()[0].instances) == {r.instance for r in dep.replicas}
+        assert svc.store.next_seq() == seq + 1
+    finally:
+        await dep.close()
+        svc.store.close()
+
+
+class _FlakyBroker(_Broker):
+    """Answers UNAVAILABLE to the first AllocateInstance (a broker restarting mid-reconcile)."""
+
+    failed = False
+
+    async def AllocateInstance(self, req: Any, **kw: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+        return await super().AllocateInstance(req, **kw)
+
+
+async def test_reconcile_retried_mid_deployment_builds_each_replica_once(tmp_path: pathlib.Path) -> None:
+    """A broker outage in the middle of restoring a deployment is retried without duplicating replicas."""
+    store = DeploymentStore(tmp_path / "router.db")
+    seq = store.next_seq()
+    req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+                                        chip="h100-sxm", replicas=2)
+    store.save(StoredDeployment(seq, "tenants/alice", "m", req.SerializeToString(), ("instances/i-1",)))
+    store.close()
+    broker = _FlakyBroker({"instances/i-1": f"tenants/alice/deployments/m/d-{seq}"})
+    svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
+    svc.auth._stub = broker  # type: ignore[assignment]
+    await svc._reconcile()
+    dep = svc.visible(ALICE, "m")
+    try:
+        assert broker.failed and dep.health() == ("ready", "")
+        assert [r.index for r in dep.replicas] == [0, 1] and len(dep.leases) == 2
+        assert set(broker.instances) == set(dep.leases) and broker.released == []
+    finally:
+        await dep.close()
+        svc.store.close()
