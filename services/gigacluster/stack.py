@@ -79,14 +79,26 @@ class StackConfig:
             raise ValueError("need 0 < restart_backoff_s <= restart_backoff_max_s and healthy_reset_s >= 0")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies, even by SIGKILL (Linux), so a
-    killed ``up`` or test run never leaves orphaned services holding ports and CPU."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+#: Run in a small launcher process, then exec the service: ask for SIGTERM when the supervisor
+#: dies, even by SIGKILL (Linux PR_SET_PDEATHSIG, kept across execve), so a killed ``up`` or test
+#: run never leaves orphaned services holding ports and CPU; exit at once if the supervisor is
+#: already gone. Not a ``preexec_fn``: that forces a plain fork of the supervisor, and a fork of a
+#: process with live gRPC channels runs gRPC's fork handlers, which abort the child (SIGABRT,
+#: "epoll_wait error: Bad file descriptor", grpc/grpc#43055); without it CPython spawns with vfork.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+def launch_argv(argv: list[str]) -> list[str]:
+    """``argv`` wrapped so the service dies with this process (Linux); unchanged elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *argv]
 
 
 class Proc:
@@ -105,8 +117,8 @@ class Proc:
         out: Any = asyncio.subprocess.DEVNULL
         if self.log_path is not None:
             out = self.log_path.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(*self.argv, env=self.env, stdout=out, stderr=out,
-                                                         start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = await asyncio.create_subprocess_exec(*launch_argv(self.argv), env=self.env, stdout=out,
+                                                         stderr=out, start_new_session=True)
         self.started_s = time.monotonic()
         if self.log_path is not None:
             out.close()

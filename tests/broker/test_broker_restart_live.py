@@ -241,6 +241,7 @@ async def test_up_killed_with_sigkill_comes_back_with_the_same_state(tmp_path: p
     deadline = time.monotonic() + 30
     while not _ports_closed(ports) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
+    assert _ports_closed(ports), "the services of a SIGKILLed up must die with it (PR_SET_PDEATHSIG)"
     up2 = await _start_up(tmp_path, base, mqtt_port)
     try:
         creds2 = json.loads((tmp_path / "local" / "credentials.json").read_text())
