@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 
+import aiomqtt
 import grpc
 import pytest
 import pytest_asyncio
@@ -25,7 +26,7 @@ from gigacluster.client import DEFAULT_PORTS
 from gigacluster.common.v1 import common_pb2
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
-from gigacluster.security.audit import load_anchors, verify_audit
+from gigacluster.security.audit import Anchor, load_anchors, load_public_key, verify_audit
 from gigacluster.stack import Stack, StackConfig, free_port
 from tests.conftest import TEST_SPEEDUP, wait_for
 
@@ -151,6 +152,15 @@ async def test_kill_9_of_the_broker_loses_no_tenant_key_instance_or_allocation(b
     report = verify_audit(state / "audit.jsonl", public_key=(state / "audit.pub").read_bytes(),
                           anchors=load_anchors(state / "audit.jsonl.anchors"))
     assert report.records == report.anchored == len(recs)
+    # The same anchors go out on MQTT, retained, for a subscriber off the machine to keep.
+    host, _, port = st.mqtt.rpartition(":")
+    async with aiomqtt.Client(host, int(port)) as client:
+        await client.subscribe("gigacluster/bkr/broker/audit/anchor")
+        async with asyncio.timeout(10):
+            msg = await anext(aiter(client.messages))
+    published = Anchor.from_json(json.loads(bytes(msg.payload)))  # type: ignore[arg-type]
+    published.verify(load_public_key((state / "audit.pub").read_bytes()))
+    assert published.seq >= 1
 
 
 async def test_a_stack_restarted_on_its_state_dir_keeps_admin_and_tenant_keys(
