@@ -199,9 +199,10 @@ class BrokerService(Service[BrokerConfig]):
                 core.finish_release(rec.alloc.instance)
 
     async def stop(self) -> None:
+        if self.core is not None:
+            await self.anchor_audit()  # the last head, while telemetry is still open
         await super().stop()
         if self.core is not None:
-            await self.anchor_audit()
             self.core.store.close()
 
     async def ready_core(self) -> BrokerCore:
