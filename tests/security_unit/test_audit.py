@@ -170,3 +170,21 @@ def test_reopen_against_a_stored_head_reports_tampering(tmp_path: Path) -> None:
     assert AuditLog(tmp_path / "a.jsonl", expected_head=head).tamper.startswith("TRUNCATED")
     (tmp_path / "a.jsonl").write_bytes(b"\n".join(_rechain([*lines[:4], lines[4].replace(b"i-4", b"i-9")])) + b"\n")
     assert AuditLog(tmp_path / "a.jsonl", expected_head=head).tamper.startswith("HEAD_MISMATCH")
+
+
+def test_the_verifier_command_reports_ok_and_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m gigacluster.security.audit STATE_DIR`` exits 0 on a sound log, 1 naming the reason."""
+    from cryptography.hazmat.primitives import serialization
+
+    from gigacluster.security.audit import main
+
+    key, log = _signed_log(tmp_path / "audit.jsonl")
+    (tmp_path / "audit.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    append_anchor(tmp_path / "audit.jsonl.anchors", log.anchor(10.0))
+    assert main([str(tmp_path)]) == 0
+    assert "5 records" in capsys.readouterr().out
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "audit.jsonl").write_bytes(b"".join(lines[:2]))
+    assert main([str(tmp_path)]) == 1
+    assert "TAMPERED (TRUNCATED)" in capsys.readouterr().err

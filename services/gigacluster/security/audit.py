@@ -21,6 +21,7 @@ topic, and keeps the head in its database. :func:`verify_audit` then detects
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import hashlib
@@ -28,6 +29,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -282,3 +284,30 @@ def verify_audit(path: str | os.PathLike[str], *, public_key: bytes | str | Ed25
 def verify_chain(path: str | os.PathLike[str]) -> int:
     """Check the hash chain and sequence of a log; returns the record count or raises InvalidArgument."""
     return verify_audit(path).records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gigacluster.security.audit STATE_DIR [ANCHOR.json ...]``: verify the broker's
+    ``audit.jsonl`` with ``audit.pub``, its anchors file and any anchors kept elsewhere (e.g. the
+    retained MQTT message); exit 0 if it holds, 1 with the reason if not."""
+    p = argparse.ArgumentParser(prog="python -m gigacluster.security.audit", description=main.__doc__)
+    p.add_argument("state_dir", type=Path)
+    p.add_argument("anchors", nargs="*", type=Path, help="extra anchor files (one JSON anchor each)")
+    args = p.parse_args(argv)
+    log_path = args.state_dir / "audit.jsonl"
+    try:
+        anchors = load_anchors(log_path.with_name(log_path.name + ".anchors"))
+        anchors += [Anchor.from_json(json.loads(a.read_text())) for a in args.anchors]
+        report = verify_audit(log_path, public_key=(args.state_dir / "audit.pub").read_bytes(), anchors=anchors)
+    except AuditTampered as exc:
+        print(f"TAMPERED ({exc.reason}): {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"cannot verify: {exc}", file=sys.stderr)
+        return 1
+    print(f"ok: {report.records} records, the first {report.anchored} covered by a signed anchor")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
