@@ -2,7 +2,14 @@
 
 Used by ``gigacluster up``, ``gigacluster demo`` and the integration tests, so the tests run the
 exact processes a user runs. Each service is its own OS process (``gigacluster serve ...``);
-the supervisor restarts one that dies, with exponential backoff, and stops all on exit.
+the supervisor restarts one that dies, with exponential backoff (0.5 s doubling to 30 s) that
+starts again from 0.5 s once the service has stayed up ``healthy_reset_s`` (60 s), and stops all on
+exit.
+
+With a state directory, the mesh's own secrets (admin key, service key, MQTT service and admin
+passwords) live in ``<state_dir>/secrets.json`` (mode 0600) and are reused on the next start, so
+restarting the stack on the same directory keeps every key; tenants and their keys live in the
+isolation broker's database (``<state_dir>/broker.db``).
 """
 
 from __future__ import annotations
@@ -61,20 +68,37 @@ class StackConfig:
     restart: bool = True
     metrics: bool = False  # give every service a Prometheus /metrics port (see Stack.metrics_ports)
     tls: bool = False  # mutual TLS between every service and client (a local CA under state_dir/tls)
+    restart_backoff_s: float = 0.5  # first restart delay; doubles per quick death up to restart_backoff_max_s
+    restart_backoff_max_s: float = 30.0
+    healthy_reset_s: float = 60.0  # a service up this long restarts again after restart_backoff_s
 
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
             raise ValueError("chips must be a positive multiple of shards")
+        if not 0 < self.restart_backoff_s <= self.restart_backoff_max_s or self.healthy_reset_s < 0:
+            raise ValueError("need 0 < restart_backoff_s <= restart_backoff_max_s and healthy_reset_s >= 0")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies, even by SIGKILL (Linux), so a
-    killed ``up`` or test run never leaves orphaned services holding ports and CPU."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+#: Run in a small launcher process, then exec the service: ask for SIGTERM when the supervisor
+#: dies, even by SIGKILL (Linux PR_SET_PDEATHSIG, kept across execve), so a killed ``up`` or test
+#: run never leaves orphaned services holding ports and CPU; exit at once if the supervisor is
+#: already gone. Not a ``preexec_fn``: that forces a plain fork of the supervisor, and a fork of a
+#: process with live gRPC channels runs gRPC's fork handlers, which abort the child (SIGABRT,
+#: "epoll_wait error: Bad file descriptor", grpc/grpc#43055); without it CPython spawns with vfork.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+def launch_argv(argv: list[str]) -> list[str]:
+    """``argv`` wrapped so the service dies with this process (Linux); unchanged elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *argv]
 
 
 class Proc:
@@ -87,13 +111,15 @@ class Proc:
         self.log_path = log_path
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
+        self.started_s = 0.0  # time.monotonic() of the last start
 
     async def start(self) -> None:
         out: Any = asyncio.subprocess.DEVNULL
         if self.log_path is not None:
             out = self.log_path.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(*self.argv, env=self.env, stdout=out, stderr=out,
-                                                         start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = await asyncio.create_subprocess_exec(*launch_argv(self.argv), env=self.env, stdout=out,
+                                                         stderr=out, start_new_session=True)
+        self.started_s = time.monotonic()
         if self.log_path is not None:
             out.close()
 
@@ -111,15 +137,55 @@ class Proc:
             await p.wait()
 
 
+SECRETS = ("admin_key", "service_key", "mqtt_service_password", "mqtt_admin_password")
+
+
+def load_or_create_secrets(state_dir: pathlib.Path | None) -> dict[str, str]:
+    """The mesh's own secrets: read from ``<state_dir>/secrets.json`` if there, else new (and
+    written there, mode 0600, before any service sees them)."""
+    path = state_dir / "secrets.json" if state_dir is not None else None
+    old: dict[str, Any] = {}
+    if path is not None and path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"{path} is not valid JSON; restore it or remove the state directory") from exc
+    out = {
+        "admin_key": str(old.get("admin_key") or new_api_key()),
+        "service_key": str(old.get("service_key") or new_api_key()),
+        "mqtt_service_password": str(old.get("mqtt_service_password") or new_password()),
+        "mqtt_admin_password": str(old.get("mqtt_admin_password") or new_password()),
+    }
+    if path is not None and out != old:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(".secrets.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(out, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return out
+
+
+def next_backoff(delay_s: float, up_s: float, cfg: StackConfig) -> tuple[float, float]:
+    """``(wait now, wait after the next quick death)`` for a service that died after ``up_s``:
+    a healthy run (``up_s >= healthy_reset_s``) starts the backoff again from the first delay."""
+    if up_s >= cfg.healthy_reset_s:
+        delay_s = cfg.restart_backoff_s
+    return delay_s, min(delay_s * 2, cfg.restart_backoff_max_s)
+
+
 class Stack:
     """A running local mesh."""
 
     def __init__(self, cfg: StackConfig) -> None:
         self.cfg = cfg
-        self.admin_key = new_api_key()
-        self.service_key = new_api_key()
-        self.mqtt_service_password = new_password()
-        self.mqtt_admin_password = new_password()
+        secrets = load_or_create_secrets(cfg.state_dir)
+        self.admin_key = secrets["admin_key"]
+        self.service_key = secrets["service_key"]
+        self.mqtt_service_password = secrets["mqtt_service_password"]
+        self.mqtt_admin_password = secrets["mqtt_admin_password"]
         self.tenant_mqtt: dict[str, tuple[str, str]] = {}
         self.api_key: str | None = None
         self.epoch = time.time()
@@ -275,13 +341,13 @@ class Stack:
             for name, p in self.procs.items():
                 if self._stopping or p.proc is None or p.proc.returncode is None:
                     continue
-                delay = backoff.get(name, 0.5)
+                up_s = time.monotonic() - p.started_s
+                delay, backoff[name] = next_backoff(backoff.get(name, self.cfg.restart_backoff_s), up_s, self.cfg)
                 log.warning("service died; restarting", service=name, returncode=p.proc.returncode,
-                            restart_in_s=delay, restarts=p.restarts)
+                            restart_in_s=delay, restarts=p.restarts, up_s=round(up_s, 1))
                 await asyncio.sleep(delay)
                 if self._stopping:
                     return
-                backoff[name] = min(delay * 2, 30.0)
                 p.restarts += 1
                 await p.start()
 
@@ -294,11 +360,50 @@ class Stack:
         self.tenant_mqtt[tenant_id] = (resp.mqtt_username, resp.mqtt_password)
         return str(resp.api_key)
 
+    def read_credentials(self) -> dict[str, Any]:
+        """What the last :meth:`write_credentials` left in the state directory (empty if nothing)."""
+        path = self.cfg.state_dir / "credentials.json" if self.cfg.state_dir is not None else None
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    async def default_tenant_key(self, tenant_id: str = "default") -> str:
+        """The API key of ``tenant_id``: the one in credentials.json if it still authenticates (a
+        restart on the same state directory keeps it), else a new tenant's."""
+        creds = self.read_credentials()
+        key = str(creds.get("api_key") or "")
+        if key and creds.get("tenant") == f"tenants/{tenant_id}":
+            async with open_channel(self.endpoint_of("broker"), self.tls) as ch:
+                try:
+                    await broker_pb2_grpc.BrokerServiceStub(ch).GetTenant(
+                        broker_pb2.GetTenantRequest(name=f"tenants/{tenant_id}"),
+                        metadata=call_metadata(api_key=key), timeout=10)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.NOT_FOUND):
+                        raise
+                else:
+                    self.tenant_mqtt[tenant_id] = (str(creds.get("mqtt_username", "")),
+                                                   str(creds.get("mqtt_password", "")))
+                    return key
+        try:
+            return await self.create_tenant(tenant_id)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.ALREADY_EXISTS:
+                raise RuntimeError(
+                    f"tenant {tenant_id!r} exists in the broker database but credentials.json in "
+                    f"{self.cfg.state_dir} holds no valid key for it: restore the file, or remove the "
+                    "state directory to start afresh") from err
+            raise
+
     def write_credentials(self, api_key: str) -> pathlib.Path | None:
         if self.cfg.state_dir is None:
             return None
         path = self.cfg.state_dir / "credentials.json"
-        path.write_text(json.dumps({
+        text = json.dumps({
             "cluster": self.cfg.cluster, "tenant": "tenants/default", "api_key": api_key,
             "admin_key": self.admin_key, "mqtt": self.mqtt,
             "mqtt_username": self.tenant_mqtt.get("default", ("", ""))[0],
@@ -306,8 +411,14 @@ class Stack:
             "mqtt_admin": {"username": "admin", "password": self.mqtt_admin_password},
             "endpoints": dataclasses.asdict(self.endpoints),
             "tls": self.tls_env,
-        }, indent=2))
-        path.chmod(0o600)
+        }, indent=2)
+        tmp = path.with_name(".credentials.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
         return path
 
     async def stop(self) -> None:

@@ -1,20 +1,29 @@
-"""The broker's gRPC layer: authenticates callers, calls :class:`BrokerCore`, maps results."""
+"""The broker's gRPC layer: authenticates callers, calls :class:`BrokerCore`, maps results.
+
+Every RPC authenticates first (``_caller``), then validates, then works; refused calls
+(UNAUTHENTICATED, PERMISSION_DENIED) are written to the audit log by :func:`audit_denials`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import pathlib
+import re
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
 import structlog
 
-from gigacluster.broker.core import BrokerCore, InstanceRecord, ShardInfo, TenantRecord, tenant_id_of
+from gigacluster.broker.core import BrokerCore, BrokerLimits, InstanceRecord, ShardInfo, TenantRecord, tenant_id_of
+from gigacluster.broker.store import BrokerStore
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.errors import InvalidArgument, PermissionDenied
+from gigacluster.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal, bearer_token, call_metadata, rate_limiter
 from gigacluster.runtime.channels import open_channel
@@ -22,11 +31,58 @@ from gigacluster.runtime.config import BrokerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.security.audit import AuditLog
+from gigacluster.security.audit import append_anchor
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.mqtt_auth import tenant_user
 
 log = structlog.get_logger()
+C = TypeVar("C", bound=type)
+#: The authenticated caller of the current RPC (None until ``_caller`` succeeds).
+_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("broker_principal", default=None)
+#: Set when the handler already audited its refusal (Authenticate audits the key it was asked about).
+_audited: contextvars.ContextVar[bool] = contextvars.ContextVar("broker_audited", default=False)
+DENIED_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def audit_denials(base: type) -> Callable[[C], C]:
+    """Class decorator: every RPC of ``base`` that ends UNAUTHENTICATED or PERMISSION_DENIED is
+    audited as ``broker.<rpc>`` with the caller (or its key's public id) and the reason."""
+    rpcs = {n for n, v in vars(base).items() if callable(v) and not n.startswith("_")}
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        action = f"broker.{_snake(name)}"
+
+        @functools.wraps(fn)
+        async def inner(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            _principal.set(None)
+            _audited.set(False)
+            try:
+                return await fn(self, request, context)
+            except Exception as exc:
+                if getattr(exc, "code", "") in DENIED_CODES and not _audited.get():
+                    core = self.svc.core
+                    if core is not None:
+                        try:
+                            core.audit_denied(_principal.get(), bearer_token(context), action,
+                                              str(getattr(exc, "reason", "")), time.time())
+                        except Exception:
+                            log.exception("cannot audit a denied call", rpc=name)
+                raise
+
+        return inner
+
+    def deco(cls: C) -> C:
+        for name in rpcs:
+            fn = cls.__dict__.get(name)
+            if fn is not None:
+                setattr(cls, name, wrap(name, fn))
+        return cls
+
+    return deco
 
 
 async def discover_shards(endpoints: list[str], *, service_key: str, timeout_s: float = 60.0) -> list[ShardInfo]:
@@ -57,6 +113,7 @@ class BrokerService(Service[BrokerConfig]):
         super().__init__(config)
         self.core: BrokerCore | None = None
         self._ready = asyncio.Event()
+        self.anchor_path: pathlib.Path | None = None
         self.limiter = rate_limiter(config.rate_ops_per_s, config.rate_ops_burst)
         self.registry.register(FunctionCollector(self.metrics))
 
@@ -83,22 +140,70 @@ class BrokerService(Service[BrokerConfig]):
         await super().start()
         self.spawn(self._init(), "discover-shards")
 
+    def _state_path(self, explicit: str, default_name: str) -> pathlib.Path | None:
+        if explicit:
+            return pathlib.Path(explicit)
+        return pathlib.Path(self.config.state_dir) / default_name if self.config.state_dir else None
+
     async def _init(self) -> None:
-        shards = await discover_shards(self.config.shard_endpoints, service_key=self.config.service_key)
-        audit_path = self.config.audit_log or (
-            str(pathlib.Path(self.config.state_dir) / "audit.jsonl") if self.config.state_dir else "")
-        mqtt_dir = self.config.mqtt_files or (
-            str(pathlib.Path(self.config.state_dir) / "mqtt") if self.config.state_dir else "")
+        cfg = self.config
+        shards = await discover_shards(cfg.shard_endpoints, service_key=cfg.service_key)
+        db_path = self._state_path(cfg.db_path, "broker.db")
+        audit_path = self._state_path(cfg.audit_log, "audit.jsonl")
+        self.anchor_path = audit_path.with_name(audit_path.name + ".anchors") if audit_path else None
+        mqtt_dir = self._state_path(cfg.mqtt_files, "mqtt")
         self.core = BrokerCore(
-            cluster=self.config.cluster, shards=shards, admin_key=self.config.admin_key,
-            service_key=self.config.service_key, capability_ttl_s=self.config.capability_ttl_s,
-            audit=AuditLog(audit_path) if audit_path else None,
-            mqtt_dir=pathlib.Path(mqtt_dir) if mqtt_dir else None,
-            mqtt_service_password=self.config.mqtt_password if self.config.mqtt_username == "service" else "",
-            mqtt_admin_password=self.config.mqtt_admin_password,
+            cluster=cfg.cluster, shards=shards, admin_key=cfg.admin_key,
+            service_key=cfg.service_key, capability_ttl_s=cfg.capability_ttl_s,
+            store=BrokerStore(db_path), audit_path=audit_path, mqtt_dir=mqtt_dir,
+            mqtt_service_password=cfg.mqtt_password if cfg.mqtt_username == "service" else "",
+            mqtt_admin_password=cfg.mqtt_admin_password,
+            limits=BrokerLimits(max_instance_devices=cfg.max_instance_devices,
+                                max_device_ranges=cfg.max_device_ranges, max_text_chars=cfg.max_text_chars,
+                                audit_denied_per_s=cfg.audit_denied_per_s),
         )
-        log.info("broker ready", shards=len(shards), devices=sum(s.end - s.start for s in shards))
+        if audit_path is not None:
+            (audit_path.parent / "audit.pub").write_bytes(self.core.issuer.public_key_pem())
+        # Instances released before a crash but not yet scrubbed: scrub them before their devices
+        # go back to the pool (they stay held until then).
+        await self.finish_releases()
+        self.every(max(1.0, cfg.audit_anchor_interval_s / 2), self.finish_releases, "finish-releases")
+        self.every(cfg.audit_anchor_interval_s, self.anchor_audit, "audit-anchor")
+        await self.anchor_audit()
+        log.info("broker ready", shards=len(shards), devices=sum(s.end - s.start for s in shards),
+                 tenants=len(self.core.tenants), instances=len(self.core.instances))
         self._ready.set()
+
+    async def anchor_audit(self) -> None:
+        """Sign the audit head; append it to the anchors file and publish it (retained) on MQTT."""
+        core = self.core
+        if core is None:
+            return
+        now = time.time()
+        core.prune_revocations(now)
+        a = core.anchor_audit(now)
+        if a is None:
+            return
+        if self.anchor_path is not None:
+            append_anchor(self.anchor_path, a)
+        self.telemetry.publish("audit/anchor", a.to_json(), retain=True)
+
+    async def finish_releases(self) -> None:
+        """Scrub every released instance still holding devices, then free them."""
+        core = self.core
+        if core is None:
+            return
+        for rec in list(core.releasing.values()):
+            _, ok = await self.scrub(rec)
+            if ok:
+                core.finish_release(rec.alloc.instance)
+
+    async def stop(self) -> None:
+        if self.core is not None:
+            await self.anchor_audit()  # the last head, while telemetry is still open
+        await super().stop()
+        if self.core is not None:
+            self.core.store.close()
 
     async def ready_core(self) -> BrokerCore:
         if self.core is None:
@@ -111,8 +216,9 @@ class BrokerService(Service[BrokerConfig]):
         assert self.core is not None
         return self.core
 
-    async def scrub(self, rec: InstanceRecord) -> float:
-        """Ask every shard holding the instance's devices to scrub them (in parallel)."""
+    async def scrub(self, rec: InstanceRecord) -> tuple[float, bool]:
+        """Ask every shard holding the instance's devices to scrub them (in parallel); returns the
+        longest scrub time and whether every shard confirmed."""
         core = await self.ready_core()
         md = call_metadata(api_key=self.config.service_key)
 
@@ -123,10 +229,12 @@ class BrokerService(Service[BrokerConfig]):
                 return float(r.scrub_s)
 
         times = await asyncio.gather(*(one(s) for s in core.shards_of(rec)), return_exceptions=True)
+        ok = True
         for t in times:
             if isinstance(t, BaseException):
-                log.error("scrub failed", instance=rec.name, error=str(t))
-        return max((t for t in times if isinstance(t, float)), default=0.0)
+                ok = False
+                log.error("scrub failed; devices stay held until a retry succeeds", instance=rec.name, error=str(t))
+        return max((t for t in times if isinstance(t, float)), default=0.0), ok
 
 
 def _tenant_msg(core: BrokerCore, t: TenantRecord) -> Any:
@@ -144,6 +252,7 @@ def _instance_msg(r: InstanceRecord) -> Any:
 
 
 @grpc_errors(broker_pb2_grpc.BrokerServiceServicer)
+@audit_denials(broker_pb2_grpc.BrokerServiceServicer)
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, svc: BrokerService) -> None:
         self.svc = svc
@@ -151,6 +260,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[BrokerCore, Principal]:
         core = await self.svc.ready_core()
         p = core.authenticate(bearer_token(context))
+        _principal.set(p)
         structlog.contextvars.bind_contextvars(principal=p.tenant or p.kind)
         if self.svc.limiter is not None and p.kind == "tenant":
             self.svc.limiter.check(p.tenant, time.monotonic(), ops=1.0)
@@ -181,7 +291,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             raise PermissionDenied("only gigacluster services authenticate other keys", reason="SERVICE_ONLY")
         if not request.api_key:
             raise InvalidArgument("api_key", "required")
-        q = core.authenticate(request.api_key)
+        try:
+            q = core.authenticate(request.api_key)
+        except Unauthenticated as exc:
+            # The refused key is the end user's, checked on its behalf by a service: audit it as such.
+            core.audit_denied(None, request.api_key, "auth.api_key", exc.reason, time.time())
+            _audited.set(True)
+            raise
         return broker_pb2.AuthenticateResponse(principal=q.tenant or q.kind, admin=q.kind == "admin")
 
     async def GetInventory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -206,10 +322,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             tenant_id_of(request.tenant, "tenant")
         devices = None
         if request.devices:
-            for i, r in enumerate(request.devices):
-                if r.end <= r.start:
-                    raise InvalidArgument(f"devices[{i}]", f"end ({r.end}) must be > start ({r.start})")
-            devices = DeviceSet.from_ids(np.concatenate([np.arange(r.start, r.end) for r in request.devices]))
+            if len(request.devices) > core.limits.max_device_ranges:
+                raise InvalidArgument("devices", f"at most {core.limits.max_device_ranges} ranges, "
+                                                 f"got {len(request.devices)}")
+            devices = core.device_set(p, [(int(r.start), int(r.end)) for r in request.devices])
         rec, token, exp = core.allocate(p, chip_type=request.chip_type, count=int(request.count),
                                         topology=int(request.topology), purpose=request.purpose,
                                         on_behalf=request.tenant, devices=devices)
@@ -232,7 +348,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def ReleaseInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         core, p = await self._caller(context)
         rec = core.release(p, request.name)
-        scrub_s = await self.svc.scrub(rec)
+        scrub_s, ok = await self.svc.scrub(rec)
+        if ok:
+            core.finish_release(rec.alloc.instance)
         self.svc.telemetry.publish("events", {"event": "instance_released", "instance": rec.name,
                                               "tenant": f"tenants/{rec.alloc.tenant}", "scrub_s": scrub_s})
         return broker_pb2.ReleaseInstanceResponse(scrub_s=scrub_s)

@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import Any
 
+import grpc
+
 from gigacluster.client import DEFAULT_PORTS, Client, state_dir
 from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
@@ -75,17 +77,23 @@ async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = F
     crosses the fabric (the demo uses it, so inference and training share the fabric too).
     """
     await stack.start()
-    key = await stack.create_tenant("default")
+    # Same state directory, same keys: the default tenant and its key survive a restart of ``up``.
+    key = await stack.default_tenant_key("default")
     stack.write_credentials(key)
     if deploy:
         async with Client(stack.endpoints, key, tls=stack.tls) as gc:
-            await gc.router.DeployModel(router_pb2.DeployModelRequest(
-                deployment_id=DEFAULT_MODEL["deployment_id"],
-                model=common_pb2.ModelArchitecture(preset=str(DEFAULT_MODEL["preset"])),
-                chip=stack.cfg.chip, tp=int(DEFAULT_MODEL["tp"]),
-                replicas=0 if disaggregated else int(DEFAULT_MODEL["replicas"]), policy="prefix_aware",
-                prefill_replicas=1 if disaggregated else 0, decode_replicas=1 if disaggregated else 0),
-                metadata=gc.md)
+            try:
+                await gc.router.DeployModel(router_pb2.DeployModelRequest(
+                    deployment_id=DEFAULT_MODEL["deployment_id"],
+                    model=common_pb2.ModelArchitecture(preset=str(DEFAULT_MODEL["preset"])),
+                    chip=stack.cfg.chip, tp=int(DEFAULT_MODEL["tp"]),
+                    replicas=0 if disaggregated else int(DEFAULT_MODEL["replicas"]), policy="prefix_aware",
+                    prefill_replicas=1 if disaggregated else 0, decode_replicas=1 if disaggregated else 0),
+                    metadata=gc.md)
+            except grpc.aio.AioRpcError as err:
+                # A restart on the same state directory: the router kept the default deployment.
+                if err.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise
     return key
 
 

@@ -170,14 +170,26 @@ class BrokerConfig(CommonConfig):
     audit_log: str = _f("", "path of the JSON-lines audit log (empty = <state_dir>/audit.jsonl or none)")
     mqtt_files: str = _f("", "directory for the generated Mosquitto passwd and acl files (empty = <state_dir>/mqtt)")
     mqtt_admin_password: str = _f("", "MQTT password of the admin user, who reads every topic (empty = none)")
+    db_path: str = _f("", "SQLite database of tenants, keys, instances (empty = <state_dir>/broker.db or memory)")
+    audit_anchor_interval_s: float = _f(10.0, "wall seconds between signed anchors of the audit head")
+    audit_denied_per_s: float = _f(50.0, "denied calls audited per second at most (the rest counted in one record)")
+    max_instance_devices: int = _f(1 << 20, "devices one instance may hold (AllocateInstance count and ranges)")
+    max_device_ranges: int = _f(4096, "device ranges one AllocateInstance may name")
+    max_text_chars: int = _f(200, "characters of a display name or an instance purpose")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for ep in self.shard_endpoints:
             if not _is_endpoint(ep):
                 raise ConfigError(f"shards must be comma-separated HOST:PORT, got {ep!r}")
-        if self.capability_ttl_s <= 0:
-            raise ConfigError("capability_ttl_s must be > 0")
+        if not 0 < self.capability_ttl_s < float("inf"):
+            raise ConfigError("capability_ttl_s must be a finite number > 0")
+        if not 0 < self.audit_anchor_interval_s < float("inf"):
+            raise ConfigError("audit_anchor_interval_s must be a finite number > 0")
+        if not 0 <= self.audit_denied_per_s < float("inf"):
+            raise ConfigError("audit_denied_per_s must be a finite number >= 0")
+        if min(self.max_instance_devices, self.max_device_ranges, self.max_text_chars) < 1:
+            raise ConfigError("max_instance_devices, max_device_ranges and max_text_chars must be >= 1")
 
     @property
     def shard_endpoints(self) -> list[str]:
