@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import numpy as np

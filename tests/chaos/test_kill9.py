@@ -190,7 +190,7 @@ async def test_kill9_under_load(world: dict[str, Any], service: str) -> None:
             break
         await asyncio.sleep(0.2)
     problems: list[str] = []
-    await _job_invariants(w, problems)
+    before = await _job_invariants(w, problems)
     stop, seen = asyncio.Event(), Counter[str]()
     load = asyncio.create_task(_load(sv, dep.name, stop, seen))
     await asyncio.sleep(1.0)
@@ -205,12 +205,14 @@ async def test_kill9_under_load(world: dict[str, Any], service: str) -> None:
         problems.append(str(exc))
     stop.set()
     await load
-    await _job_invariants(w, problems)
+    after = await _job_invariants(w, problems)
     await _state_invariants(w, problems)
     bad_codes = {c: n for c, n in seen.items() if c != "OK" and c not in RETRYABLE}
     if bad_codes:
         problems.append(f"in-flight/after requests ended with non-retryable codes: {bad_codes}")
     FIGURES[service] = {"healthy_after_kill_s": round(t_healthy - t_kill, 2),
-                        "served_after_healthy_s": round(back_s, 2), "load": dict(seen), "problems": problems}
+                        "served_after_healthy_s": round(back_s, 2), "load": dict(seen), "problems": problems,
+                        "job": {k: [getattr(j, k) if j is not None else None for j in (before, after)]
+                                for k in ("step", "last_checkpoint_step", "restarts", "lost_steps")}}
     report(f"kill9_{service}", FIGURES[service])
     assert problems == []
