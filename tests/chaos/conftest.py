@@ -74,10 +74,10 @@ def stack_config(tmp: pathlib.Path, cluster: str, *, chips: int = 16, restart: b
                        log_format="json", restart=restart, extra_env=env)
 
 
-@pytest_asyncio.fixture(scope="package", loop_scope="session")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def shared_mesh(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    """One 32-chip mesh (HTTP endpoint on) for the HTTP fuzzer and the cross-tenant matrix. Its tokens live
-    120 s, so a deployment dying of token expiry (the idle test's subject) cannot blur these results."""
+    """A 32-chip mesh (HTTP endpoint on) per module, so one module's damage (poisoned devices) cannot blur
+    another's results. Its tokens live 120 s, so token expiry (the idle test's subject) cannot either."""
     st = Stack(stack_config(tmp_path_factory.mktemp("chaos-shared"), "chaos", chips=32, http=True, ttl_s=120))
     await st.start()
     try:

@@ -57,54 +57,6 @@ async def tenants(shared_mesh: Stack) -> AsyncIterator[dict[str, Client]]:
     report("cross_tenant", {k: dict(t.counts) | {"failures": t.failures} for k, t in TALLIES.items()})
 
 
-async def test_device_poisoning_does_not_outlive_a_release(tenants: dict[str, Client]) -> None:
-    """A tenant that schedules work at not_before_s = 1e308 (or far in the future) and releases its devices
-    leaves nothing behind: the far start is refused, and the next tenant's work on those devices runs now."""
-    t = TALLIES["poisoning"]
-    p, v, admin = tenants["poisoner"], tenants["victim"], tenants["admin"]
-    inst = await p.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-        chip_type="h100-sxm", count=4, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN), metadata=p.md,
-        timeout=30)
-    rng = inst.instance.devices[0]
-    cap = call_metadata(capability=inst.capability)
-    item = chip_pb2.WorkItem(kind="matmul", flops=1e12, bytes=1e9, precision=common_pb2.PRECISION_BF16, count=1)
-    for nb in (1e308, 1e12, math.inf):
-        try:
-            await p.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item], not_before_s=nb),
-                                     metadata=cap, timeout=5)
-            t.leak(f"ExecuteWork not_before_s={nb!r}: accepted (expected INVALID_ARGUMENT: bounded to the near "
-                   "future)")
-        except grpc.aio.AioRpcError as err:
-            t.check(err.code() == grpc.StatusCode.INVALID_ARGUMENT,
-                    f"ExecuteWork not_before_s={nb!r}: {err.code().name} (expected INVALID_ARGUMENT)")
-    await p.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst.instance.name), metadata=p.md,
-                                   timeout=30)
-    nxt = None
-    for _ in range(50):  # the released devices are scrubbed first (bounded wait)
-        try:
-            nxt = await admin.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-                chip_type="h100-sxm", count=4, devices=[rng], tenant="tenants/victim"), metadata=admin.md, timeout=30)
-            break
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise
-            await asyncio.sleep(0.2)
-    assert nxt is not None, "the released devices never became allocatable"
-    vcap = call_metadata(capability=nxt.capability)
-    t0 = time.monotonic()
-    try:
-        r = await v.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item], wait=True),
-                                     metadata=vcap, timeout=VICTIM_WORK_BUDGET_S)
-        t.check(math.isfinite(r.end_s) and r.end_s < 1e9,
-                f"victim's work on released devices starts at {r.start_s!r} (poisoned timing state)")
-    except grpc.aio.AioRpcError as err:
-        t.leak(f"victim's ExecuteWork on the poisoner's released devices: {err.code().name} after "
-               f"{time.monotonic() - t0:.1f}s (never progresses)")
-    await admin.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=nxt.instance.name), metadata=admin.md,
-                                       timeout=30)
-    assert t.failures == []
-
-
 async def test_prefix_cache_is_no_oracle(tenants: dict[str, Client]) -> None:
     """Alice's repeated prompt hits her own cache (the control), but neither the admin on her deployment nor
     another tenant can tell through cached_prompt_tokens whether she sent a given prompt."""
@@ -210,7 +162,8 @@ async def _p99(gc: Client, n: int) -> float:
 async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh: Stack,
                                                                    tenants: dict[str, Client]) -> None:
     """While another tenant floods the scheduler at full speed (a separate process, 32 calls in flight, bounded
-    in time), the quiet tenant's p99 ListJobs latency stays within 2x of its idle p99."""
+    in time), the quiet tenant's p99 ListJobs latency stays within 2x of its idle p99 (the worse of before and
+    after the flood)."""
     t = TALLIES["rate_limit"]
     quiet = tenants["quiet"]
     flood_key = await shared_mesh.create_tenant("flood")
@@ -232,13 +185,68 @@ async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh:
             proc.kill()
             proc.wait(10)
     flood = json.loads(out.decode().strip().splitlines()[-1])
-    ratio = loaded / idle
-    fig = {"idle_p99_ms": round(idle * 1e3, 2), "flooded_p99_ms": round(loaded * 1e3, 2), "ratio": round(ratio, 2),
+    idle_after = await _p99(quiet, RATE_SAMPLES)
+    # The baseline is the worse of the idle p99 before and after the flood: on a shared 2-core machine
+    # that keeps a neighbour's noise from being blamed on the flood.
+    base = max(idle, idle_after)
+    ratio = loaded / base
+    fig = {"idle_p99_ms": [round(idle * 1e3, 2), round(idle_after * 1e3, 2)],
+           "flooded_p99_ms": round(loaded * 1e3, 2), "ratio": round(ratio, 2),
+           "flood_throttled_fraction": round(flood.get("RESOURCE_EXHAUSTED", 0) / max(1, sum(flood.values())), 3),
            "flood_calls": flood, "flood_rate_per_s": round(sum(flood.values()) / FLOOD_S), "measure_s": measured_s}
     report("rate_limit", fig)
     assert measured_s < FLOOD_S, "the measurement outlasted the flood; raise FLOOD_S"
-    t.check(ratio <= P99_RATIO_MAX, f"quiet tenant's p99 {loaded * 1e3:.1f} ms under flood vs {idle * 1e3:.1f} ms "
+    t.check(ratio <= P99_RATIO_MAX, f"quiet tenant's p99 {loaded * 1e3:.1f} ms under flood vs {base * 1e3:.1f} ms "
             f"idle: {ratio:.1f}x (flood {fig['flood_rate_per_s']}/s, {flood})")
+    assert t.failures == []
+
+
+async def test_device_poisoning_does_not_outlive_a_release(tenants: dict[str, Client]) -> None:
+    """(Last but one: if poisoning works, the poisoned devices would stall any later test that lands on them.)
+    A tenant that schedules work at not_before_s = 1e308 (or far in the future) and releases its devices
+    leaves nothing behind: the far start is refused, and the next tenant's work on those devices runs now."""
+    t = TALLIES["poisoning"]
+    p, v, admin = tenants["poisoner"], tenants["victim"], tenants["admin"]
+    inst = await p.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+        chip_type="h100-sxm", count=4, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN), metadata=p.md,
+        timeout=30)
+    rng = inst.instance.devices[0]
+    cap = call_metadata(capability=inst.capability)
+    item = chip_pb2.WorkItem(kind="matmul", flops=1e12, bytes=1e9, precision=common_pb2.PRECISION_BF16, count=1)
+    for nb in (1e308, 1e12, math.inf):
+        try:
+            await p.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item], not_before_s=nb),
+                                     metadata=cap, timeout=5)
+            t.leak(f"ExecuteWork not_before_s={nb!r}: accepted (expected INVALID_ARGUMENT: bounded to the near "
+                   "future)")
+        except grpc.aio.AioRpcError as err:
+            t.check(err.code() == grpc.StatusCode.INVALID_ARGUMENT,
+                    f"ExecuteWork not_before_s={nb!r}: {err.code().name} (expected INVALID_ARGUMENT)")
+    await p.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst.instance.name), metadata=p.md,
+                                   timeout=30)
+    nxt = None
+    for _ in range(50):  # the released devices are scrubbed first (bounded wait)
+        try:
+            nxt = await admin.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+                chip_type="h100-sxm", count=4, devices=[rng], tenant="tenants/victim"), metadata=admin.md, timeout=30)
+            break
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await asyncio.sleep(0.2)
+    assert nxt is not None, "the released devices never became allocatable"
+    vcap = call_metadata(capability=nxt.capability)
+    t0 = time.monotonic()
+    try:
+        r = await v.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item], wait=True),
+                                     metadata=vcap, timeout=VICTIM_WORK_BUDGET_S)
+        t.check(math.isfinite(r.end_s) and r.end_s < 1e9,
+                f"victim's work on released devices starts at {r.start_s!r} (poisoned timing state)")
+    except grpc.aio.AioRpcError as err:
+        t.leak(f"victim's ExecuteWork on the poisoner's released devices: {err.code().name} after "
+               f"{time.monotonic() - t0:.1f}s (never progresses)")
+    await admin.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=nxt.instance.name), metadata=admin.md,
+                                       timeout=30)
     assert t.failures == []
 
 

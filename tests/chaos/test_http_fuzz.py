@@ -9,6 +9,7 @@ and the endpoint must still serve afterwards.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 SEED = int(os.environ.get("GIGACLUSTER_CHAOS_SEED", "1111"))
 RANDOM_BODIES = 300
 REQUEST_TIMEOUT_S = 15.0
+MAX_RESPONSE_BYTES = 2 << 20
 BIG_PROMPT_BUDGET_S = 2.0  # a prompt over the limit is refused before it is tokenised (issue 11)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions: what a null max_tokens must mean
 
@@ -134,8 +136,14 @@ async def _send(http: dict[str, Any], case: Case) -> dict[str, Any]:
     h = {k: v for k, v in h.items() if v}
     t0 = time.monotonic()
     try:
-        async with http["session"].request(method, http["base"] + path, data=body or None, headers=h) as resp:
-            raw = await resp.content.read(1 << 20)
+        async with http["session"].request(method, http["base"] + path, data=io.BytesIO(body) if body else None,
+                                            headers=h) as resp:
+            raw = b""
+            while len(raw) < MAX_RESPONSE_BYTES:  # bounded: a body larger than this is cut, not awaited
+                chunk = await resp.content.read(MAX_RESPONSE_BYTES - len(raw))
+                if not chunk:
+                    break
+                raw += chunk
             return {"label": label, "status": resp.status, "body": raw, "ctype": resp.headers.get("Content-Type", ""),
                     "took_s": time.monotonic() - t0}
     except (TimeoutError, aiohttp.ClientError) as exc:
