@@ -43,6 +43,7 @@ STREAM_FIRST_MESSAGE_S = 3.0  # a stream still open and silent after this is an 
 HANG_SLACK_S = 2.0  # a call that returns later than its deadline plus this has hung
 BUDGET_S = 170.0  # the whole fuzz, wall time (2-core machine)
 CONCURRENCY = 8
+FUZZ_TTL_S = BUDGET_S + 30  # short, yet outlasting the fuzz: the capability caller must reach the handlers
 UNAUTH, IA = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -50,7 +51,7 @@ UNAUTH, IA = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT
 async def fuzz_mesh(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
     """A 32-chip mesh of its own (no restarts, so a crash shows), a tenant with an 8-chip instance and a
     READY deployment 'fz' the fuzzer's names can reach."""
-    st = Stack(stack_config(tmp_path_factory.mktemp("chaos-fuzz"), "fuzz", chips=32))
+    st = Stack(stack_config(tmp_path_factory.mktemp("chaos-fuzz"), "fuzz", chips=32, ttl_s=FUZZ_TTL_S))
     await st.start()
     try:
         key = await st.create_tenant("fuzz")
@@ -59,7 +60,7 @@ async def fuzz_mesh(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[d
                 chip_type="h100-sxm", count=8, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN),
                 metadata=gc.md, timeout=30)
             await deploy(gc, "fz")
-            yield {"stack": st, "client": gc, "md": {
+            yield {"stack": st, "client": gc, "instance": inst.instance.name, "md": {
                 "none": (), "tenant": call_metadata(api_key=key), "admin": call_metadata(api_key=st.admin_key),
                 "cap": call_metadata(capability=inst.capability)}}
     finally:
@@ -90,6 +91,10 @@ async def _one(ch: grpc.aio.Channel, rpc: Rpc, body: bytes, md: Any) -> tuple[gr
 async def fuzz_run(fuzz_mesh: dict[str, Any]) -> dict[str, Any]:
     """Run the whole fuzz once (bounded in count and wall time); the tests below judge its record."""
     st: Stack = fuzz_mesh["stack"]
+    gc: Client = fuzz_mesh["client"]
+    fresh = await gc.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=fuzz_mesh["instance"]),
+                                              metadata=gc.md, timeout=10)
+    fuzz_mesh["md"]["cap"] = call_metadata(capability=fresh.capability)  # valid for the whole (bounded) fuzz
     gen = Generator(SEED)
     rpcs = all_rpcs()
     jobs: list[tuple[str, Rpc, str, bytes, Any]] = []

@@ -41,6 +41,8 @@ RETRYABLE = {"UNAVAILABLE", "ABORTED", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"
 SPEC = {"model": {"preset": "llama3-8b", "seq_len": 2048}, "batch": {"global_batch": 16},
         "parallelism": {"tp": 8}, "hardware": {"chip": "h100-sxm", "count": 8}, "precision": "bf16"}
 TOKENS_PER_STEP = 16 * 2048
+CHECKPOINT_INTERVAL = 5
+CHECKPOINT_OVERDUE_STEPS = 20 * CHECKPOINT_INTERVAL  # by then at least one checkpoint must have been written
 FIGURES: dict[str, Any] = {}
 
 
@@ -58,7 +60,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
         async for _ in tr.watch_job(done.name):
             pass
         assert (await tr.get_job(done.name)).state == scheduler_pb2.Job.STATE_SUCCEEDED
-        long = await tr.submit_job({**SPEC, "steps": 5000}, name="long", checkpoint_interval_steps=5,
+        long = await tr.submit_job({**SPEC, "steps": 5000}, name="long", checkpoint_interval_steps=CHECKPOINT_INTERVAL,
                                    max_restarts=20)
         inst = await tr.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
             chip_type="h100-sxm", count=2), metadata=tr.md, timeout=30)
@@ -127,6 +129,9 @@ async def _job_invariants(w: dict[str, Any], problems: list[str]) -> scheduler_p
         problems.append(f"step counted twice: tokens {job.tokens} != step {job.step} x {TOKENS_PER_STEP}")
     if job.step < w["last_ckpt"]:
         problems.append(f"acknowledged checkpoint lost: step {job.step} < checkpoint {w['last_ckpt']}")
+    if job.step >= CHECKPOINT_OVERDUE_STEPS and job.last_checkpoint_step == 0:
+        problems.append(f"no checkpoint ever became durable: step {job.step}, interval {CHECKPOINT_INTERVAL}, "
+                        "last_checkpoint_step 0")
     if job.state in (scheduler_pb2.Job.STATE_FAILED, scheduler_pb2.Job.STATE_CANCELLED):
         problems.append(f"long job ended {scheduler_pb2.Job.State.Name(job.state)}: {job.reason}")
     w["last_ckpt"] = max(w["last_ckpt"], job.last_checkpoint_step)
@@ -184,9 +189,9 @@ async def test_kill9_under_load(world: dict[str, Any], service: str) -> None:
     dep = await deploy(sv, f"live-{service}")
     w["deployments"].add(dep.name)
     await serves_within(sv, dep.name, 30.0)
-    for i in range(50):  # let the long job reach a checkpoint before the kill (bounded)
+    for i in range(25):  # let the long job reach a new checkpoint before the kill (bounded: 5 s)
         job = await w["tr"].get_job(w["long"])
-        if job.last_checkpoint_step > w["last_ckpt"] or i == 49:
+        if job.last_checkpoint_step > w["last_ckpt"] or i == 24:
             break
         await asyncio.sleep(0.2)
     problems: list[str] = []
@@ -206,6 +211,12 @@ async def test_kill9_under_load(world: dict[str, Any], service: str) -> None:
     stop.set()
     await load
     after = await _job_invariants(w, problems)
+    if before is not None and after is not None and after.step < before.step:
+        rolled_back = before.step - after.step
+        counted = after.lost_steps - before.lost_steps
+        if counted < rolled_back:
+            problems.append(f"lost_steps dishonest: step went {before.step} -> {after.step} ({rolled_back} lost) but "
+                            f"lost_steps rose by {counted}")
     await _state_invariants(w, problems)
     bad_codes = {c: n for c, n in seen.items() if c != "OK" and c not in RETRYABLE}
     if bad_codes:
