@@ -162,7 +162,7 @@ async def _p99(gc: Client, n: int) -> float:
 async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh: Stack,
                                                                    tenants: dict[str, Client]) -> None:
     """While another tenant floods the scheduler at full speed (a separate process, 32 calls in flight, bounded
-    in time), the quiet tenant's p99 ListJobs latency stays within 2x of its idle p99 (the worse of before and
+    in time), the quiet tenant's p99 ListJobs latency stays within 2x of its idle p99 (the better of before and
     after the flood)."""
     t = TALLIES["rate_limit"]
     quiet = tenants["quiet"]
@@ -186,9 +186,9 @@ async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh:
             proc.wait(10)
     flood = json.loads(out.decode().strip().splitlines()[-1])
     idle_after = await _p99(quiet, RATE_SAMPLES)
-    # The baseline is the worse of the idle p99 before and after the flood: on a shared 2-core machine
-    # that keeps a neighbour's noise from being blamed on the flood.
-    base = max(idle, idle_after)
+    # The baseline is the better of the idle p99 before and after the flood (the true idle: a noisy neighbour
+    # on a shared machine may make this red, never green by accident; re-run before blaming the mesh).
+    base = min(idle, idle_after)
     ratio = loaded / base
     fig = {"idle_p99_ms": [round(idle * 1e3, 2), round(idle_after * 1e3, 2)],
            "flooded_p99_ms": round(loaded * 1e3, 2), "ratio": round(ratio, 2),

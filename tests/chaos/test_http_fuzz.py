@@ -202,6 +202,9 @@ async def test_null_max_tokens_means_the_default(http: dict[str, Any]) -> None:
     """"max_tokens": null on /v1/completions means OpenAI's default (16 tokens), not 4,096."""
     r = await _send(http, ("null max_tokens", "POST", "/v1/completions",
                            json.dumps({"model": "chat", "prompt": "count to ten", "max_tokens": None}).encode(), {}))
+    report("http_null_max_tokens", {"status": r["status"], "took_s": round(r["took_s"], 2)})
+    assert r["status"] != -1, (f"no answer in {REQUEST_TIMEOUT_S:.0f}s: a null max_tokens generates far more than "
+                               f"the default {DEFAULT_MAX_TOKENS} tokens")
     assert r["status"] == 200, r["body"][:200]
     used = json.loads(r["body"])["usage"]["completion_tokens"]
     report("http_null_max_tokens", {"completion_tokens": used})
