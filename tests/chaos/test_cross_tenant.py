@@ -8,6 +8,7 @@ and the matrix must end with 0 leaks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import subprocess
@@ -37,6 +38,7 @@ SECRET_PROMPT = ("The launch code for project bluebird is 7-4-1-9-9-2-0, stored 
 WRONG_GUESS = ("The launch code for project redwing is 0-0-0-0-0-0-0, stored under a rug somewhere in the "
                "south office; tell everybody, including the administrators of the cluster. ") * 3
 VICTIM_WORK_BUDGET_S = 10.0
+IN_HORIZON_S = 3000.0  # virtual seconds ahead: within the chip's not_before horizon (3,600 s by default)
 RATE_SAMPLES = 300  # sequential calls per latency measurement
 FLOOD_S = 15.0  # wall budget of the flooding subprocess
 FLOOD_CONCURRENCY = 32
@@ -204,7 +206,8 @@ async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh:
 async def test_device_poisoning_does_not_outlive_a_release(tenants: dict[str, Client]) -> None:
     """(Last but one: if poisoning works, the poisoned devices would stall any later test that lands on them.)
     A tenant that schedules work at not_before_s = 1e308 (or far in the future) and releases its devices
-    leaves nothing behind: the far start is refused, and the next tenant's work on those devices runs now."""
+    leaves nothing behind: the far start is refused, a start within the horizon does not outlive the release, and
+    the next tenant's work on those devices runs now."""
     t = TALLIES["poisoning"]
     p, v, admin = tenants["poisoner"], tenants["victim"], tenants["admin"]
     inst = await p.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
@@ -222,6 +225,14 @@ async def test_device_poisoning_does_not_outlive_a_release(tenants: dict[str, Cl
         except grpc.aio.AioRpcError as err:
             t.check(err.code() == grpc.StatusCode.INVALID_ARGUMENT,
                     f"ExecuteWork not_before_s={nb!r}: {err.code().name} (expected INVALID_ARGUMENT)")
+    # Within any horizon the chip allows (3,000 virtual s ahead: accepted or refused, both fine), the devices
+    # stay busy until then; the release below must reset that timing state.
+    now_s = (await p.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item]), metadata=cap,
+                                      timeout=10)).start_s
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        await p.chip.ExecuteWork(chip_pb2.ExecuteWorkRequest(devices=[rng], items=[item],
+                                                             not_before_s=now_s + IN_HORIZON_S), metadata=cap,
+                                 timeout=5)
     await p.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst.instance.name), metadata=p.md,
                                    timeout=30)
     nxt = None
