@@ -180,7 +180,12 @@ class OpenAIServer:
         self.port: int | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.svc.config.http_max_body_bytes, middlewares=[self._errors])
+        cfg = self.svc.config
+        # aiohttp's parser answers an over-long header with a plain-text 400 before any middleware runs; read
+        # headers up to the configured bound so that real clients' long tokens get an OpenAI-shaped answer.
+        limits = {"max_line_size": cfg.http_max_header_bytes, "max_field_size": cfg.http_max_header_bytes}
+        app = web.Application(client_max_size=cfg.http_max_body_bytes, middlewares=[self._errors],
+                              handler_args=limits)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)

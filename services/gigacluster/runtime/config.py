@@ -224,12 +224,15 @@ class RouterConfig(CommonConfig):
     max_replicas: int = _f(1024, "largest number of replicas in one deployment")
     http_max_body_bytes: int = _f(4 * 1024 * 1024, "largest HTTP request body (413 above)")
     http_max_json_depth: int = _f(32, "deepest nesting of arrays and objects in an HTTP body (400 above)")
+    http_max_header_bytes: int = _f(64 * 1024, "longest HTTP request line or header value the parser reads; a longer "
+                                               "one is refused by the HTTP parser itself, before any handler")
     heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("max_prompt_bytes", "default_max_tokens", "max_tokens_limit", "max_queue_limit",
-                     "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth"):
+                     "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth",
+                     "http_max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.default_max_tokens > self.max_tokens_limit:
