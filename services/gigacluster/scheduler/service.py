@@ -28,7 +28,7 @@ import structlog
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.common.v1 import common_pb2
-from gigacluster.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
+from gigacluster.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import chip_names
@@ -46,8 +46,8 @@ from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.placement import Layout, get_policy, placement_stats
 from gigacluster.scheduler.policy import Pending, QueueSpec, Running, decide
-from gigacluster.scheduler.runner import JobRunner, StepFailed, _ranges, account
-from gigacluster.scheduler.spec import proto_to_spec
+from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, _ranges, account
+from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -58,6 +58,11 @@ TRACE_STEPS = 2000  # steps kept per job for GetJobTrace (bounded memory)
 QUEUE_NAME_RE = re.compile(r"^tenants/([a-z0-9][a-z0-9-]{0,39})/queues/([a-z0-9][a-z0-9-]{0,62})$")
 COHORT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 RUN_STATES = (State.PLACING, State.RUNNING, State.CHECKPOINTING)
+
+
+class PeerLost(Exception):
+    """A peer service stayed unavailable past ``peer_wait_s`` or lost the job's allocation: the job is
+    requeued from its checkpoint without using a restart."""
 
 
 class SchedulerService(Service[SchedulerConfig]):
@@ -73,6 +78,12 @@ class SchedulerService(Service[SchedulerConfig]):
                                limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.jobs: dict[str, JobRecord] = {}
         self.seq: dict[str, int] = {}
+        # Queued jobs (insertion order) with their dispatcher view, and counts per tenant: a dispatch
+        # pass and the admission check never scan every job the scheduler has ever seen.
+        self._queued: dict[str, Pending] = {}
+        self._queued_per_tenant: dict[str, int] = {}
+        self.bounds = SpecBounds(max_chips=config.max_job_chips, max_global_batch=config.max_global_batch,
+                                 max_steps=config.max_job_steps)
         self._ids = itertools.count(1)
         self._watchers: dict[str, set[asyncio.Queue[tuple[str, str]]]] = {}
         self._kick = asyncio.Event()
@@ -131,6 +142,8 @@ class SchedulerService(Service[SchedulerConfig]):
             job.preempt_reason = ""
             if job.state not in TERMINAL and job.state != State.QUEUED:
                 lost = job.step - job.last_checkpoint_step
+                job.lost_steps += lost
+                job.lost_s += lost * job.mean_step_s()
                 job.step = job.last_checkpoint_step
                 job.tokens = job.step * spec.tokens_per_step
                 job.state = State.QUEUED
@@ -140,6 +153,7 @@ class SchedulerService(Service[SchedulerConfig]):
                     self._orphans.append(job.instance)
                 job.instance = ""
                 self.store.save(job, seq)
+            self.index(job, None)
         if self.jobs:
             nums = [int(j.removeprefix("j-")) for j in self.jobs if j.startswith("j-") and j[2:].isdigit()]
             self._ids = itertools.count(max(nums, default=0) + 1)
@@ -156,10 +170,10 @@ class SchedulerService(Service[SchedulerConfig]):
 
     def notify(self, job: JobRecord, kind: str, message: str = "") -> None:
         for q in self._watchers.get(job.job_id, ()):
-            q.put_nowait((kind, message))
+            if not q.full():  # a watcher that stopped reading loses updates, never the scheduler
+                q.put_nowait((kind, message))
         if kind == "state":
             self.save(job)
-            self._kick.set()
         tenant = job.tenant.removeprefix("tenants/")
         now = self.clock.now()
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/{'progress' if kind == 'progress' else 'state'}", {
@@ -172,11 +186,45 @@ class SchedulerService(Service[SchedulerConfig]):
         })
 
     def set_state(self, job: JobRecord, to: State, reason: str = "", message: str = "") -> None:
+        before = job.state
         job.transition(to, reason)
         if to in TERMINAL:
             job.finished_s = self.clock.now()
+        self.index(job, before)
         log.info("job state", job=job.name, state=to.name, reason=reason)
         self.notify(job, "state", message or reason)
+        # Only what changes the dispatcher's inputs asks for a pass: a job entering or leaving the
+        # queue, or ending (its chips come back through _release, which kicks as well). A running
+        # job's checkpoints do not.
+        if to == State.QUEUED or before == State.QUEUED or to in TERMINAL:
+            self._kick.set()
+
+    def index(self, job: JobRecord, before: State | None) -> None:
+        """Keep the queued-job index in step with ``job.state`` (``before``: its previous state, None if new)."""
+        was, now_q = before == State.QUEUED, job.state == State.QUEUED
+        if was == now_q:
+            return
+        n = self._queued_per_tenant.get(job.tenant, 0) + (1 if now_q else -1)
+        self._queued_per_tenant[job.tenant] = n
+        if now_q:
+            self._queued[job.job_id] = self._pending(job)
+        else:
+            self._queued.pop(job.job_id, None)
+
+    def _pending(self, job: JobRecord) -> Pending:
+        """The dispatcher's view of a queued job (fixed while it stays queued: its step does not move)."""
+        left = max(job.steps_total - job.step, 0) * job.mean_step_s()
+        duration = left + (checkpoint.restart_s(job.spec) if job.resume_pending else 0.0)
+        return Pending(job.job_id, job.tenant, job.queue, job.priority, self.seq[job.job_id], job.spec.chip,
+                       job.spec.count, job.spec.tp, duration)
+
+    def admit(self, tenant: str) -> None:
+        """Refuse a submission past the tenant's bound on queued jobs (RESOURCE_EXHAUSTED)."""
+        n = self._queued_per_tenant.get(tenant, 0)
+        if n >= self.config.max_queued_per_tenant:
+            raise ResourceExhausted(f"{tenant} has {n} queued jobs, the most allowed (max_queued_per_tenant); "
+                                    f"wait for some to start or cancel some", retry_after_s=5.0,
+                                    reason="TOO_MANY_QUEUED_JOBS", limit=self.config.max_queued_per_tenant)
 
     async def _publish_stats(self) -> None:
         counts: dict[str, int] = {}
@@ -256,12 +304,18 @@ class SchedulerService(Service[SchedulerConfig]):
 
     # -- dispatch ---------------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
+        """A pass when something changed (a kick), else every ``dispatch_interval_s`` (quarantine ends,
+        reservations age). Passes never overlap; kicks during a pass coalesce into the next one."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=1.0)
+                await asyncio.wait_for(self._kick.wait(), timeout=self.config.dispatch_interval_s)
             self._kick.clear()
             try:
                 await self._dispatch()
+            except Unavailable as exc:  # the broker is restarting: wait, do not spam tracebacks
+                log.warning("dispatch pass waits for a peer", error=str(exc)[:200])
+                await asyncio.sleep(1.0)
+                self._kick.set()
             except Exception:
                 log.exception("dispatch failed")
                 await asyncio.sleep(0.5)
@@ -282,8 +336,7 @@ class SchedulerService(Service[SchedulerConfig]):
                     raise Unavailable(f"cannot release {inst} of the previous run yet: {err.details()}") from err
             self._orphans.pop(0)
             log.info("released an instance held before the restart", instance=inst)
-        queued = [j for j in self.jobs.values() if j.state == State.QUEUED]
-        if not queued:
+        if not self._queued:
             return
         now = self.clock.now()
         await self._check_health(now)
@@ -310,19 +363,18 @@ class SchedulerService(Service[SchedulerConfig]):
                 end = (now + checkpoint.write_s(j.spec) if draining else self._estimated_end(j, now))
                 running.append(Running(j.job_id, j.tenant, j.queue, j.priority, j.spec.chip, devs, end,
                                        j.started_s, j.borrowing, draining, checkpoint.write_s(j.spec)))
-        pending = [Pending(j.job_id, j.tenant, j.queue, j.priority, self.seq[j.job_id], j.spec.chip, j.spec.count,
-                           j.spec.tp, self._estimated_end(j, now) - now) for j in queued]
-        tenants = {j.tenant for j in self.jobs.values()}
-        weights = {t: await self.weight(t) for t in tenants}
-        # Weighted fair share orders tenants by chip-seconds run plus chip-seconds committed to their
-        # running gangs (as policy.py documents), so a tenant holding many gangs is not seen as idle.
-        usage: dict[str, float] = {}
+        pending = list(self._queued.values())
+        usage: dict[str, float] = {}  # chip-seconds run; decide adds what running gangs have committed, once
         for j in self.jobs.values():
-            usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
-        for r in running:
-            usage[r.tenant] = usage.get(r.tenant, 0.0) + len(r.devices) * max(r.end_s - now, 0.0)
-        d = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=self.queues,
-                   weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
+            if j.chip_hours:
+                usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
+        tenants = {p.tenant for p in pending} | {r.tenant for r in running}
+        weights = {t: await self.weight(t) for t in tenants}
+        # The pass is pure array work over a snapshot: run it off the event loop so RPCs are served
+        # while thousands of queued jobs are weighed.
+        d = await asyncio.to_thread(
+            decide, now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=dict(self.queues),
+            weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
         for victim, reason in d.preempt:
             vj = self.jobs[victim]
             if not vj.preempt_reason:
@@ -330,6 +382,8 @@ class SchedulerService(Service[SchedulerConfig]):
                 self.notify(vj, "event", f"eviction requested: {reason}")
         for job_id, why in d.reasons.items():
             job = self.jobs[job_id]
+            if job.state != State.QUEUED:
+                continue  # changed while the pass ran
             job.reserved_start_s = d.reserved.get(job_id, 0.0)
             if job.reason != why:
                 job.reason = why
@@ -423,7 +477,7 @@ class SchedulerService(Service[SchedulerConfig]):
         t = max(self.clock.now(), job.started_s)
         pause = checkpoint.pause_s(job.plan)
         write = checkpoint.write_s(job.spec)
-        durable: tuple[int, float] | None = None  # (step, virtual time the async write completes)
+        ckpt = checkpoint.AsyncCheckpoints(durable_step=job.last_checkpoint_step)
         try:
             if job.resume_pending:
                 cost = checkpoint.restart_s(job.spec)
@@ -435,42 +489,40 @@ class SchedulerService(Service[SchedulerConfig]):
                 job.resume_pending = False
             while job.step < job.steps_total and job.state == State.RUNNING:
                 if job.preempt_reason:
-                    await self._evict(job, t, durable, pause, write)
+                    await self._evict(job, t, ckpt, pause, write)
                     return
                 if float(cap["expires"]) - time.time() < 60:  # type: ignore[arg-type]
-                    r = await self.broker.RefreshCapability(
-                        broker_pb2.RefreshCapabilityRequest(instance=job.instance), metadata=self._smd(), timeout=10)
-                    cap.update(token=r.capability, expires=r.capability_expires_s)
-                res = await self._step_with_retry(runner, job, t)
+                    await self._refresh(job, instance, cap)
+                res = await self._step_with_retry(runner, job, t, instance, cap)
                 if job.state != State.RUNNING:
                     break
                 account(job, res)
                 self._traces.setdefault(job.job_id, deque(maxlen=TRACE_STEPS)).append((job.step, res))
                 t = res.end_s
                 await self._check_performance(job, res, runner)
-                if durable is not None and durable[1] <= t:
-                    job.last_checkpoint_step = durable[0]
-                    durable = None
+                if ckpt.settle(t):
+                    job.last_checkpoint_step = ckpt.durable_step
                     self.save(job)
-                self._maybe_fail(job, devices, res.breakdown.step_time_s)
+                self._maybe_fail(job, devices, res.breakdown.step_time_s, ckpt)
                 if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
                     self.notify(job, "progress")
-                if (job.checkpoint_interval_steps and job.step % job.checkpoint_interval_steps == 0
-                        and job.step < job.steps_total):
+                    self.save(job)  # a scheduler crash then knows how many steps it really loses
+                if ckpt.due(job.step, job.checkpoint_interval_steps, job.steps_total):
                     self.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
                                    f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
                     await self.clock.sleep_until(t + pause)
                     t += pause
                     job.checkpoint_pause_s += pause
-                    start_write = max(t, durable[1]) if durable is not None else t
-                    durable = (job.step, start_write + write)
+                    ckpt.start(job.step, t, write)
                     if job.state == State.CHECKPOINTING:
                         self.set_state(job, State.RUNNING)
             if job.state == State.RUNNING and job.step >= job.steps_total:
                 job.last_checkpoint_step = job.step
                 self.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
         except StepFailed as exc:
-            await self._on_failure(job, devices, exc)
+            await self._on_failure(job, devices, exc, ckpt)
+        except PeerLost as exc:
+            self._requeue_after_peer_loss(job, exc, ckpt)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -556,7 +608,8 @@ class SchedulerService(Service[SchedulerConfig]):
             loss.add_metric([cause], float(self._loss_events.get(cause, 0)))
         return [jobs, step, model, slow, loss]
 
-    def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
+    def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float,
+                    ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
         """The failure model: interrupt this step with the probability of its chip-seconds."""
         fm = self.failure_model
         if fm is None or self.rng.random() >= fm.p_interrupt(job.spec.count, step_s):
@@ -565,8 +618,13 @@ class SchedulerService(Service[SchedulerConfig]):
         dev = int(devices[int(self.rng.integers(devices.size))])
         raise StepFailed(f"{cause} on device {dev} (failure model)", [dev], effect, modelled=True)
 
-    async def _on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed) -> None:
+    async def _on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed,
+                          ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
+        """A real job fault (chip or link failed a step): the only thing that uses a restart."""
         now = self.clock.now()
+        if ckpt is not None:  # a write that ended before the fault is durable; one still in flight is not
+            ckpt.settle(now)
+            job.last_checkpoint_step = ckpt.durable_step
         bad = list(exc.devices)
         if not exc.modelled and exc.effect == "device":
             bad = sorted(set(bad) | set(await self._failed_devices(devices)))
@@ -593,13 +651,13 @@ class SchedulerService(Service[SchedulerConfig]):
         job.resume_pending = True
         self.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
 
-    async def _evict(self, job: JobRecord, t: float, durable: tuple[int, float] | None, pause: float,
+    async def _evict(self, job: JobRecord, t: float, ckpt: checkpoint.AsyncCheckpoints, pause: float,
                      write: float) -> None:
         """Preemption: checkpoint synchronously (pause + write after any write in flight), then requeue."""
         reason = job.preempt_reason
         self.set_state(job, State.CHECKPOINTING, reason, f"{reason}: writing a checkpoint at step {job.step} "
                        f"({pause + write:.1f} s) before releasing the chips")
-        end = max(t + pause, durable[1] if durable is not None else 0.0) + write
+        end = ckpt.flush_end(t + pause, write)
         await self.clock.sleep_until(end)
         job.checkpoint_pause_s += end - t
         job.last_checkpoint_step = job.step
@@ -609,20 +667,89 @@ class SchedulerService(Service[SchedulerConfig]):
         self.set_state(job, State.PREEMPTED, reason)
         self.set_state(job, State.QUEUED, f"requeued after preemption ({reason})")
 
-    async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float) -> Any:
-        """Run a step; a service that is briefly unavailable (restarting) delays the step, it does
-        not fail the job. Chip and link faults (StepFailed) go to the caller."""
+    async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float, instance: str,
+                               cap: dict[str, Any]) -> Any:
+        """Run a step. A peer service that is unavailable (restarting, or down for minutes) delays the
+        step: wait with bounded backoff, visibly in the job's ``reason``, for up to ``peer_wait_s``, then
+        raise PeerLost (requeue from the checkpoint). A capability the mesh no longer accepts (a broker
+        restart) is refreshed once, then PeerLost. Neither uses a restart: only chip and link faults
+        (StepFailed, raised to the caller) do."""
+        started = time.monotonic()
         delay = 0.2
-        for attempt in range(8):
+        attempt = 0
+        refreshed = False
+        while True:
             try:
-                return await runner.run_step(t)
+                res = await runner.run_step(t)
             except Unavailable as exc:
-                log.warning("step delayed: a service is unavailable", job=job.name, error=str(exc), attempt=attempt)
-                self.notify(job, "event", f"step {job.step + 1} delayed: {exc}")
+                waited = time.monotonic() - started
+                if waited >= self.config.peer_wait_s:
+                    raise PeerLost(f"a service stayed unavailable for {waited:.0f} s ({exc})") from exc
+                attempt += 1
+                job.reason = (f"step {job.step + 1} waiting for an unavailable service (attempt {attempt}, "
+                              f"{waited:.0f} s so far; restarts not charged): {exc}")
+                log.warning("step delayed: a service is unavailable", job=job.name, error=str(exc),
+                            attempt=attempt, waited_s=round(waited, 1), retry_in_s=delay)
+                self.notify(job, "event", job.reason)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, self.config.peer_backoff_max_s)
                 t = max(t, self.clock.now())
-        return await runner.run_step(t)
+                continue
+            except CapabilityRejected as exc:
+                if refreshed:
+                    raise PeerLost(f"the mesh no longer accepts this job's allocation ({exc})") from exc
+                log.warning("capability rejected; refreshing it", job=job.name, error=str(exc))
+                await self._refresh(job, instance, cap)
+                refreshed = True
+                continue
+            if attempt:
+                waited = time.monotonic() - started
+                job.reason = ""
+                log.info("services back; job continues", job=job.name, waited_s=round(waited, 1))
+                self.notify(job, "event", f"services back after {waited:.0f} s; step {job.step + 1} ran "
+                                          f"(restarts not charged)")
+            return res
+
+    async def _refresh(self, job: JobRecord, instance: str, cap: dict[str, Any]) -> None:
+        """A fresh capability for ``instance``, waiting out a broker outage (PeerLost past ``peer_wait_s``
+        or when the broker no longer knows the instance)."""
+        started = time.monotonic()
+        delay = 0.2
+        while True:
+            try:
+                r = await self.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=instance),
+                                                        metadata=self._smd(), timeout=10)
+                cap.update(token=r.capability, expires=r.capability_expires_s)
+                return
+            except grpc.aio.AioRpcError as err:
+                waited = time.monotonic() - started
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise PeerLost(f"the broker no longer holds {instance} ({err.code().name})") from err
+                if waited >= self.config.peer_wait_s:
+                    raise PeerLost(f"the broker stayed unavailable for {waited:.0f} s") from err
+                job.reason = (f"waiting for the isolation broker to refresh the capability ({waited:.0f} s so far; "
+                              f"restarts not charged)")
+                log.warning("capability refresh delayed: broker unavailable", job=job.name, waited_s=round(waited, 1))
+                self.notify(job, "event", job.reason)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.peer_backoff_max_s)
+
+    def _requeue_after_peer_loss(self, job: JobRecord, exc: PeerLost, ckpt: checkpoint.AsyncCheckpoints) -> None:
+        """Requeue from the last durable checkpoint after a peer outage or a lost allocation; the chips
+        are re-acquired by the next dispatch. Not a job fault: ``restarts`` and ``failures`` stay."""
+        ckpt.settle(self.clock.now())
+        job.last_checkpoint_step = ckpt.durable_step
+        lost = job.step - job.last_checkpoint_step
+        job.lost_steps += lost
+        job.lost_s += lost * job.mean_step_s()
+        if job.state not in (State.RUNNING, State.CHECKPOINTING):
+            return
+        self.set_state(job, State.RESTARTING, f"{exc}; resuming from the checkpoint at step "
+                       f"{job.last_checkpoint_step} ({lost} steps lost; restarts not charged)")
+        job.step = job.last_checkpoint_step
+        job.tokens = job.step * job.spec.tokens_per_step
+        job.resume_pending = True
+        self.set_state(job, State.QUEUED, "re-acquiring chips after a peer outage (restarts not charged)")
 
     async def _release(self, job: JobRecord, instance: str | None = None) -> None:
         """Release ``instance`` (default: the job's current one). A runner that ends after its job was
@@ -635,7 +762,9 @@ class SchedulerService(Service[SchedulerConfig]):
                                               metadata=self._smd(), timeout=30)
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.NOT_FOUND:
-                log.warning("release failed", job=job.name, instance=name, error=err.details())
+                log.warning("release failed; retried by the dispatcher", job=job.name, instance=name,
+                            error=err.details())
+                self._orphans.append(name)  # released once the broker is back, never leaked
         if job.instance == name:
             job.instance = ""
             job.borrowing = False
@@ -724,8 +853,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             prior = self.svc._idempotency.get((p.tenant, request.request_id))
             if prior is not None:
                 return scheduler_pb2.SubmitJobResponse(job=self._msg(self.svc.jobs[prior]))
-        if len(request.display_name) > 200:
-            raise InvalidArgument("display_name", "at most 200 characters")
+        check_bounds(request, self.svc.bounds)  # every sizing field, before any model work
+        self.svc.admit(p.tenant)
         spec_dict = proto_to_spec(request.spec)
         spec, plan, steps = validate_submission(
             spec_dict, priority=request.priority, checkpoint_interval_steps=int(request.checkpoint_interval_steps),
@@ -748,8 +877,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         if request.request_id:
             self.svc._idempotency[(p.tenant, request.request_id)] = job_id
         self.svc.save(job)
+        self.svc.index(job, None)
         log.info("job submitted", job=job.name, tenant=p.tenant, chips=spec.count, steps=steps)
         self.svc.notify(job, "state", "submitted")
+        self.svc._kick.set()
         return scheduler_pb2.SubmitJobResponse(job=self._msg(job))
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
