@@ -140,7 +140,8 @@ class Client:
         return resp.job
 
     async def submit_job_file(self, path: str | os.PathLike[str], **overrides: Any) -> scheduler_pb2.Job:
-        return await self.submit_job(*read_job_file(path, **overrides))
+        spec, job = read_job_file(path, **overrides)
+        return await self.submit_job(spec, **job)
 
     async def get_job(self, name: str) -> scheduler_pb2.Job:
         return (await self.scheduler.GetJob(scheduler_pb2.GetJobRequest(name=name), metadata=self.md)).job
