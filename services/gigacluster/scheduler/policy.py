@@ -256,7 +256,9 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
             if devs is None and backfill and now + job.duration_s <= start:
                 devs = fits.place("free", job, lay, mask)
             if devs is None:
-                out.reasons[job.job_id] = (f"waiting behind {head} (reserved start t={start:.0f}s); "
+                # No moving figures in a waiting job's reason: it is re-published only when it changes,
+                # and thousands of jobs behind one reservation must not change on every pass.
+                out.reasons[job.job_id] = (f"waiting behind {head}, which holds the reservation; "
                                            f"no backfill hole for {job.count} {job.chip}")
                 continue
         else:
