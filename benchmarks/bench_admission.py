@@ -2,7 +2,7 @@
 
 Mesh: 64 H100 (8 HGX domains) in two chip shards, fabric, isolation broker, scheduler and router
 as separate processes (``gigacluster.stack.Stack``), Mosquitto for telemetry, speed-up 10. A
-blocker job (48 chips) runs throughout, so 16 chips stay free. Then, from 4 tenants with 4 calls
+blocker job (48 chips, 41 s steps) runs throughout, so 16 chips stay free. Then, from 4 tenants with 4 calls
 in flight, N jobs of 32 chips are submitted: none can start (they wait behind the blocker, the
 first with a reservation), so the queue grows to N. Measured:
 
@@ -86,7 +86,7 @@ def start_mosquitto() -> tuple[subprocess.Popen[bytes], str, str]:
     return proc, f"127.0.0.1:{port}", d
 
 
-async def run(n_jobs: int, tenants: int, inflight: int) -> None:
+async def run(n_jobs: int, tenants: int, inflight: int, profile: str = "") -> None:
     mq, mq_ep, mq_dir = start_mosquitto()
     state = pathlib.Path(tempfile.mkdtemp(prefix="gc-bench-admission-"))
     cfg = StackConfig(cluster="bench", chip="h100-sxm", chips=64, shards=2, speedup=10.0, mqtt=mq_ep,
@@ -98,7 +98,12 @@ async def run(n_jobs: int, tenants: int, inflight: int) -> None:
         sched = st.procs["scheduler"].proc
         assert sched is not None
         clients = [Client(st.endpoints, await st.create_tenant(f"b{i}")) for i in range(tenants)]
-        blocker = await clients[0].submit_job(job(48, 10_000_000))
+        # Llama 3 8B at 8K context, global batch 1,536 on 48 chips: a 41 s step (4 s of wall time), so
+        # the blocker's own stepping costs the scheduler next to nothing and idle means idle.
+        blocker = await clients[0].submit_job({
+            "model": {"preset": "llama3-8b", "seq_len": 8192}, "batch": {"global_batch": 1536},
+            "parallelism": {"tp": 8, "microbatch_size": 1}, "precision": "bf16",
+            "hardware": {"chip": "h100-sxm", "count": 48}, "steps": 10_000_000})
         for _ in range(300):
             if (await clients[0].get_job(blocker.name)).state == scheduler_pb2.Job.STATE_RUNNING:
                 break
@@ -154,7 +159,13 @@ async def run(n_jobs: int, tenants: int, inflight: int) -> None:
 
         await clients[2].cancel_job(small.name)
         await asyncio.sleep(3.0)
+        spy = None
+        if profile:  # where the idle scheduler's time goes (py-spy's raw collapsed stacks)
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(sched.pid), "--duration", "10", "--format",
+                                    "raw", "-o", profile], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         idle = await cpu_share(sched.pid, 10.0)
+        if spy is not None:
+            spy.wait(30)
         print(f"scheduler CPU, nobody calling, blocker running, {n_jobs} queued: {idle * 100:.1f}% of a core "
               f"({(idle - base) * 100:+.1f} points for the queue)")
         for cl in clients:
@@ -172,8 +183,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--tenants", type=int, default=4)
     ap.add_argument("--inflight", type=int, default=4)
+    ap.add_argument("--profile", default="", help="py-spy the idle scheduler into this file (raw stacks)")
     a = ap.parse_args()
-    asyncio.run(run(a.jobs, a.tenants, a.inflight))
+    asyncio.run(run(a.jobs, a.tenants, a.inflight, a.profile))
 
 
 if __name__ == "__main__":

@@ -90,6 +90,8 @@ class SchedulerService(Service[SchedulerConfig]):
         # pass and the admission check never scan every job the scheduler has ever seen.
         self._queued: dict[str, Pending] = {}
         self._queued_per_tenant: dict[str, int] = {}
+        self._usage_s: dict[str, float] = {}  # chip-seconds run per tenant (fair share), kept as steps end
+        self._reserved: set[str] = set()  # jobs holding a backfill reservation after the last pass
         self.bounds = SpecBounds(max_chips=config.max_job_chips, max_global_batch=config.max_global_batch,
                                  max_steps=config.max_job_steps)
         self._ids = itertools.count(1)
@@ -161,6 +163,7 @@ class SchedulerService(Service[SchedulerConfig]):
                 job.instance = ""
                 self.store.save(job, seq)
             self.index(job, None)
+            self._usage_s[job.tenant] = self._usage_s.get(job.tenant, 0.0) + job.chip_hours * 3600.0
         if self.jobs:
             nums = [int(j.removeprefix("j-")) for j in self.jobs if j.startswith("j-") and j[2:].isdigit()]
             self._ids = itertools.count(max(nums, default=0) + 1)
@@ -363,35 +366,43 @@ class SchedulerService(Service[SchedulerConfig]):
                 if lay.offset <= dev < lay.offset + lay.n_devices:
                     free[c][dev - lay.offset] = False
         running = []
-        for j in self.jobs.values():
-            devs = self._devices.get(j.job_id)
-            if j.state in RUN_STATES and devs is not None:
+        for job_id, devs in self._devices.items():  # placed gangs only, not every job ever seen
+            j = self.jobs[job_id]
+            if j.state in RUN_STATES:
                 draining = bool(j.preempt_reason)
                 end = (now + checkpoint.write_s(j.spec) if draining else self._estimated_end(j, now))
                 running.append(Running(j.job_id, j.tenant, j.queue, j.priority, j.spec.chip, devs, end,
                                        j.started_s, j.borrowing, draining, checkpoint.write_s(j.spec)))
         pending = list(self._queued.values())
-        usage: dict[str, float] = {}  # chip-seconds run; decide adds what running gangs have committed, once
-        for j in self.jobs.values():
-            if j.chip_hours:
-                usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
-        tenants = {p.tenant for p in pending} | {r.tenant for r in running}
+        usage = dict(self._usage_s)  # chip-seconds run; decide adds what running gangs have committed, once
+        tenants = {t for t, n in self._queued_per_tenant.items() if n} | {r.tenant for r in running}
         weights = {t: await self.weight(t) for t in tenants}
+        jobs = self.jobs
+
+        def work() -> tuple[Any, list[tuple[str, str]]]:
+            dd = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy,
+                        queues=dict(self.queues), weights=weights, usage=usage, preemption=self.config.preemption,
+                        backfill=self.config.backfill)
+            # Which reasons changed (read-only here; applied on the loop): usually a handful of 10,000.
+            return dd, [(jid, why) for jid, why in dd.reasons.items() if jobs[jid].reason != why]
+
         # The pass is pure array work over a snapshot: run it off the event loop so RPCs are served
         # while thousands of queued jobs are weighed.
-        d = await asyncio.to_thread(
-            decide, now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=dict(self.queues),
-            weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
+        d, changed = await asyncio.to_thread(work)
         for victim, reason in d.preempt:
             vj = self.jobs[victim]
             if not vj.preempt_reason:
                 vj.preempt_reason = reason
                 self.notify(vj, "event", f"eviction requested: {reason}")
-        for job_id, why in d.reasons.items():
+        for job_id in self._reserved - d.reserved.keys():
+            self.jobs[job_id].reserved_start_s = 0.0
+        for job_id, start in d.reserved.items():
+            self.jobs[job_id].reserved_start_s = start
+        self._reserved = set(d.reserved)
+        for job_id, why in changed:
             job = self.jobs[job_id]
             if job.state != State.QUEUED:
                 continue  # changed while the pass ran
-            job.reserved_start_s = d.reserved.get(job_id, 0.0)
             if job.reason != why:
                 job.reason = why
                 self.notify(job, "event", why)
@@ -504,6 +515,8 @@ class SchedulerService(Service[SchedulerConfig]):
                 if job.state != State.RUNNING:
                     break
                 account(job, res)
+                step_chip_s = job.spec.count * res.breakdown.step_time_s
+                self._usage_s[job.tenant] = self._usage_s.get(job.tenant, 0.0) + step_chip_s
                 self._traces.setdefault(job.job_id, deque(maxlen=TRACE_STEPS)).append((job.step, res))
                 t = res.end_s
                 await self._check_performance(job, res, runner)
