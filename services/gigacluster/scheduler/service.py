@@ -12,6 +12,7 @@ restarts (:mod:`scheduler.checkpoint`, :mod:`scheduler.failures`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -92,6 +93,7 @@ class SchedulerService(Service[SchedulerConfig]):
         self._queued_per_tenant: dict[str, int] = {}
         self._usage_s: dict[str, float] = {}  # chip-seconds run per tenant (fair share), kept as steps end
         self._reserved: set[str] = set()  # jobs holding a backfill reservation after the last pass
+        self._state_counts: collections.Counter[State] = collections.Counter()  # kept by index()
         self.bounds = SpecBounds(max_chips=config.max_job_chips, max_global_batch=config.max_global_batch,
                                  max_steps=config.max_job_steps)
         self._ids = itertools.count(1)
@@ -211,6 +213,9 @@ class SchedulerService(Service[SchedulerConfig]):
 
     def index(self, job: JobRecord, before: State | None) -> None:
         """Keep the queued-job index in step with ``job.state`` (``before``: its previous state, None if new)."""
+        if before is not None:
+            self._state_counts[before] -= 1
+        self._state_counts[job.state] += 1
         was, now_q = before == State.QUEUED, job.state == State.QUEUED
         if was == now_q:
             return
@@ -237,12 +242,11 @@ class SchedulerService(Service[SchedulerConfig]):
                                     reason="TOO_MANY_QUEUED_JOBS", limit=self.config.max_queued_per_tenant)
 
     async def _publish_stats(self) -> None:
-        counts: dict[str, int] = {}
-        for j in self.jobs.values():
-            counts[j.state.name] = counts.get(j.state.name, 0) + 1
+        # From the kept counts and the placed gangs: a stats tick never walks every job.
+        counts = {st.name: n for st, n in self._state_counts.items() if n}
         self.telemetry.publish("stats", {"t_s": self.clock.now(), "jobs": counts,
-                                         "running_chips": sum(j.spec.count for j in self.jobs.values()
-                                                              if j.state == State.RUNNING),
+                                         "running_chips": sum(self.jobs[j].spec.count for j in self._devices
+                                                              if self.jobs[j].state == State.RUNNING),
                                          "quarantined_chips": len(self.bad)})
 
     # -- broker -----------------------------------------------------------------------------------
@@ -606,9 +610,7 @@ class SchedulerService(Service[SchedulerConfig]):
     def metrics(self) -> list[Any]:
         """Jobs by state, per running job its step time, model step time and slowdown, and loss events."""
         jobs = gauge("gigacluster_jobs", "Jobs by state.", ["state"])
-        counts: dict[str, int] = {s.name.lower(): 0 for s in State}
-        for j in self.jobs.values():
-            counts[j.state.name.lower()] += 1
+        counts: dict[str, int] = {s.name.lower(): self._state_counts.get(s, 0) for s in State}
         for st_name, c in counts.items():
             jobs.add_metric([st_name], float(c))
         step = gauge("gigacluster_job_step_time_seconds", "Last step time of a running job.", ["job", "tenant"])
@@ -616,7 +618,7 @@ class SchedulerService(Service[SchedulerConfig]):
                       ["job", "tenant"])
         slow = gauge("gigacluster_job_slowdown", "Step time over the model's, minus 1 (0 when on model).",
                      ["job", "tenant"])
-        for j in self.jobs.values():
+        for j in (self.jobs[i] for i in self._devices):
             if j.state == State.RUNNING:
                 step.add_metric([j.name, j.tenant], j.last_step_time_s)
                 model.add_metric([j.name, j.tenant], j.predicted_step_time_s)
