@@ -113,3 +113,27 @@ def test_decide_does_not_modify_its_inputs() -> None:
     before = free["h100-sxm"].copy()
     decide(0.0, [pend("a", count=16)], [], layouts=LAY, free=free, policy=TOPO, queues={}, weights={}, usage={})
     assert np.array_equal(free["h100-sxm"], before)
+
+
+def test_queued_jobs_per_tenant_are_bounded() -> None:
+    """Past max_queued_per_tenant a tenant's submission is RESOURCE_EXHAUSTED; other tenants and the
+    tenant itself, once a job leaves the queue, are admitted again."""
+    import pytest
+
+    from gigacluster.errors import ResourceExhausted
+    from gigacluster.runtime.config import SchedulerConfig
+    from gigacluster.scheduler.core import State
+    from gigacluster.scheduler.service import SchedulerService
+    from tests.scheduler.test_peer_outage import running_job
+
+    svc = SchedulerService(SchedulerConfig(max_queued_per_tenant=1))
+    job = running_job(svc)
+    job.state = State.QUEUED
+    svc.index(job, State.RUNNING)
+    with pytest.raises(ResourceExhausted) as err:
+        svc.admit("tenants/a")
+    assert err.value.reason == "TOO_MANY_QUEUED_JOBS"
+    svc.admit("tenants/b")
+    svc.set_state(job, State.CANCELLED, "test")
+    svc.admit("tenants/a")
+    assert svc._queued == {} and svc._state_counts[State.CANCELLED] == 1
