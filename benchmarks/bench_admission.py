@@ -110,6 +110,16 @@ async def run(n_jobs: int, tenants: int, inflight: int, profile: str = "") -> No
             await asyncio.sleep(0.1)
         base = await cpu_share(sched.pid, 10.0)
         print(f"scheduler CPU, blocker running, empty queue: {base * 100:.1f}% of a core")
+        b_lat: list[float] = []
+
+        async def timed_get(name: str, out: list[float]) -> None:
+            t = time.perf_counter()
+            await clients[0].get_job(name)
+            out.append(time.perf_counter() - t)
+
+        for _ in range(2000 // 8):  # the machine's own noise: GetJob with nothing queued, 8 in flight
+            await asyncio.gather(*(timed_get(blocker.name, b_lat) for _ in range(8)))
+        print(f"GetJob x2000 (8 in flight), empty queue (baseline): {pct(b_lat)}")
 
         lat: list[float] = []
         sem = asyncio.Semaphore(inflight)
@@ -127,6 +137,9 @@ async def run(n_jobs: int, tenants: int, inflight: int, profile: str = "") -> No
         client_cpu = (time.process_time() - c0) / wall
         print(f"SubmitJob x{n_jobs} ({inflight} in flight, {tenants} tenants): {pct(lat)}; "
               f"{n_jobs / wall:.0f} submits/s; load client CPU {client_cpu * 100:.0f}% of a core")
+        k = max(n_jobs // 10, 1)
+        print(f"  first {k} submissions: {pct(lat[:k])}")
+        print(f"  last {k} submissions (queue {n_jobs - k:,}-{n_jobs:,}): {pct(lat[-k:])}")
         queued = [j for j in await clients[1].list_jobs() if j.state == scheduler_pb2.Job.STATE_QUEUED]
         print(f"queued jobs of one tenant after the submissions: {len(queued)} (all {n_jobs // tenants} expected)")
 

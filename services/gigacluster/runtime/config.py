@@ -178,6 +178,7 @@ class SchedulerConfig(CommonConfig):
                             "before it is requeued from its checkpoint (never charged to max_restarts)")
     peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
     dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
+    dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
 
 
 @dataclasses.dataclass(frozen=True)
