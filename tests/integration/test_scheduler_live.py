@@ -283,7 +283,7 @@ async def test_fabric_outage_longer_than_the_old_retry_budget_uses_no_restart(sc
             await fabric.stop()
             await asyncio.sleep(30.0)
             during = await gc.get_job(job.name)
-            assert during.state in (J.STATE_RUNNING, J.STATE_CHECKPOINTING)
+            assert during.state in (J.STATE_RUNNING, J.STATE_CHECKPOINTING), during.reason
             assert "waiting for an unavailable service" in during.reason and "restarts not charged" in during.reason
             assert during.restarts == 0 and during.failures == 0
         finally:

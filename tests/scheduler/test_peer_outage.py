@@ -108,3 +108,21 @@ async def test_only_a_job_fault_uses_a_restart() -> None:
     await svc._on_failure(job, np.arange(8), StepFailed("chip failed", [3], modelled=True),
                           checkpoint.AsyncCheckpoints(durable_step=20))
     assert job.restarts == 1 and job.failures == 1 and job.lost_steps == 5 and job.state == State.QUEUED
+
+
+@pytest.mark.parametrize(("code", "kind"), [
+    ("UNAVAILABLE", Unavailable), ("DEADLINE_EXCEEDED", Unavailable), ("CANCELLED", Unavailable),
+    ("NOT_FOUND", Unavailable), ("UNAUTHENTICATED", CapabilityRejected), ("PERMISSION_DENIED", CapabilityRejected),
+    ("FAILED_PRECONDITION", StepFailed),
+])
+def test_mesh_errors_map_to_wait_refresh_or_fault(code: str, kind: type) -> None:
+    """A peer shutting down (CANCELLED), restarting (UNAVAILABLE) or forgetting a flow (NOT_FOUND) is
+    waited for; a refused capability is refreshed; only FAILED_PRECONDITION (a device fault) is a job fault."""
+    import grpc
+
+    from gigacluster.scheduler.runner import _step_error
+
+    err = grpc.aio.AioRpcError(getattr(grpc.StatusCode, code), grpc.aio.Metadata(), grpc.aio.Metadata(), "x" * 500)
+    out = _step_error(err)
+    assert isinstance(out, kind)
+    assert len(str(out)) < 200
