@@ -138,3 +138,11 @@ def test_train_spec_refuses_non_finite_and_huge_values(d: dict[str, Any], field:
         TrainSpec.from_dict(d)
     assert err.value.field == field
     assert len(str(err.value)) < 300
+
+
+def test_estimate_only_fields_are_refused_with_a_hint() -> None:
+    """A field `estimate train` reads but a job cannot carry (it was silently dropped, so the job ran a
+    different spec than the estimate) is refused and named, with what to do."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto(with_("parallelism.tp_comm_overlap", 0.5))
+    assert err.value.field == "spec.parallelism.tp_comm_overlap" and "remove it to submit" in str(err.value)

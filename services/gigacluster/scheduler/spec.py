@@ -27,6 +27,13 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute"),
     "hardware": ("chip", "count", "system"),
 }
+# Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
+ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
+    "": ("cost",),
+    "model": ("name", "mlp"),
+    "parallelism": ("virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap",
+                    "distributed_optimizer", "grad_reduce_dtype"),
+}
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -53,8 +60,9 @@ def _strict(section: Any, where: str) -> dict[str, Any]:
     allowed = SPEC_KEYS[where]
     extra = sorted(_key(k) for k in section if k not in allowed)
     if extra:
-        raise InvalidArgument(f"{field}.{extra[0]}" if where else f"spec.{extra[0]}",
-                              f"unknown field; allowed here: {', '.join(allowed)}")
+        hint = ("a field of `estimate train` specs that a scheduler job does not carry; remove it to submit"
+                if extra[0] in ESTIMATE_ONLY.get(where, ()) else "unknown field")
+        raise InvalidArgument(f"{field}.{extra[0]}", f"{hint}; allowed here: {', '.join(allowed)}")
     return section
 
 
