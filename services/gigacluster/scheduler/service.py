@@ -537,7 +537,7 @@ class SchedulerService(Service[SchedulerConfig]):
                 if ckpt.settle(t):
                     job.last_checkpoint_step = ckpt.durable_step
                     self.save(job)
-                self._maybe_fail(job, devices, res.breakdown.step_time_s, ckpt)
+                self._maybe_fail(job, devices, res.breakdown.step_time_s)
                 if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
                     self.notify(job, "progress")
                     self.save(job)  # a scheduler crash then knows how many steps it really loses
@@ -638,8 +638,7 @@ class SchedulerService(Service[SchedulerConfig]):
             loss.add_metric([cause], float(self._loss_events.get(cause, 0)))
         return [jobs, step, model, slow, loss]
 
-    def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float,
-                    ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
+    def _maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
         """The failure model: interrupt this step with the probability of its chip-seconds."""
         fm = self.failure_model
         if fm is None or self.rng.random() >= fm.p_interrupt(job.spec.count, step_s):
