@@ -146,3 +146,17 @@ def test_estimate_only_fields_are_refused_with_a_hint() -> None:
     with pytest.raises(InvalidArgument) as err:
         spec_to_proto(with_("parallelism.tp_comm_overlap", 0.5))
     assert err.value.field == "spec.parallelism.tp_comm_overlap" and "remove it to submit" in str(err.value)
+
+
+def test_job_names_in_errors_are_short() -> None:
+    """GetJob/CancelJob/WatchJob with a 100 kB name: INVALID_ARGUMENT quoting a short prefix only."""
+    from gigacluster.runtime.auth import Principal
+    from gigacluster.runtime.config import SchedulerConfig
+    from gigacluster.scheduler.service import SchedulerService
+
+    svc = SchedulerService(SchedulerConfig())
+    p = Principal(kind="tenant", tenant="tenants/a")
+    for name in ("jobs/" + "x" * 100_000, "y" * 100_000):
+        with pytest.raises(InvalidArgument) as err:
+            svc.visible(p, name)
+        assert len(str(err.value)) < 120

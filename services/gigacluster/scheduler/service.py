@@ -57,7 +57,7 @@ from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.placement import Layout, get_policy, placement_stats
 from gigacluster.scheduler.policy import Pending, QueueSpec, Running, decide
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, _ranges, account
-from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec
+from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec, show
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -802,8 +802,8 @@ class SchedulerService(Service[SchedulerConfig]):
 
     # -- API helpers ------------------------------------------------------------------------------
     def visible(self, p: Principal, name: str) -> JobRecord:
-        if not name.startswith("jobs/") or len(name) <= 5:
-            raise InvalidArgument("name", f"must look like 'jobs/<id>', got {name!r}")
+        if not name.startswith("jobs/") or not 5 < len(name) <= 64:  # ids are short: j-<n>
+            raise InvalidArgument("name", f"must look like 'jobs/<id>', got {show(name)}")
         job = self.jobs.get(name.removeprefix("jobs/"))
         if job is None or (not p.privileged and job.tenant != p.tenant):
             raise NotFound(name)
@@ -963,13 +963,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         q = request.queue
         m = QUEUE_NAME_RE.match(q.name)
         if m is None:
-            raise InvalidArgument("queue.name", f"must look like 'tenants/<tenant>/queues/<queue>', got {q.name!r}")
+            raise InvalidArgument("queue.name", f"must look like 'tenants/<tenant>/queues/<queue>', got {show(q.name)}")
         if q.cohort and not COHORT_RE.match(q.cohort):
-            raise InvalidArgument("queue.cohort", f"lowercase letters, digits and '-', got {q.cohort!r}")
+            raise InvalidArgument("queue.cohort", f"lowercase letters, digits and '-', got {show(q.cohort)}")
         known = chip_names()
         for chip, n in q.quota.items():
             if chip not in known:
-                raise InvalidArgument("queue.quota", f"unknown chip {chip!r}; allowed: {', '.join(known)}")
+                raise InvalidArgument("queue.quota", f"unknown chip {show(chip)}; allowed: {', '.join(known)}")
             if n > 100_000_000:
                 raise InvalidArgument("queue.quota", f"{chip}: at most 100000000 chips, got {n}")
         spec = QueueSpec(f"tenants/{m.group(1)}", m.group(2), q.cohort,
@@ -1006,7 +1006,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not tenant:
             raise InvalidArgument("tenant", "required for the admin: 'tenants/<id>'")
         if not tenant.startswith("tenants/") or len(tenant) <= 8:
-            raise InvalidArgument("tenant", f"must look like 'tenants/<id>', got {tenant!r}")
+            raise InvalidArgument("tenant", f"must look like 'tenants/<id>', got {show(tenant)}")
         if not p.privileged and tenant != p.tenant:
             raise PermissionDenied("only the admin reads another tenant's usage", reason="OTHER_TENANT")
         mine = [j for j in self.svc.jobs.values() if j.tenant == tenant]
