@@ -18,18 +18,36 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-import yaml
 
+from gigacluster import safeyaml
 from gigacluster.broker.v1 import broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2_grpc
 from gigacluster.fabric.v1 import fabric_pb2_grpc
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import Tls, open_channel
-from gigacluster.scheduler.spec import spec_to_proto, split_job_file
+from gigacluster.scheduler.spec import job_fields, spec_to_proto, split_job_file
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 DEFAULT_PORTS = {"chip": 50051, "fabric": 50052, "broker": 50053, "scheduler": 50054, "router": 50055}
+
+
+def submit_request(spec: dict[str, Any], **job: Any) -> scheduler_pb2.SubmitJobRequest:
+    """The SubmitJobRequest of a spec and job fields; InvalidArgument naming the field before anything is sent."""
+    f = job_fields(job)
+    return scheduler_pb2.SubmitJobRequest(
+        display_name=f["name"], queue=f["queue"], priority=f["priority"], spec=spec_to_proto(spec),
+        checkpoint_interval_steps=f["checkpoint_interval_steps"], max_restarts=f["max_restarts"],
+        request_id=str(job.get("request_id", ""))[:128],
+    )
+
+
+def read_job_file(path: str | os.PathLike[str], **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(spec, job fields) of a job file, read with the bounded YAML loader and checked as a request."""
+    spec, job = split_job_file(safeyaml.load_file(path))
+    job.update(overrides)
+    submit_request(spec, **job)
+    return spec, job
 
 
 def state_dir(cluster: str = "local") -> pathlib.Path:
@@ -118,19 +136,11 @@ class Client:
 
     # -- jobs -------------------------------------------------------------------------------------
     async def submit_job(self, spec: dict[str, Any], **job: Any) -> scheduler_pb2.Job:
-        req = scheduler_pb2.SubmitJobRequest(
-            display_name=str(job.get("name", "")), queue=str(job.get("queue", "")),
-            priority=int(job.get("priority", 0)), spec=spec_to_proto(spec),
-            checkpoint_interval_steps=int(job.get("checkpoint_interval_steps", 0)),
-            max_restarts=int(job.get("max_restarts", 0)), request_id=str(job.get("request_id", "")),
-        )
-        resp = await self.scheduler.SubmitJob(req, metadata=self.md)
+        resp = await self.scheduler.SubmitJob(submit_request(spec, **job), metadata=self.md)
         return resp.job
 
     async def submit_job_file(self, path: str | os.PathLike[str], **overrides: Any) -> scheduler_pb2.Job:
-        data = yaml.safe_load(pathlib.Path(path).read_text())
-        spec, job = split_job_file(data)
-        job.update(overrides)
+        spec, job = read_job_file(path, **overrides)
         return await self.submit_job(spec, **job)
 
     async def get_job(self, name: str) -> scheduler_pb2.Job:

@@ -268,3 +268,29 @@ async def test_kill_9_of_the_scheduler_loses_no_job_and_running_jobs_resume_from
         assert {run.name, queued.name} <= names
         await gc.cancel_job(queued.name)
         await gc.cancel_job(run.name)
+
+
+async def test_fabric_outage_longer_than_the_old_retry_budget_uses_no_restart(sched_stack: Stack) -> None:
+    """The fabric process is stopped for 30 s (the old ~21 s retry budget failed the job with no restart
+    used): the job waits, saying why in its reason, and when the fabric is back it resumes its steps
+    with restarts and failures unchanged."""
+    _, gc = await new_tenant(sched_stack)
+    async with gc:
+        job = await gc.submit_job(small(16), checkpoint_interval_steps=20, max_restarts=1)
+        await wait_state(gc, job.name, J.STATE_RUNNING, cond=lambda j: j.step >= 5)
+        fabric = sched_stack.procs.pop("fabric")  # out of the supervisor's sight: it stays down
+        try:
+            await fabric.stop()
+            await asyncio.sleep(30.0)
+            during = await gc.get_job(job.name)
+            assert during.state in (J.STATE_RUNNING, J.STATE_CHECKPOINTING), during.reason
+            assert "waiting for an unavailable service" in during.reason and "restarts not charged" in during.reason
+            assert during.restarts == 0 and during.failures == 0
+        finally:
+            await fabric.start()
+            sched_stack.procs["fabric"] = fabric
+        await sched_stack.wait_healthy(names=["fabric"])
+        after = await wait_state(gc, job.name, J.STATE_RUNNING, timeout_s=60,
+                                 cond=lambda j: j.step >= during.step + 5 and not j.reason)
+        assert after.restarts == 0 and after.failures == 0 and after.max_restarts == 1
+        await gc.cancel_job(job.name)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-import yaml
 
-from gigacluster.client import Client
+from gigacluster.client import Client, read_job_file
+from gigacluster.errors import DomainError
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.v1 import scheduler_pb2
 
@@ -48,18 +49,48 @@ def _run(fn: Callable[[Client], Awaitable[int]], args: argparse.Namespace) -> in
     except grpc.aio.AioRpcError as err:
         info = error_info(err)
         extra = f" [{info.reason}]" if info is not None else ""
-        print(f"error: {err.code().name}: {err.details()}{extra}", file=sys.stderr)
-        return 1
-    except (OSError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {err.code().name}: {one_line(err.details() or '')}{extra}", file=sys.stderr)
+        return 2 if err.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+    except DomainError as exc:
+        print(f"error: {exc.code}: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """An error for the terminal: one line, bounded (a hostile file cannot flood it)."""
+    s = " ".join(text.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def json_safe(v: Any) -> Any:
+    """``v`` with every non-finite float as null: strict JSON never holds a bare NaN or Infinity."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [json_safe(x) for x in v]
+    return v
+
+
+def dumps(v: Any) -> str:
+    return json.dumps(json_safe(v), allow_nan=False)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    try:
+        spec, fields = read_job_file(args.file)  # a bad file is refused here, before any connection
+    except DomainError as exc:
+        print(f"error: {exc.code}: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+
     async def go(gc: Client) -> int:
-        job = await gc.submit_job_file(args.file)
+        job = await gc.submit_job(spec, **fields)
         if args.json:
-            print(json.dumps(job_dict(job)))
+            print(dumps(job_dict(job)))
         else:
             print(job.name)
         return 0
@@ -70,7 +101,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     async def go(gc: Client) -> int:
         jobs = await gc.list_jobs()
         if args.json:
-            print(json.dumps([job_dict(j) for j in jobs]))
+            print(dumps([job_dict(j) for j in jobs]))
             return 0
         from rich.console import Console
         from rich.table import Table

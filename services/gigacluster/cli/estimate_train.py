@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gigacluster import safeyaml
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.training import TrainEstimate, TrainSpec, estimate_train
 
@@ -35,11 +34,9 @@ JOB_ONLY_FIELDS = ("queue", "priority", "checkpoint_interval_steps", "max_restar
 def load_spec(path: Path) -> TrainSpec:
     """Read and validate a spec (or scheduler job) file; raises SpecError naming the bad field."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError("spec", f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SpecError("spec", f"{path} is not valid YAML: {exc}") from exc
+        data = safeyaml.load_file(path)  # bounded: size, aliases, expanded size, depth
+    except safeyaml.YamlError as exc:
+        raise SpecError("spec", exc.message) from exc
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k not in JOB_ONLY_FIELDS}
     return TrainSpec.from_dict(data)

@@ -47,19 +47,43 @@ _PAR_KEYS = (
 )
 
 
+# Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
+# so arithmetic on a spec never overflows or loses precision. Services bound tighter in config.
+MAX_SPEC_INT = 2**53
+
+
+def _show(v: Any) -> str:
+    """A value for an error message: at most a short prefix of whatever the caller sent."""
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _int(d: Mapping[str, Any], key: str, field: str, default: int | None) -> int | None:
     v = d.get(key, default)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
-        raise SpecError(field, f"must be a positive integer, got {v!r}")
+    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v or v < 1
+            or v > MAX_SPEC_INT):
+        raise SpecError(field, f"must be a positive integer <= 2^53, got {_show(v)}")
     return int(v)
+
+
+def _first(keys: Any) -> str:
+    """The first unknown key, as a short string (keys may be any YAML scalar, of any length)."""
+    k = sorted(str(x) for x in keys)[0]
+    return k if len(k) <= 40 else k[:37] + "..."
+
+
+def _finite(v: Any, field: str, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise SpecError(field, f"must be {what}, got {_show(v)}")
+    return float(v)
 
 
 def _frac(d: Mapping[str, Any], key: str, field: str, default: float) -> float:
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
-        raise SpecError(field, f"must be a number in [0, 1], got {v!r}")
+        raise SpecError(field, f"must be a number in [0, 1], got {_show(v)}")
     return float(v)
 
 
@@ -104,9 +128,9 @@ class TrainSpec:
                 "hardware.system", f"system {self.system} holds {', '.join(sysd.chip_types)}, not {self.chip}"
             )
         if self.precision not in TRAIN_PRECISIONS:
-            raise SpecError("precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {self.precision!r}")
+            raise SpecError("precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {_show(self.precision)}")
         if self.recompute not in RECOMPUTE:
-            raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {self.recompute!r}")
+            raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
         if self.grad_reduce_dtype not in GRAD_DTYPES:
             raise SpecError("parallelism.grad_reduce_dtype", f"allowed: {', '.join(GRAD_DTYPES)}")
         a = self.arch
@@ -180,17 +204,33 @@ class TrainSpec:
             raise SpecError("spec", "must be a mapping with model, batch, parallelism, hardware")
         extra = set(d) - set(_TOP_KEYS)
         if extra:
-            raise SpecError(sorted(extra)[0], f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
+            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
         for req in ("model", "batch", "hardware"):
             if req not in d:
                 raise SpecError(req, "required")
-        arch = arch_from_dict(dict(d["model"]) if isinstance(d["model"], Mapping) else d["model"])
+        model = d["model"]
+        if isinstance(model, Mapping):
+            for k in set(model) & {"preset", "name", "mlp"}:
+                if not isinstance(model[k], str) or len(model[k]) > 64:
+                    raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
+            for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
+                _int(model, k, f"model.{k}", None)
+            extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
+                                                "ffn_hidden", "vocab", "seq_len"}
+            if extra:
+                raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
+                                "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
+        arch = arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
         hw = d["hardware"]
         if not isinstance(hw, Mapping) or "chip" not in hw:
             raise SpecError("hardware.chip", "required (a catalog chip name)")
         hw_extra = set(hw) - {"chip", "count", "system"}
         if hw_extra:
-            raise SpecError(f"hardware.{sorted(hw_extra)[0]}", "unknown field; allowed: chip, count, system")
+            raise SpecError(f"hardware.{_first(hw_extra)}", "unknown field; allowed: chip, count, system")
+        for k in ("chip", "system"):
+            v = hw.get(k)
+            if v is not None and (not isinstance(v, str) or len(v) > 64):
+                raise SpecError(f"hardware.{k}", f"must be a catalog name (a short string), got {_show(v)}")
         chip = str(hw["chip"])
         try:
             get_chip(chip)
@@ -202,7 +242,7 @@ class TrainSpec:
             raise SpecError("parallelism", "must be a mapping")
         p_extra = set(par) - set(_PAR_KEYS)
         if p_extra:
-            raise SpecError(f"parallelism.{sorted(p_extra)[0]}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
+            raise SpecError(f"parallelism.{_first(p_extra)}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
         tp = _int(par, "tp", "parallelism.tp", 1)
         pp = _int(par, "pp", "parallelism.pp", 1)
         cp = _int(par, "cp", "parallelism.cp", 1)
@@ -221,6 +261,9 @@ class TrainSpec:
         batch = d["batch"]
         if not isinstance(batch, Mapping):
             raise SpecError("batch", "must be a mapping with global_batch or global_batch_tokens")
+        b_extra = {str(k) for k in batch} - {"global_batch", "global_batch_tokens"}
+        if b_extra:
+            raise SpecError(f"batch.{_first(b_extra)}", "unknown field; allowed: global_batch, global_batch_tokens")
         if ("global_batch" in batch) == ("global_batch_tokens" in batch):
             raise SpecError("batch.global_batch", "give exactly one of global_batch (sequences) or global_batch_tokens")
         if "global_batch" in batch:
@@ -237,9 +280,16 @@ class TrainSpec:
         cost = d.get("cost", {}) or {}
         if not isinstance(cost, Mapping) or set(cost) - {"energy_price_usd_per_kwh", "price_per_chip_hour_usd"}:
             raise SpecError("cost", "allowed fields: energy_price_usd_per_kwh, price_per_chip_hour_usd")
-        pue = d.get("pue", facility().pue_default)
-        if isinstance(pue, bool) or not isinstance(pue, int | float):
-            raise SpecError("pue", f"must be a number >= 1.0, got {pue!r}")
+        pue = _finite(d.get("pue", facility().pue_default), "pue", "a finite number >= 1.0")
+        for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
+            if cost.get(k) is not None:
+                _finite(cost[k], f"cost.{k}", "a finite number >= 0")
+        for k in ("precision", "name"):
+            if k in d and not isinstance(d[k], str):
+                raise SpecError(k, f"must be a string, got {_show(d[k])}")
+        for k in ("recompute", "grad_reduce_dtype"):
+            if k in par and not isinstance(par[k], str):
+                raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
         dist = par.get("distributed_optimizer", True)
         if not isinstance(dist, bool):
             raise SpecError("parallelism.distributed_optimizer", "must be true or false")
@@ -264,7 +314,7 @@ class TrainSpec:
             grad_reduce_dtype=gdt,
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
-            pue=float(pue),
+            pue=pue,
             energy_price_usd_per_kwh=cost.get("energy_price_usd_per_kwh"),
             price_per_chip_hour_usd=cost.get("price_per_chip_hour_usd"),
             name=str(d.get("name", "train")),

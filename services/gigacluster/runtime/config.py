@@ -16,8 +16,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import yaml
-
+from gigacluster import safeyaml
 from gigacluster.hw.catalog import chip_names, system_names
 
 T = TypeVar("T", bound="CommonConfig")
@@ -208,6 +207,15 @@ class SchedulerConfig(CommonConfig):
     failure_rate_scale: float = _f(1.0, "multiplier on the failure model's published rate per chip")
     failure_seed: int = _f(0, "random seed of the failure model")
     repair_s: float = _f(3600.0, "virtual seconds a chip or host taken out by the failure model stays out")
+    max_queued_per_tenant: int = _f(10_000, "queued jobs one tenant may have; more is RESOURCE_EXHAUSTED")
+    max_job_chips: int = _f(1 << 20, "largest spec.hardware.count a job may ask for")
+    max_global_batch: int = _f(1 << 24, "largest spec.batch.global_batch (sequences)")
+    max_job_steps: int = _f(100_000_000, "largest number of steps a job may run")
+    peer_wait_s: float = _f(600.0, "wall seconds a running job waits for an unavailable chip/fabric/broker "
+                            "before it is requeued from its checkpoint (never charged to max_restarts)")
+    peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
+    dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
+    dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +308,10 @@ def load(
         path = pathlib.Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file {config_file} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = safeyaml.load_file(path) or {}
+        except safeyaml.YamlError as exc:
+            raise ConfigError(f"config file {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {config_file} must be a mapping")
         section = data.get(cls.service, {}) or {}

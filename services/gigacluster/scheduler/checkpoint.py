@@ -65,3 +65,51 @@ def pause_s(plan: StepPlan) -> float:
 def restart_s(spec: TrainSpec) -> float:
     """Seconds from placement to the first step after a restart: relaunch plus checkpoint read."""
     return storage().restart_init_s + write_s(spec)
+
+
+@dataclasses.dataclass
+class AsyncCheckpoints:
+    """The asynchronous checkpoint writes of one running job, and which step is durable.
+
+    A checkpoint counts only when its write has ended (``settle``). At most one write is in flight:
+    a checkpoint that falls due while the previous write is still going is deferred to the first
+    step boundary after that write ends, never started on top of it. (Starting a new write that
+    supersedes the one in flight would, whenever a write outlasts the checkpoint interval, leave no
+    checkpoint ever durable.) Pure: times are virtual seconds given by the caller.
+    """
+
+    durable_step: int = 0
+    inflight: tuple[int, float] | None = None  # (step, virtual time its write ends)
+    deferred: bool = False  # a checkpoint fell due while a write was in flight
+
+    def settle(self, t: float) -> bool:
+        """Make the in-flight write durable if it has ended by ``t``; True if ``durable_step`` moved."""
+        if self.inflight is not None and self.inflight[1] <= t:
+            self.durable_step = self.inflight[0]
+            self.inflight = None
+            return True
+        return False
+
+    def due(self, step: int, interval: int, steps_total: int) -> bool:
+        """Whether a checkpoint should start after ``step`` (its interval or a deferred one)."""
+        if not interval or step >= steps_total:
+            return False
+        if step % interval == 0:
+            self.deferred = True
+        return self.deferred and self.inflight is None
+
+    def start(self, step: int, t: float, write_s: float) -> None:
+        """Begin the write of ``step``'s checkpoint at virtual time ``t`` (after the host copy)."""
+        if self.inflight is not None:
+            raise ValueError("a checkpoint write is already in flight")
+        self.inflight = (step, t + write_s)
+        self.deferred = False
+
+    def flush_end(self, t: float, write_s: float) -> float:
+        """When a synchronous checkpoint begun at ``t`` is durable: after any write in flight, then its own."""
+        return max(t, self.inflight[1] if self.inflight is not None else t) + write_s
+
+    def lost_steps(self, step: int, t: float) -> int:
+        """Steps a failure at virtual time ``t`` after ``step`` completed steps throws away."""
+        self.settle(t)
+        return step - self.durable_step

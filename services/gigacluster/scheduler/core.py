@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import json
 from typing import Any
 
 from gigacluster.errors import FailedPrecondition, InvalidArgument
 from gigacluster.model import SpecError
-from gigacluster.model.training import StepPlan, TrainSpec, plan_step
+from gigacluster.model.training import StepPlan, TrainEstimate, TrainSpec, estimate_train, plan_step
 
 
 class State(enum.IntEnum):
@@ -158,7 +160,7 @@ def validate_submission(spec_dict: dict[str, Any], *, priority: int, checkpoint_
     if not hw.get("count"):
         raise InvalidArgument("spec.hardware.count", "required: the number of chips (> 0)")
     try:
-        spec = TrainSpec.from_dict(spec_dict)
+        spec = parse_spec(json.dumps(spec_dict, sort_keys=True))
     except SpecError as exc:
         raise InvalidArgument(f"spec.{exc.field}", str(exc).split(": ", 1)[-1]) from exc
     have = cluster_chips.get(spec.chip, 0)
@@ -175,8 +177,28 @@ def validate_submission(spec_dict: dict[str, Any], *, priority: int, checkpoint_
         raise InvalidArgument("spec.steps", f"must be <= {MAX_STEPS}, got {steps}")
     if checkpoint_interval_steps > steps:
         checkpoint_interval_steps = steps
-    plan = plan_step(spec)  # DoesNotFitError with the numbers
+    plan = cached_plan(spec)  # DoesNotFitError with the numbers
     return spec, plan, steps
+
+
+# Submissions repeat the same few specs (a sweep, a retried job): parse and plan each once. The
+# results are frozen values, so sharing them is safe; failures are not cached.
+@functools.lru_cache(maxsize=1024)
+def parse_spec(spec_json: str) -> TrainSpec:
+    """``TrainSpec.from_dict`` of a canonical JSON spec (cached)."""
+    return TrainSpec.from_dict(json.loads(spec_json))
+
+
+@functools.lru_cache(maxsize=1024)
+def cached_plan(spec: TrainSpec) -> StepPlan:
+    """``plan_step`` of a spec (cached)."""
+    return plan_step(spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def cached_estimate(spec: TrainSpec) -> TrainEstimate:
+    """``estimate_train`` of a spec (cached): the model's step for the job on an idle cluster."""
+    return estimate_train(spec)
 
 
 def rank_groups(spec: TrainSpec, name: str) -> tuple[int, int, int, list[int]]:

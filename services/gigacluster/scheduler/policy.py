@@ -24,6 +24,7 @@ waits. The rules, after Kueue, Volcano and Slurm:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 
 import numpy as np
 
@@ -139,21 +140,67 @@ class _Quota:
         return msg
 
 
+def committed_usage(now: float, usage: dict[str, float], running: list[Running]) -> dict[str, float]:
+    """Each tenant's chip-seconds for fair share: ``usage`` (run so far) plus what its running gangs
+    have committed until their estimated ends, each counted once."""
+    use = dict(usage)
+    for r in running:
+        use[r.tenant] = use.get(r.tenant, 0.0) + r.devices.size * max(r.end_s - now, 0.0)
+    return use
+
+
 def _order(pending: list[Pending], usage: dict[str, float], weights: dict[str, float]) -> list[Pending]:
-    """Priority desc; within a priority, repeatedly the tenant with least weighted usage."""
+    """Priority desc; within a priority, repeatedly the tenant with least weighted usage (then
+    submission order), each pick charging the tenant its job's chip-seconds.
+
+    A heap of tenants keyed by weighted usage, each with its jobs in submission order: O(n log T)
+    for n jobs of T tenants, where picking the minimum over all remaining jobs was O(n^2).
+    """
     out: list[Pending] = []
     use = dict(usage)
-    by_prio: dict[int, list[Pending]] = {}
+    by_prio: dict[int, dict[str, list[Pending]]] = {}
     for p in pending:
-        by_prio.setdefault(p.priority, []).append(p)
+        by_prio.setdefault(p.priority, {}).setdefault(p.tenant, []).append(p)
     for prio in sorted(by_prio, reverse=True):
-        rest = sorted(by_prio[prio], key=lambda p: p.seq)
-        while rest:
-            best = min(rest, key=lambda p: (use.get(p.tenant, 0.0) / max(weights.get(p.tenant, 1.0), 1e-9), p.seq))
-            rest.remove(best)
+        queues = by_prio[prio]
+        heap: list[tuple[float, int, str, int]] = []  # (weighted usage, head seq, tenant, head index)
+        for tenant, jobs in queues.items():
+            jobs.sort(key=lambda p: p.seq)
+            heap.append((use.get(tenant, 0.0) / max(weights.get(tenant, 1.0), 1e-9), jobs[0].seq, tenant, 0))
+        heapq.heapify(heap)
+        while heap:
+            _, _, tenant, i = heapq.heappop(heap)
+            jobs = queues[tenant]
+            best = jobs[i]
             out.append(best)
-            use[best.tenant] = use.get(best.tenant, 0.0) + best.count * best.duration_s
+            use[tenant] = use.get(tenant, 0.0) + best.count * best.duration_s
+            if i + 1 < len(jobs):
+                heapq.heappush(heap, (use[tenant] / max(weights.get(tenant, 1.0), 1e-9), jobs[i + 1].seq, tenant,
+                                      i + 1))
     return out
+
+
+class _Fits:
+    """Placement answers within one pass, remembered where they cannot change.
+
+    Free masks only lose devices during a pass and the evicted set only grows, so once ``count``
+    chips in TP groups of ``tp`` do not fit a mask, no larger count fits it either: later jobs of
+    that shape are answered from here instead of searching the layout again (with 10,000 queued
+    jobs most are identical shapes that cannot fit).
+    """
+
+    def __init__(self, policy: PlacementPolicy) -> None:
+        self.policy = policy
+        self.no: dict[tuple[str, str, int], int] = {}  # (chip, mask kind, tp) -> smallest count that failed
+
+    def place(self, kind: str, job: Pending, lay: Layout, mask: np.ndarray) -> np.ndarray | None:
+        key = (job.chip, kind, job.tp)
+        if job.count >= self.no.get(key, 1 << 62):
+            return None
+        devs = self.policy.place(lay, mask, job.count, job.tp)
+        if devs is None and job.count % job.tp == 0:  # whole TP groups: more of them never fit better
+            self.no[key] = min(job.count, self.no.get(key, 1 << 62))
+        return devs
 
 
 def decide(now: float, pending: list[Pending], running: list[Running], *, layouts: dict[str, Layout],
@@ -161,20 +208,21 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
            weights: dict[str, float], usage: dict[str, float], preemption: bool = True,
            backfill: bool = True) -> Decision:
     """One dispatch pass. ``free`` masks are per layout device (False = held or unhealthy);
-    ``usage`` is each tenant's chip-seconds run so far. The masks are not modified."""
+    ``usage`` is each tenant's chip-seconds run so far (without what running gangs have committed:
+    this function adds that, once). The masks are not modified."""
     out = Decision()
     free = {c: m.copy() for c, m in free.items()}
     quota = _Quota(queues, running)
-    use = dict(usage)
-    for r in running:
-        use[r.tenant] = use.get(r.tenant, 0.0) + r.devices.size * max(r.end_s - now, 0.0)
+    fits = _Fits(policy)
+    # Shapes that found neither victims nor a reservation (chip, tp) -> (smallest count, highest priority).
+    hopeless: dict[tuple[str, int], tuple[int, int]] = {}
     # per chip type: (head job, reserved start, reserved device mask)
     reservation: dict[str, tuple[str, float, np.ndarray]] = {}
     live = [r for r in running if not r.draining]
     draining = [r for r in running if r.draining]
     evicted: set[str] = set()
 
-    for job in _order(pending, usage, weights):
+    for job in _order(pending, committed_usage(now, usage, running), weights):
         lay = layouts.get(job.chip)
         if lay is None:
             out.reasons[job.job_id] = f"no {job.chip} chips in this cluster"
@@ -204,20 +252,25 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
         devs: np.ndarray | None
         if res is not None:
             head, start, rmask = res
-            devs = policy.place(lay, mask & ~rmask, job.count, job.tp) if backfill else None
+            devs = fits.place("hole", job, lay, mask & ~rmask) if backfill else None
             if devs is None and backfill and now + job.duration_s <= start:
-                devs = policy.place(lay, mask, job.count, job.tp)
+                devs = fits.place("free", job, lay, mask)
             if devs is None:
-                out.reasons[job.job_id] = (f"waiting behind {head} (reserved start t={start:.0f}s); "
+                # No moving figures in a waiting job's reason: it is re-published only when it changes,
+                # and thousands of jobs behind one reservation must not change on every pass.
+                out.reasons[job.job_id] = (f"waiting behind {head}, which holds the reservation; "
                                            f"no backfill hole for {job.count} {job.chip}")
                 continue
         else:
-            devs = policy.place(lay, mask, job.count, job.tp)
+            devs = fits.place("free", job, lay, mask)
         if devs is not None:
             mask[devs - lay.offset] = False
             quota.add(job.tenant, job.queue, job.chip, job.count)
-            use[job.tenant] = use.get(job.tenant, 0.0) + job.count * job.duration_s
             out.place.append((job.job_id, devs, borrowing))
+            continue
+        seen = hopeless.get((job.chip, job.tp))
+        if seen is not None and job.count >= seen[0] and job.priority <= seen[1]:
+            out.reasons[job.job_id] = seen_reason(job, free, running)
             continue
         # The job does not fit now: preempt, or reserve.
         hyp = mask.copy()
@@ -258,14 +311,22 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
                 start_at = max(r.end_s, now)
                 break
         if got is None or start_at is None:
-            healthy = int(free[job.chip].sum()) + sum(int(r.devices.size) for r in running if r.chip == job.chip)
-            out.reasons[job.job_id] = (f"needs {job.count} {job.chip} chips in whole TP groups of {job.tp}; "
-                                       f"{healthy} are healthy and schedulable")
+            out.reasons[job.job_id] = seen_reason(job, free, running)
+            if not draining:
+                prev = hopeless.get((job.chip, job.tp), (1 << 62, -(1 << 62)))
+                hopeless[(job.chip, job.tp)] = (min(prev[0], job.count), max(prev[1], job.priority))
             continue
         out.reasons[job.job_id] = (f"waiting for {job.count} {job.chip} chips; reserved start t={start_at:.0f}s "
                                    f"(when {r.job_id} ends)")
         _reserve(reservation, out, job, start_at, got, lay)
     return out
+
+
+def seen_reason(job: Pending, free: dict[str, np.ndarray], running: list[Running]) -> str:
+    """Why a job can neither start, preempt nor reserve: the cluster's healthy chips cannot hold it."""
+    healthy = int(free[job.chip].sum()) + sum(int(r.devices.size) for r in running if r.chip == job.chip)
+    return (f"needs {job.count} {job.chip} chips in whole TP groups of {job.tp}; "
+            f"{healthy} are healthy and schedulable")
 
 
 def _reserve(reservation: dict[str, tuple[str, float, np.ndarray]], out: Decision, job: Pending, start: float,

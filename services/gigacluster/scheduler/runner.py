@@ -57,6 +57,10 @@ class StepFailed(Exception):
         self.modelled = modelled
 
 
+class CapabilityRejected(Exception):
+    """The chip or fabric service refused the job's capability (expired, or a broker restart)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StepResult:
     start_s: float
@@ -276,11 +280,20 @@ def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int
 
 
 def _step_error(err: grpc.aio.AioRpcError) -> Exception:
+    """A failed mesh call as what the scheduler does about it: StepFailed (a job fault, uses a restart),
+    Unavailable (wait and retry), CapabilityRejected (refresh) or FailedPrecondition."""
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
         info = error_info(err)
         dev = info.metadata.get("device") if info is not None else None
         devices = [int(dev)] if dev is not None and dev.lstrip("-").isdigit() else []
-        return StepFailed(err.details() or "device failed", devices, "device" if devices else "network")
-    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return Unavailable(f"service unavailable during a step: {err.details()}")
-    return FailedPrecondition(f"step rejected by the mesh: {err.code().name}: {err.details()}")
+        return StepFailed((err.details() or "device failed")[:160], devices, "device" if devices else "network")
+    # CANCELLED here is the server's doing (a service shutting down ends its calls; our own
+    # cancellation raises asyncio.CancelledError instead): wait for it like any outage.
+    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return Unavailable(f"service unavailable during a step: {(err.details() or '')[:120]}")
+    if err.code() == grpc.StatusCode.NOT_FOUND:
+        # a flow group the fabric no longer knows: it restarted mid-step; the step runs again
+        return Unavailable(f"a service lost the step's state (restarted?): {(err.details() or '')[:120]}")
+    if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return CapabilityRejected(f"{err.code().name}: {(err.details() or '')[:120]}")
+    return FailedPrecondition(f"step rejected by the mesh: {err.code().name}: {(err.details() or '')[:120]}")

@@ -12,11 +12,13 @@ restarts (:mod:`scheduler.checkpoint`, :mod:`scheduler.failures`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
 import pathlib
 import re
+import sys
 import time
 from collections import deque
 from typing import Any
@@ -28,7 +30,7 @@ import structlog
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.common.v1 import common_pb2
-from gigacluster.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
+from gigacluster.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import chip_names
@@ -40,14 +42,22 @@ from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler import checkpoint
-from gigacluster.scheduler.core import TERMINAL, JobRecord, State, validate_submission
+from gigacluster.scheduler.core import (
+    TERMINAL,
+    JobRecord,
+    State,
+    cached_estimate,
+    cached_plan,
+    parse_spec,
+    validate_submission,
+)
 from gigacluster.scheduler.diagnose import CAUSES, Expected, Observed, diagnose
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.placement import Layout, get_policy, placement_stats
 from gigacluster.scheduler.policy import Pending, QueueSpec, Running, decide
-from gigacluster.scheduler.runner import JobRunner, StepFailed, _ranges, account
-from gigacluster.scheduler.spec import proto_to_spec
+from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, _ranges, account
+from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec, show
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -58,6 +68,11 @@ TRACE_STEPS = 2000  # steps kept per job for GetJobTrace (bounded memory)
 QUEUE_NAME_RE = re.compile(r"^tenants/([a-z0-9][a-z0-9-]{0,39})/queues/([a-z0-9][a-z0-9-]{0,62})$")
 COHORT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 RUN_STATES = (State.PLACING, State.RUNNING, State.CHECKPOINTING)
+
+
+class PeerLost(Exception):
+    """A peer service stayed unavailable past ``peer_wait_s`` or lost the job's allocation: the job is
+    requeued from its checkpoint without using a restart."""
 
 
 class SchedulerService(Service[SchedulerConfig]):
@@ -73,6 +88,15 @@ class SchedulerService(Service[SchedulerConfig]):
                                limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.jobs: dict[str, JobRecord] = {}
         self.seq: dict[str, int] = {}
+        # Queued jobs (insertion order) with their dispatcher view, and counts per tenant: a dispatch
+        # pass and the admission check never scan every job the scheduler has ever seen.
+        self._queued: dict[str, Pending] = {}
+        self._queued_per_tenant: dict[str, int] = {}
+        self._usage_s: dict[str, float] = {}  # chip-seconds run per tenant (fair share), kept as steps end
+        self._reserved: set[str] = set()  # jobs holding a backfill reservation after the last pass
+        self._state_counts: collections.Counter[State] = collections.Counter()  # kept by index()
+        self.bounds = SpecBounds(max_chips=config.max_job_chips, max_global_batch=config.max_global_batch,
+                                 max_steps=config.max_job_steps)
         self._ids = itertools.count(1)
         self._watchers: dict[str, set[asyncio.Queue[tuple[str, str]]]] = {}
         self._kick = asyncio.Event()
@@ -116,21 +140,22 @@ class SchedulerService(Service[SchedulerConfig]):
     # -- state ------------------------------------------------------------------------------------
     def _recover(self) -> None:
         """Reload jobs and queues after a restart; running ones resume from their last checkpoint."""
-        from gigacluster.model.training import TrainSpec, plan_step
 
         for q in json.loads(self.store.get_meta("queues") or "[]"):
             qspec = QueueSpec(q["tenant"], q["queue"], q.get("cohort", ""),
                               tuple((c, int(n)) for c, n in q.get("quota", {}).items()))
             self.queues[(qspec.tenant, qspec.queue)] = qspec
         for seq, d in self.store.load():
-            spec = TrainSpec.from_dict(d["spec_dict"])
+            spec = parse_spec(json.dumps(d["spec_dict"], sort_keys=True))  # cached: jobs share specs
             known = {f for f in JobRecord.__dataclass_fields__}
-            job = JobRecord(spec=spec, plan=plan_step(spec), **{k: v for k, v in d.items() if k in known})
+            job = JobRecord(spec=spec, plan=cached_plan(spec), **{k: v for k, v in d.items() if k in known})
             self.jobs[job.job_id] = job
             self.seq[job.job_id] = seq
             job.preempt_reason = ""
             if job.state not in TERMINAL and job.state != State.QUEUED:
                 lost = job.step - job.last_checkpoint_step
+                job.lost_steps += lost
+                job.lost_s += lost * job.mean_step_s()
                 job.step = job.last_checkpoint_step
                 job.tokens = job.step * spec.tokens_per_step
                 job.state = State.QUEUED
@@ -140,6 +165,8 @@ class SchedulerService(Service[SchedulerConfig]):
                     self._orphans.append(job.instance)
                 job.instance = ""
                 self.store.save(job, seq)
+            self.index(job, None)
+            self._usage_s[job.tenant] = self._usage_s.get(job.tenant, 0.0) + job.chip_hours * 3600.0
         if self.jobs:
             nums = [int(j.removeprefix("j-")) for j in self.jobs if j.startswith("j-") and j[2:].isdigit()]
             self._ids = itertools.count(max(nums, default=0) + 1)
@@ -156,10 +183,10 @@ class SchedulerService(Service[SchedulerConfig]):
 
     def notify(self, job: JobRecord, kind: str, message: str = "") -> None:
         for q in self._watchers.get(job.job_id, ()):
-            q.put_nowait((kind, message))
+            if not q.full():  # a watcher that stopped reading loses updates, never the scheduler
+                q.put_nowait((kind, message))
         if kind == "state":
             self.save(job)
-            self._kick.set()
         tenant = job.tenant.removeprefix("tenants/")
         now = self.clock.now()
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/{'progress' if kind == 'progress' else 'state'}", {
@@ -172,19 +199,55 @@ class SchedulerService(Service[SchedulerConfig]):
         })
 
     def set_state(self, job: JobRecord, to: State, reason: str = "", message: str = "") -> None:
+        before = job.state
         job.transition(to, reason)
         if to in TERMINAL:
             job.finished_s = self.clock.now()
+        self.index(job, before)
         log.info("job state", job=job.name, state=to.name, reason=reason)
         self.notify(job, "state", message or reason)
+        # Only what changes the dispatcher's inputs asks for a pass: a job entering or leaving the
+        # queue, or ending (its chips come back through _release, which kicks as well). A running
+        # job's checkpoints do not.
+        if to == State.QUEUED or before == State.QUEUED or to in TERMINAL:
+            self._kick.set()
+
+    def index(self, job: JobRecord, before: State | None) -> None:
+        """Keep the queued-job index in step with ``job.state`` (``before``: its previous state, None if new)."""
+        if before is not None:
+            self._state_counts[before] -= 1
+        self._state_counts[job.state] += 1
+        was, now_q = before == State.QUEUED, job.state == State.QUEUED
+        if was == now_q:
+            return
+        n = self._queued_per_tenant.get(job.tenant, 0) + (1 if now_q else -1)
+        self._queued_per_tenant[job.tenant] = n
+        if now_q:
+            self._queued[job.job_id] = self._pending(job)
+        else:
+            self._queued.pop(job.job_id, None)
+
+    def _pending(self, job: JobRecord) -> Pending:
+        """The dispatcher's view of a queued job (fixed while it stays queued: its step does not move)."""
+        left = max(job.steps_total - job.step, 0) * job.mean_step_s()
+        duration = left + (checkpoint.restart_s(job.spec) if job.resume_pending else 0.0)
+        return Pending(job.job_id, job.tenant, job.queue, job.priority, self.seq[job.job_id], job.spec.chip,
+                       job.spec.count, job.spec.tp, duration)
+
+    def admit(self, tenant: str) -> None:
+        """Refuse a submission past the tenant's bound on queued jobs (RESOURCE_EXHAUSTED)."""
+        n = self._queued_per_tenant.get(tenant, 0)
+        if n >= self.config.max_queued_per_tenant:
+            raise ResourceExhausted(f"{tenant} has {n} queued jobs, the most allowed (max_queued_per_tenant); "
+                                    f"wait for some to start or cancel some", retry_after_s=5.0,
+                                    reason="TOO_MANY_QUEUED_JOBS", limit=self.config.max_queued_per_tenant)
 
     async def _publish_stats(self) -> None:
-        counts: dict[str, int] = {}
-        for j in self.jobs.values():
-            counts[j.state.name] = counts.get(j.state.name, 0) + 1
+        # From the kept counts and the placed gangs: a stats tick never walks every job.
+        counts = {st.name: n for st, n in self._state_counts.items() if n}
         self.telemetry.publish("stats", {"t_s": self.clock.now(), "jobs": counts,
-                                         "running_chips": sum(j.spec.count for j in self.jobs.values()
-                                                              if j.state == State.RUNNING),
+                                         "running_chips": sum(self.jobs[j].spec.count for j in self._devices
+                                                              if self.jobs[j].state == State.RUNNING),
                                          "quarantined_chips": len(self.bad)})
 
     # -- broker -----------------------------------------------------------------------------------
@@ -256,16 +319,31 @@ class SchedulerService(Service[SchedulerConfig]):
 
     # -- dispatch ---------------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
+        """A pass when something changed (a kick), else every ``dispatch_interval_s`` (quarantine ends,
+        reservations age). Passes never overlap; kicks during a pass coalesce into the next one."""
+        # The pass runs in a worker thread; hand the GIL back to the event loop every millisecond
+        # (CPython's default is 5 ms) so RPCs answered during a pass wait at most about that long.
+        sys.setswitchinterval(0.001)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=1.0)
+                await asyncio.wait_for(self._kick.wait(), timeout=self.config.dispatch_interval_s)
+            # A burst of submissions is one pass, not one each: let the burst land first.
+            await asyncio.sleep(self.config.dispatch_debounce_s)
             self._kick.clear()
+            started = time.monotonic()
             try:
                 await self._dispatch()
+            except Unavailable as exc:  # the broker is restarting: wait, do not spam tracebacks
+                log.warning("dispatch pass waits for a peer", error=str(exc)[:200])
+                await asyncio.sleep(1.0)
+                self._kick.set()
             except Exception:
                 log.exception("dispatch failed")
                 await asyncio.sleep(0.5)
                 self._kick.set()
+            # Passes take at most about a third of the scheduler's time (and of the GIL its RPCs
+            # need), however fast changes arrive.
+            await asyncio.sleep(2 * (time.monotonic() - started))
 
     def _estimated_end(self, job: JobRecord, now: float) -> float:
         left = max(job.steps_total - job.step, 0) * job.mean_step_s()
@@ -282,8 +360,7 @@ class SchedulerService(Service[SchedulerConfig]):
                     raise Unavailable(f"cannot release {inst} of the previous run yet: {err.details()}") from err
             self._orphans.pop(0)
             log.info("released an instance held before the restart", instance=inst)
-        queued = [j for j in self.jobs.values() if j.state == State.QUEUED]
-        if not queued:
+        if not self._queued:
             return
         now = self.clock.now()
         await self._check_health(now)
@@ -303,34 +380,43 @@ class SchedulerService(Service[SchedulerConfig]):
                 if lay.offset <= dev < lay.offset + lay.n_devices:
                     free[c][dev - lay.offset] = False
         running = []
-        for j in self.jobs.values():
-            devs = self._devices.get(j.job_id)
-            if j.state in RUN_STATES and devs is not None:
+        for job_id, devs in self._devices.items():  # placed gangs only, not every job ever seen
+            j = self.jobs[job_id]
+            if j.state in RUN_STATES:
                 draining = bool(j.preempt_reason)
                 end = (now + checkpoint.write_s(j.spec) if draining else self._estimated_end(j, now))
                 running.append(Running(j.job_id, j.tenant, j.queue, j.priority, j.spec.chip, devs, end,
                                        j.started_s, j.borrowing, draining, checkpoint.write_s(j.spec)))
-        pending = [Pending(j.job_id, j.tenant, j.queue, j.priority, self.seq[j.job_id], j.spec.chip, j.spec.count,
-                           j.spec.tp, self._estimated_end(j, now) - now) for j in queued]
-        tenants = {j.tenant for j in self.jobs.values()}
+        pending = list(self._queued.values())
+        usage = dict(self._usage_s)  # chip-seconds run; decide adds what running gangs have committed, once
+        tenants = {t for t, n in self._queued_per_tenant.items() if n} | {r.tenant for r in running}
         weights = {t: await self.weight(t) for t in tenants}
-        # Weighted fair share orders tenants by chip-seconds run plus chip-seconds committed to their
-        # running gangs (as policy.py documents), so a tenant holding many gangs is not seen as idle.
-        usage: dict[str, float] = {}
-        for j in self.jobs.values():
-            usage[j.tenant] = usage.get(j.tenant, 0.0) + j.chip_hours * 3600.0
-        for r in running:
-            usage[r.tenant] = usage.get(r.tenant, 0.0) + len(r.devices) * max(r.end_s - now, 0.0)
-        d = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy, queues=self.queues,
-                   weights=weights, usage=usage, preemption=self.config.preemption, backfill=self.config.backfill)
+        jobs = self.jobs
+
+        def work() -> tuple[Any, list[tuple[str, str]]]:
+            dd = decide(now, pending, running, layouts=layouts, free=free, policy=self.policy,
+                        queues=dict(self.queues), weights=weights, usage=usage, preemption=self.config.preemption,
+                        backfill=self.config.backfill)
+            # Which reasons changed (read-only here; applied on the loop): usually a handful of 10,000.
+            return dd, [(jid, why) for jid, why in dd.reasons.items() if jobs[jid].reason != why]
+
+        # The pass is pure array work over a snapshot: run it off the event loop so RPCs are served
+        # while thousands of queued jobs are weighed.
+        d, changed = await asyncio.to_thread(work)
         for victim, reason in d.preempt:
             vj = self.jobs[victim]
             if not vj.preempt_reason:
                 vj.preempt_reason = reason
                 self.notify(vj, "event", f"eviction requested: {reason}")
-        for job_id, why in d.reasons.items():
+        for job_id in self._reserved - d.reserved.keys():
+            self.jobs[job_id].reserved_start_s = 0.0
+        for job_id, start in d.reserved.items():
+            self.jobs[job_id].reserved_start_s = start
+        self._reserved = set(d.reserved)
+        for job_id, why in changed:
             job = self.jobs[job_id]
-            job.reserved_start_s = d.reserved.get(job_id, 0.0)
+            if job.state != State.QUEUED:
+                continue  # changed while the pass ran
             if job.reason != why:
                 job.reason = why
                 self.notify(job, "event", why)
@@ -423,7 +509,7 @@ class SchedulerService(Service[SchedulerConfig]):
         t = max(self.clock.now(), job.started_s)
         pause = checkpoint.pause_s(job.plan)
         write = checkpoint.write_s(job.spec)
-        durable: tuple[int, float] | None = None  # (step, virtual time the async write completes)
+        ckpt = checkpoint.AsyncCheckpoints(durable_step=job.last_checkpoint_step)
         try:
             if job.resume_pending:
                 cost = checkpoint.restart_s(job.spec)
@@ -435,42 +521,42 @@ class SchedulerService(Service[SchedulerConfig]):
                 job.resume_pending = False
             while job.step < job.steps_total and job.state == State.RUNNING:
                 if job.preempt_reason:
-                    await self._evict(job, t, durable, pause, write)
+                    await self._evict(job, t, ckpt, pause, write)
                     return
                 if float(cap["expires"]) - time.time() < 60:  # type: ignore[arg-type]
-                    r = await self.broker.RefreshCapability(
-                        broker_pb2.RefreshCapabilityRequest(instance=job.instance), metadata=self._smd(), timeout=10)
-                    cap.update(token=r.capability, expires=r.capability_expires_s)
-                res = await self._step_with_retry(runner, job, t)
+                    await self._refresh(job, instance, cap)
+                res = await self._step_with_retry(runner, job, t, instance, cap)
                 if job.state != State.RUNNING:
                     break
                 account(job, res)
+                step_chip_s = job.spec.count * res.breakdown.step_time_s
+                self._usage_s[job.tenant] = self._usage_s.get(job.tenant, 0.0) + step_chip_s
                 self._traces.setdefault(job.job_id, deque(maxlen=TRACE_STEPS)).append((job.step, res))
                 t = res.end_s
                 await self._check_performance(job, res, runner)
-                if durable is not None and durable[1] <= t:
-                    job.last_checkpoint_step = durable[0]
-                    durable = None
+                if ckpt.settle(t):
+                    job.last_checkpoint_step = ckpt.durable_step
                     self.save(job)
                 self._maybe_fail(job, devices, res.breakdown.step_time_s)
                 if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
                     self.notify(job, "progress")
-                if (job.checkpoint_interval_steps and job.step % job.checkpoint_interval_steps == 0
-                        and job.step < job.steps_total):
+                    self.save(job)  # a scheduler crash then knows how many steps it really loses
+                if ckpt.due(job.step, job.checkpoint_interval_steps, job.steps_total):
                     self.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
                                    f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
                     await self.clock.sleep_until(t + pause)
                     t += pause
                     job.checkpoint_pause_s += pause
-                    start_write = max(t, durable[1]) if durable is not None else t
-                    durable = (job.step, start_write + write)
+                    ckpt.start(job.step, t, write)
                     if job.state == State.CHECKPOINTING:
                         self.set_state(job, State.RUNNING)
             if job.state == State.RUNNING and job.step >= job.steps_total:
                 job.last_checkpoint_step = job.step
                 self.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
         except StepFailed as exc:
-            await self._on_failure(job, devices, exc)
+            await self._on_failure(job, devices, exc, ckpt)
+        except PeerLost as exc:
+            self._requeue_after_peer_loss(job, exc, ckpt)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -489,9 +575,7 @@ class SchedulerService(Service[SchedulerConfig]):
         """The model's step for this job on an idle cluster (cached)."""
         exp = self._expected.get(job.job_id)
         if exp is None:
-            from gigacluster.model.training import estimate_train
-
-            est = estimate_train(job.spec)
+            est = cached_estimate(job.spec)
             exp = self._expected[job.job_id] = Expected(est.step_time_s, est.breakdown.compute_s, dict(est.comm_s))
         return exp
 
@@ -536,9 +620,7 @@ class SchedulerService(Service[SchedulerConfig]):
     def metrics(self) -> list[Any]:
         """Jobs by state, per running job its step time, model step time and slowdown, and loss events."""
         jobs = gauge("gigacluster_jobs", "Jobs by state.", ["state"])
-        counts: dict[str, int] = {s.name.lower(): 0 for s in State}
-        for j in self.jobs.values():
-            counts[j.state.name.lower()] += 1
+        counts: dict[str, int] = {s.name.lower(): self._state_counts.get(s, 0) for s in State}
         for st_name, c in counts.items():
             jobs.add_metric([st_name], float(c))
         step = gauge("gigacluster_job_step_time_seconds", "Last step time of a running job.", ["job", "tenant"])
@@ -546,7 +628,7 @@ class SchedulerService(Service[SchedulerConfig]):
                       ["job", "tenant"])
         slow = gauge("gigacluster_job_slowdown", "Step time over the model's, minus 1 (0 when on model).",
                      ["job", "tenant"])
-        for j in self.jobs.values():
+        for j in (self.jobs[i] for i in self._devices):
             if j.state == State.RUNNING:
                 step.add_metric([j.name, j.tenant], j.last_step_time_s)
                 model.add_metric([j.name, j.tenant], j.predicted_step_time_s)
@@ -565,8 +647,13 @@ class SchedulerService(Service[SchedulerConfig]):
         dev = int(devices[int(self.rng.integers(devices.size))])
         raise StepFailed(f"{cause} on device {dev} (failure model)", [dev], effect, modelled=True)
 
-    async def _on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed) -> None:
+    async def _on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed,
+                          ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
+        """A real job fault (chip or link failed a step): the only thing that uses a restart."""
         now = self.clock.now()
+        if ckpt is not None:  # a write that ended before the fault is durable; one still in flight is not
+            ckpt.settle(now)
+            job.last_checkpoint_step = ckpt.durable_step
         bad = list(exc.devices)
         if not exc.modelled and exc.effect == "device":
             bad = sorted(set(bad) | set(await self._failed_devices(devices)))
@@ -593,13 +680,13 @@ class SchedulerService(Service[SchedulerConfig]):
         job.resume_pending = True
         self.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
 
-    async def _evict(self, job: JobRecord, t: float, durable: tuple[int, float] | None, pause: float,
+    async def _evict(self, job: JobRecord, t: float, ckpt: checkpoint.AsyncCheckpoints, pause: float,
                      write: float) -> None:
         """Preemption: checkpoint synchronously (pause + write after any write in flight), then requeue."""
         reason = job.preempt_reason
         self.set_state(job, State.CHECKPOINTING, reason, f"{reason}: writing a checkpoint at step {job.step} "
                        f"({pause + write:.1f} s) before releasing the chips")
-        end = max(t + pause, durable[1] if durable is not None else 0.0) + write
+        end = ckpt.flush_end(t + pause, write)
         await self.clock.sleep_until(end)
         job.checkpoint_pause_s += end - t
         job.last_checkpoint_step = job.step
@@ -609,20 +696,89 @@ class SchedulerService(Service[SchedulerConfig]):
         self.set_state(job, State.PREEMPTED, reason)
         self.set_state(job, State.QUEUED, f"requeued after preemption ({reason})")
 
-    async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float) -> Any:
-        """Run a step; a service that is briefly unavailable (restarting) delays the step, it does
-        not fail the job. Chip and link faults (StepFailed) go to the caller."""
+    async def _step_with_retry(self, runner: JobRunner, job: JobRecord, t: float, instance: str,
+                               cap: dict[str, Any]) -> Any:
+        """Run a step. A peer service that is unavailable (restarting, or down for minutes) delays the
+        step: wait with bounded backoff, visibly in the job's ``reason``, for up to ``peer_wait_s``, then
+        raise PeerLost (requeue from the checkpoint). A capability the mesh no longer accepts (a broker
+        restart) is refreshed once, then PeerLost. Neither uses a restart: only chip and link faults
+        (StepFailed, raised to the caller) do."""
+        started = time.monotonic()
         delay = 0.2
-        for attempt in range(8):
+        attempt = 0
+        refreshed = False
+        while True:
             try:
-                return await runner.run_step(t)
+                res = await runner.run_step(t)
             except Unavailable as exc:
-                log.warning("step delayed: a service is unavailable", job=job.name, error=str(exc), attempt=attempt)
-                self.notify(job, "event", f"step {job.step + 1} delayed: {exc}")
+                waited = time.monotonic() - started
+                if waited >= self.config.peer_wait_s:
+                    raise PeerLost(f"a service stayed unavailable for {waited:.0f} s ({exc})") from exc
+                attempt += 1
+                job.reason = (f"step {job.step + 1} waiting for an unavailable service (attempt {attempt}, "
+                              f"{waited:.0f} s so far; restarts not charged): {exc}")
+                log.warning("step delayed: a service is unavailable", job=job.name, error=str(exc),
+                            attempt=attempt, waited_s=round(waited, 1), retry_in_s=delay)
+                self.notify(job, "event", job.reason)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, self.config.peer_backoff_max_s)
                 t = max(t, self.clock.now())
-        return await runner.run_step(t)
+                continue
+            except CapabilityRejected as exc:
+                if refreshed:
+                    raise PeerLost(f"the mesh no longer accepts this job's allocation ({exc})") from exc
+                log.warning("capability rejected; refreshing it", job=job.name, error=str(exc))
+                await self._refresh(job, instance, cap)
+                refreshed = True
+                continue
+            if attempt:
+                waited = time.monotonic() - started
+                job.reason = ""
+                log.info("services back; job continues", job=job.name, waited_s=round(waited, 1))
+                self.notify(job, "event", f"services back after {waited:.0f} s; step {job.step + 1} ran "
+                                          f"(restarts not charged)")
+            return res
+
+    async def _refresh(self, job: JobRecord, instance: str, cap: dict[str, Any]) -> None:
+        """A fresh capability for ``instance``, waiting out a broker outage (PeerLost past ``peer_wait_s``
+        or when the broker no longer knows the instance)."""
+        started = time.monotonic()
+        delay = 0.2
+        while True:
+            try:
+                r = await self.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=instance),
+                                                        metadata=self._smd(), timeout=10)
+                cap.update(token=r.capability, expires=r.capability_expires_s)
+                return
+            except grpc.aio.AioRpcError as err:
+                waited = time.monotonic() - started
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise PeerLost(f"the broker no longer holds {instance} ({err.code().name})") from err
+                if waited >= self.config.peer_wait_s:
+                    raise PeerLost(f"the broker stayed unavailable for {waited:.0f} s") from err
+                job.reason = (f"waiting for the isolation broker to refresh the capability ({waited:.0f} s so far; "
+                              f"restarts not charged)")
+                log.warning("capability refresh delayed: broker unavailable", job=job.name, waited_s=round(waited, 1))
+                self.notify(job, "event", job.reason)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.peer_backoff_max_s)
+
+    def _requeue_after_peer_loss(self, job: JobRecord, exc: PeerLost, ckpt: checkpoint.AsyncCheckpoints) -> None:
+        """Requeue from the last durable checkpoint after a peer outage or a lost allocation; the chips
+        are re-acquired by the next dispatch. Not a job fault: ``restarts`` and ``failures`` stay."""
+        ckpt.settle(self.clock.now())
+        job.last_checkpoint_step = ckpt.durable_step
+        lost = job.step - job.last_checkpoint_step
+        job.lost_steps += lost
+        job.lost_s += lost * job.mean_step_s()
+        if job.state not in (State.RUNNING, State.CHECKPOINTING):
+            return
+        self.set_state(job, State.RESTARTING, f"{exc}; resuming from the checkpoint at step "
+                       f"{job.last_checkpoint_step} ({lost} steps lost; restarts not charged)")
+        job.step = job.last_checkpoint_step
+        job.tokens = job.step * job.spec.tokens_per_step
+        job.resume_pending = True
+        self.set_state(job, State.QUEUED, "re-acquiring chips after a peer outage (restarts not charged)")
 
     async def _release(self, job: JobRecord, instance: str | None = None) -> None:
         """Release ``instance`` (default: the job's current one). A runner that ends after its job was
@@ -635,7 +791,9 @@ class SchedulerService(Service[SchedulerConfig]):
                                               metadata=self._smd(), timeout=30)
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.NOT_FOUND:
-                log.warning("release failed", job=job.name, instance=name, error=err.details())
+                log.warning("release failed; retried by the dispatcher", job=job.name, instance=name,
+                            error=err.details())
+                self._orphans.append(name)  # released once the broker is back, never leaked
         if job.instance == name:
             job.instance = ""
             job.borrowing = False
@@ -644,8 +802,8 @@ class SchedulerService(Service[SchedulerConfig]):
 
     # -- API helpers ------------------------------------------------------------------------------
     def visible(self, p: Principal, name: str) -> JobRecord:
-        if not name.startswith("jobs/") or len(name) <= 5:
-            raise InvalidArgument("name", f"must look like 'jobs/<id>', got {name!r}")
+        if not name.startswith("jobs/") or not 5 < len(name) <= 64:  # ids are short: j-<n>
+            raise InvalidArgument("name", f"must look like 'jobs/<id>', got {show(name)}")
         job = self.jobs.get(name.removeprefix("jobs/"))
         if job is None or (not p.privileged and job.tenant != p.tenant):
             raise NotFound(name)
@@ -724,15 +882,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             prior = self.svc._idempotency.get((p.tenant, request.request_id))
             if prior is not None:
                 return scheduler_pb2.SubmitJobResponse(job=self._msg(self.svc.jobs[prior]))
-        if len(request.display_name) > 200:
-            raise InvalidArgument("display_name", "at most 200 characters")
+        check_bounds(request, self.svc.bounds)  # every sizing field, before any model work
+        self.svc.admit(p.tenant)
         spec_dict = proto_to_spec(request.spec)
-        spec, plan, steps = validate_submission(
-            spec_dict, priority=request.priority, checkpoint_interval_steps=int(request.checkpoint_interval_steps),
-            max_restarts=int(request.max_restarts), cluster_chips=await self.svc.cluster_chips())
-        from gigacluster.model.training import estimate_train
+        chips = await self.svc.cluster_chips()
 
-        est = estimate_train(spec)
+        def model() -> tuple[Any, Any, int, Any]:
+            spec, plan, steps = validate_submission(
+                spec_dict, priority=request.priority, checkpoint_interval_steps=int(request.checkpoint_interval_steps),
+                max_restarts=int(request.max_restarts), cluster_chips=chips)
+            return spec, plan, steps, cached_estimate(spec)
+
+        # The model's work (parse, plan, estimate: ~30 ms for a new spec, cached for a repeated one)
+        # runs off the event loop, so other tenants' calls are not queued behind it.
+        spec, plan, steps, est = await asyncio.to_thread(model)
         job_id = f"j-{next(self.svc._ids)}"
         job = JobRecord(
             job_id=job_id, tenant=p.tenant, display_name=request.display_name or job_id,
@@ -748,8 +911,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         if request.request_id:
             self.svc._idempotency[(p.tenant, request.request_id)] = job_id
         self.svc.save(job)
+        self.svc.index(job, None)
         log.info("job submitted", job=job.name, tenant=p.tenant, chips=spec.count, steps=steps)
         self.svc.notify(job, "state", "submitted")
+        self.svc._kick.set()
         return scheduler_pb2.SubmitJobResponse(job=self._msg(job))
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -798,13 +963,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         q = request.queue
         m = QUEUE_NAME_RE.match(q.name)
         if m is None:
-            raise InvalidArgument("queue.name", f"must look like 'tenants/<tenant>/queues/<queue>', got {q.name!r}")
+            raise InvalidArgument("queue.name", f"must look like 'tenants/<tenant>/queues/<queue>', got {show(q.name)}")
         if q.cohort and not COHORT_RE.match(q.cohort):
-            raise InvalidArgument("queue.cohort", f"lowercase letters, digits and '-', got {q.cohort!r}")
+            raise InvalidArgument("queue.cohort", f"lowercase letters, digits and '-', got {show(q.cohort)}")
         known = chip_names()
         for chip, n in q.quota.items():
             if chip not in known:
-                raise InvalidArgument("queue.quota", f"unknown chip {chip!r}; allowed: {', '.join(known)}")
+                raise InvalidArgument("queue.quota", f"unknown chip {show(chip)}; allowed: {', '.join(known)}")
             if n > 100_000_000:
                 raise InvalidArgument("queue.quota", f"{chip}: at most 100000000 chips, got {n}")
         spec = QueueSpec(f"tenants/{m.group(1)}", m.group(2), q.cohort,
@@ -841,7 +1006,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not tenant:
             raise InvalidArgument("tenant", "required for the admin: 'tenants/<id>'")
         if not tenant.startswith("tenants/") or len(tenant) <= 8:
-            raise InvalidArgument("tenant", f"must look like 'tenants/<id>', got {tenant!r}")
+            raise InvalidArgument("tenant", f"must look like 'tenants/<id>', got {show(tenant)}")
         if not p.privileged and tenant != p.tenant:
             raise PermissionDenied("only the admin reads another tenant's usage", reason="OTHER_TENANT")
         mine = [j for j in self.svc.jobs.values() if j.tenant == tenant]

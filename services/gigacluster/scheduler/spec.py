@@ -7,6 +7,9 @@ offline estimate and the live scheduler read the very same spec.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 from typing import Any
 
 from gigacluster.common.v1 import common_pb2
@@ -16,57 +19,176 @@ from gigacluster.scheduler.v1 import scheduler_pb2
 
 JOB_FIELDS = ("name", "queue", "priority", "checkpoint_interval_steps", "max_restarts")
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+# What a TrainingSpec message carries, per section: a job file may hold nothing else.
+SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue"),
+    "model": ("preset", *ARCH_FIELDS),
+    "batch": ("global_batch", "global_batch_tokens"),
+    "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute"),
+    "hardware": ("chip", "count", "system"),
+}
+# Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
+ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
+    "": ("cost",),
+    "model": ("name", "mlp"),
+    "parallelism": ("virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap",
+                    "distributed_optimizer", "grad_reduce_dtype"),
+}
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
-def split_job_file(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def show(v: Any) -> str:
+    """A value for an error message: at most a short prefix of what the caller sent."""
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _key(k: Any) -> str:
+    s = str(k)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _strict(section: Any, where: str) -> dict[str, Any]:
+    """``section`` as a mapping with only the keys a TrainingSpec carries there (unknown keys named)."""
+    field = f"spec.{where}" if where else "spec"
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise InvalidArgument(field, f"must be a mapping, got {show(section)}")
+    allowed = SPEC_KEYS[where]
+    extra = sorted(_key(k) for k in section if k not in allowed)
+    if extra:
+        hint = ("a field of `estimate train` specs that a scheduler job does not carry; remove it to submit"
+                if extra[0] in ESTIMATE_ONLY.get(where, ()) else "unknown field")
+        raise InvalidArgument(f"{field}.{extra[0]}", f"{hint}; allowed here: {', '.join(allowed)}")
+    return section
+
+
+def _text(d: dict[str, Any], key: str, field: str, max_chars: int = 64) -> str:
+    v = d.get(key, "")
+    if v is None:
+        return ""
+    if not isinstance(v, str) or len(v) > max_chars:
+        raise InvalidArgument(field, f"must be a string of at most {max_chars} characters, got {show(v)}")
+    return v
+
+
+def split_job_file(data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(training spec, job fields) of a job file's mapping."""
     if not isinstance(data, dict):
-        raise InvalidArgument("spec", "a job file must be a YAML mapping")
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise InvalidArgument("spec", f"a job file must be a YAML mapping (model, batch, hardware, ...); it is {kind}")
     spec = {k: v for k, v in data.items() if k not in JOB_FIELDS}
     job = {k: v for k, v in data.items() if k in JOB_FIELDS}
     return spec, job
 
 
-def _int(d: dict[str, Any], key: str, field: str) -> int:
+def _int(d: dict[str, Any], key: str, field: str, maximum: int = UINT64_MAX, minimum: int = 0) -> int:
     v = d.get(key, 0)
     if v is None:
         return 0
-    if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 0:
-        raise InvalidArgument(field, f"must be a non-negative integer, got {v!r}")
+    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v
+            or not minimum <= v <= maximum):
+        raise InvalidArgument(field, f"must be an integer in [{minimum}, {maximum}], got {show(v)}")
     return int(v)
+
+
+def job_fields(job: dict[str, Any]) -> dict[str, Any]:
+    """A job file's job fields, type-checked for the SubmitJobRequest (the scheduler bounds values)."""
+    return {
+        "name": _text(job, "name", "name", 200),
+        "queue": _text(job, "queue", "queue", 63),
+        "priority": _int(job, "priority", "priority", 2**31 - 1, -(2**31)),
+        "checkpoint_interval_steps": _int(job, "checkpoint_interval_steps", "checkpoint_interval_steps"),
+        "max_restarts": _int(job, "max_restarts", "max_restarts", UINT32_MAX),
+        **({"request_id": _text(job, "request_id", "request_id", 128)} if "request_id" in job else {}),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecBounds:
+    """Configured upper bounds on every field of a submission that sizes work (SchedulerConfig)."""
+
+    max_chips: int = 1 << 20
+    max_global_batch: int = 1 << 24
+    max_steps: int = 100_000_000
+    max_tokens: int = 10**15
+    max_arch: int = 1 << 24  # layers, hidden, heads, ffn_hidden, vocab, seq_len
+    max_parallel: int = 1 << 20  # tp, pp, dp, cp, microbatch_size
+    max_priority: int = 1000
+    max_restarts: int = 1000
+    max_name_chars: int = 200
+    max_pue: float = 10.0
+
+
+def check_bounds(msg: scheduler_pb2.SubmitJobRequest, b: SpecBounds) -> None:
+    """Refuse a submission any of whose sizing fields is out of its configured range, naming the field.
+
+    Runs on the proto before any conversion or model work, so a hostile value costs nothing.
+    """
+    s = msg.spec
+
+    def cap(field: str, v: float, hi: float, lo: float = 0) -> None:
+        if not (lo <= v <= hi):  # also refuses NaN
+            raise InvalidArgument(field, f"must be in [{lo:g}, {hi:g}], got {show(v)}")
+
+    cap("priority", msg.priority, b.max_priority, -b.max_priority)
+    cap("max_restarts", msg.max_restarts, b.max_restarts)
+    cap("checkpoint_interval_steps", msg.checkpoint_interval_steps, b.max_steps)
+    if len(msg.display_name) > b.max_name_chars:
+        raise InvalidArgument("display_name", f"at most {b.max_name_chars} characters, got {len(msg.display_name)}")
+    if msg.queue and not QUEUE_RE.match(msg.queue):
+        raise InvalidArgument("queue", f"lowercase letters, digits and '-', at most 63; got {show(msg.queue)}")
+    if len(msg.request_id) > 128:
+        raise InvalidArgument("request_id", f"at most 128 characters, got {len(msg.request_id)}")
+    for k in ARCH_FIELDS:
+        cap(f"spec.model.{k}", getattr(s.model, k), b.max_arch)
+    for k, text in (("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
+                    ("spec.hardware.system", s.hardware.system),
+                    ("spec.parallelism.recompute", s.parallelism.recompute)):
+        if len(text) > 64:
+            raise InvalidArgument(k, f"at most 64 characters, got {show(text)}")
+    cap("spec.batch.global_batch", s.batch.global_batch, b.max_global_batch)
+    cap("spec.batch.global_batch_tokens", s.batch.global_batch_tokens, b.max_global_batch * b.max_arch)
+    for k in ("tp", "pp", "dp", "cp", "microbatch_size"):
+        cap(f"spec.parallelism.{k}", getattr(s.parallelism, k), b.max_parallel)
+    cap("spec.hardware.count", s.hardware.count, b.max_chips)
+    cap("spec.steps", s.steps, b.max_steps)
+    cap("spec.tokens", s.tokens, b.max_tokens)
+    if s.pue and not (1.0 <= s.pue <= b.max_pue):
+        raise InvalidArgument("spec.pue", f"must be a finite number in [1, {b.max_pue:g}], got {show(s.pue)}")
 
 
 def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
     """A spec mapping as a TrainingSpec message (structure only; the model validates values)."""
-    model = spec.get("model") or {}
-    if not isinstance(model, dict):
-        raise InvalidArgument("spec.model", "must be a mapping")
-    arch = common_pb2.ModelArchitecture(preset=str(model.get("preset", "")),
-                                        **{k: _int(model, k, f"spec.model.{k}") for k in ARCH_FIELDS})
-    batch = spec.get("batch") or {}
-    par = spec.get("parallelism") or {}
-    hw = spec.get("hardware") or {}
-    for name, section in (("batch", batch), ("parallelism", par), ("hardware", hw)):
-        if not isinstance(section, dict):
-            raise InvalidArgument(f"spec.{name}", "must be a mapping")
+    spec = _strict(spec, "")
+    model = _strict(spec.get("model"), "model")
+    arch = common_pb2.ModelArchitecture(preset=_text(model, "preset", "spec.model.preset"),
+                                        **{k: _int(model, k, f"spec.model.{k}", UINT32_MAX) for k in ARCH_FIELDS})
+    batch = _strict(spec.get("batch"), "batch")
+    par = _strict(spec.get("parallelism"), "parallelism")
+    hw = _strict(spec.get("hardware"), "hardware")
     precision = spec.get("precision", "bf16")
-    if precision not in PRECISION_ENUMS:
-        raise InvalidArgument("spec.precision", f"allowed: bf16, fp8; got {precision!r}")
+    if not isinstance(precision, str) or precision not in PRECISION_ENUMS:
+        raise InvalidArgument("spec.precision", f"allowed: bf16, fp8; got {show(precision)}")
     pue = spec.get("pue", 0.0) or 0.0
-    if not isinstance(pue, int | float):
-        raise InvalidArgument("spec.pue", f"must be a number, got {pue!r}")
+    if isinstance(pue, bool) or not isinstance(pue, int | float) or not math.isfinite(pue):
+        raise InvalidArgument("spec.pue", f"must be a finite number >= 1, got {show(pue)}")
     return scheduler_pb2.TrainingSpec(
         model=arch,
         batch=scheduler_pb2.BatchSpec(global_batch=_int(batch, "global_batch", "spec.batch.global_batch"),
                                       global_batch_tokens=_int(batch, "global_batch_tokens",
                                                                "spec.batch.global_batch_tokens")),
         parallelism=scheduler_pb2.ParallelismSpec(
-            **{k: _int(par, k, f"spec.parallelism.{k}") for k in ("tp", "pp", "dp", "cp", "microbatch_size")},
-            recompute=str(par.get("recompute", "") or ""),
+            **{k: _int(par, k, f"spec.parallelism.{k}", UINT32_MAX)
+               for k in ("tp", "pp", "dp", "cp", "microbatch_size")},
+            recompute=_text(par, "recompute", "spec.parallelism.recompute"),
         ),
-        hardware=scheduler_pb2.HardwareSpec(chip=str(hw.get("chip", "")),
+        hardware=scheduler_pb2.HardwareSpec(chip=_text(hw, "chip", "spec.hardware.chip"),
                                             count=_int(hw, "count", "spec.hardware.count"),
-                                            system=str(hw.get("system", "") or "")),
+                                            system=_text(hw, "system", "spec.hardware.system")),
         precision=PRECISION_ENUMS[precision],  # type: ignore[arg-type]  # protobuf enums are int NewTypes
         tokens=_int(spec, "tokens", "spec.tokens"),
         steps=_int(spec, "steps", "spec.steps"),

@@ -1,0 +1,162 @@
+"""Strict, bounded specs: unknown keys named and refused, non-finite numbers refused, every sizing
+field bounded, and error messages that quote at most a short prefix of what was sent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from gigacluster.errors import InvalidArgument
+from gigacluster.model import SpecError
+from gigacluster.model.training import TrainSpec
+from gigacluster.scheduler.spec import SpecBounds, check_bounds, job_fields, spec_to_proto, split_job_file
+from gigacluster.scheduler.v1 import scheduler_pb2
+
+SPEC: dict[str, Any] = {
+    "model": {"preset": "llama3-8b", "seq_len": 2048}, "batch": {"global_batch": 64},
+    "parallelism": {"tp": 8}, "hardware": {"chip": "h100-sxm", "count": 32}, "precision": "bf16", "steps": 30,
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SPEC.items()}
+    *outer, last = path.split(".")
+    cur = d
+    for k in outer:
+        cur = cur[k]
+    cur[last] = value
+    return d
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    ("bogus", 1, "spec.bogus"),
+    ("model.bogus", 1, "spec.model.bogus"),
+    ("batch.micro", 1, "spec.batch.micro"),
+    ("hardware.count", -8, "spec.hardware.count"),
+    ("hardware.count", 8.5, "spec.hardware.count"),
+    ("hardware.count", "eight", "spec.hardware.count"),
+    ("hardware.count", float("inf"), "spec.hardware.count"),
+    ("batch.global_batch", 2**64, "spec.batch.global_batch"),
+    ("pue", float("nan"), "spec.pue"),
+    ("pue", float("inf"), "spec.pue"),
+    ("model", "llama3-8b", "spec.model"),
+    ("hardware.chip", "x" * 1_000_000, "spec.hardware.chip"),
+    ("precision", ["bf16"], "spec.precision"),
+])
+def test_spec_to_proto_refuses_naming_the_field(path: str, value: Any, field: str) -> None:
+    """Each bad value is INVALID_ARGUMENT naming its field, in a message of bounded length."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto(with_(path, value))
+    assert err.value.field == field
+    assert len(str(err.value)) < 200
+
+
+def test_unknown_key_of_any_type_or_length_is_named_briefly() -> None:
+    """A 1 MB key, or a non-string key, is named by a short prefix."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto({**SPEC, "k" * 1_000_000: 1})
+    assert err.value.field.startswith("spec.kkk") and len(err.value.field) < 60
+    with pytest.raises(InvalidArgument) as err2:
+        spec_to_proto({**SPEC, 7: 1})
+    assert err2.value.field == "spec.7"
+
+
+@pytest.mark.parametrize(("job", "field"), [
+    ({"priority": 10**30}, "priority"), ({"priority": "high"}, "priority"), ({"priority": 1.5}, "priority"),
+    ({"queue": "q" * 1_000_000}, "queue"), ({"max_restarts": -1}, "max_restarts"),
+    ({"checkpoint_interval_steps": float("nan")}, "checkpoint_interval_steps"), ({"name": ["x"]}, "name"),
+])
+def test_job_fields_are_type_checked(job: dict[str, Any], field: str) -> None:
+    """Job fields of a file are checked before a request is built."""
+    with pytest.raises(InvalidArgument) as err:
+        job_fields(job)
+    assert err.value.field == field and len(str(err.value)) < 200
+
+
+@pytest.mark.parametrize("data", [None, [], "text", 3])
+def test_a_job_file_must_be_a_mapping(data: Any) -> None:
+    """Empty files, lists and scalars are refused as the spec, not with a TypeError."""
+    with pytest.raises(InvalidArgument) as err:
+        split_job_file(data)
+    assert err.value.field == "spec"
+
+
+def request(**kw: Any) -> scheduler_pb2.SubmitJobRequest:
+    req = scheduler_pb2.SubmitJobRequest(spec=spec_to_proto(SPEC), queue="default")
+    for k, v in kw.items():
+        target, _, name = k.rpartition("__")
+        obj = req
+        for part in target.split("__") if target else []:
+            obj = getattr(obj, part)
+        setattr(obj, name, v)
+    return req
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"spec__batch__global_batch": 2**63}, "spec.batch.global_batch"),
+    ({"spec__hardware__count": 2**40}, "spec.hardware.count"),
+    ({"spec__steps": 10**12}, "spec.steps"),
+    ({"spec__pue": math.nan}, "spec.pue"),
+    ({"spec__pue": math.inf}, "spec.pue"),
+    ({"spec__model__hidden": 2**31}, "spec.model.hidden"),
+    ({"spec__parallelism__tp": 2**31}, "spec.parallelism.tp"),
+    ({"priority": 2**31 - 1}, "priority"),
+    ({"queue": "q" * 1_000_000}, "queue"),
+    ({"queue": "Bad Name"}, "queue"),
+    ({"display_name": "n" * 201}, "display_name"),
+    ({"max_restarts": 2**32 - 1}, "max_restarts"),
+    ({"spec__hardware__chip": "c" * 100_000}, "spec.hardware.chip"),
+])
+def test_server_bounds_every_sizing_field(kw: dict[str, Any], field: str) -> None:
+    """check_bounds refuses each out-of-range field of a SubmitJobRequest by name, quoting briefly."""
+    with pytest.raises(InvalidArgument) as err:
+        check_bounds(request(**kw), SpecBounds())
+    assert err.value.field == field
+    assert len(str(err.value)) < 200
+
+
+def test_server_bounds_accept_a_normal_job() -> None:
+    """The demo job is within every default bound."""
+    check_bounds(request(priority=5, max_restarts=3, checkpoint_interval_steps=10), SpecBounds())
+
+
+@pytest.mark.parametrize(("d", "field"), [
+    ({**SPEC, "pue": float("nan")}, "pue"),
+    ({**SPEC, "hardware": {"chip": "h100-sxm", "count": float("inf")}}, "hardware.count"),
+    ({**SPEC, "batch": {"global_batch": 2**63}}, "batch.global_batch"),
+    ({**SPEC, "batch": {"global_batch": 64, "extra": 1}}, "batch.extra"),
+    ({**SPEC, "cost": {"energy_price_usd_per_kwh": float("nan")}}, "cost.energy_price_usd_per_kwh"),
+    ({**SPEC, "model": {"preset": "p" * 100_000}}, "model.preset"),
+    ({**SPEC, "model": {"preset": "llama3-8b", "hidden": 2**60}}, "model.hidden"),
+    ({**SPEC, 5: 1}, "5"),
+])
+def test_train_spec_refuses_non_finite_and_huge_values(d: dict[str, Any], field: str) -> None:
+    """The model's own parser (estimate train, the scheduler) refuses NaN, inf and absurd sizes by field."""
+    with pytest.raises(SpecError) as err:
+        TrainSpec.from_dict(d)
+    assert err.value.field == field
+    assert len(str(err.value)) < 300
+
+
+def test_estimate_only_fields_are_refused_with_a_hint() -> None:
+    """A field `estimate train` reads but a job cannot carry (it was silently dropped, so the job ran a
+    different spec than the estimate) is refused and named, with what to do."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto(with_("parallelism.tp_comm_overlap", 0.5))
+    assert err.value.field == "spec.parallelism.tp_comm_overlap" and "remove it to submit" in str(err.value)
+
+
+def test_job_names_in_errors_are_short() -> None:
+    """GetJob/CancelJob/WatchJob with a 100 kB name: INVALID_ARGUMENT quoting a short prefix only."""
+    from gigacluster.runtime.auth import Principal
+    from gigacluster.runtime.config import SchedulerConfig
+    from gigacluster.scheduler.service import SchedulerService
+
+    svc = SchedulerService(SchedulerConfig())
+    p = Principal(kind="tenant", tenant="tenants/a")
+    for name in ("jobs/" + "x" * 100_000, "y" * 100_000):
+        with pytest.raises(InvalidArgument) as err:
+            svc.visible(p, name)
+        assert len(str(err.value)) < 120
