@@ -129,3 +129,15 @@ async def test_known_tenant_over_its_rate_is_refused_before_decoding() -> None:
 def test_invalid_argument_names_field() -> None:
     """Sanity: the field a bound names is the first word of the message (clients grep it)."""
     assert str(InvalidArgument("ranks", "x")).startswith("ranks:")
+
+
+def test_every_service_names_its_rpc_limiter() -> None:
+    """Each of the five services says which tenant limiter the server paces (none inherits the no-limit default)."""
+    from gigacluster.broker.service import BrokerService
+    from gigacluster.chip.service import ChipService
+    from gigacluster.fabric.service import FabricService
+    from gigacluster.router.service import RouterService
+    from gigacluster.scheduler.service import SchedulerService
+
+    for cls in (BrokerService, ChipService, FabricService, RouterService, SchedulerService):
+        assert "rpc_limiter" in vars(cls), cls.__name__

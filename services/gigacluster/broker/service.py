@@ -34,6 +34,7 @@ from gigacluster.runtime.server import Service
 from gigacluster.security.audit import append_anchor
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.mqtt_auth import tenant_user
+from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
 C = TypeVar("C", bound=type)
@@ -131,6 +132,9 @@ class BrokerService(Service[BrokerConfig]):
         devs.add_metric(["free"], free)
         devs.add_metric(["allocated"], float(core.allocator.n_devices) - free)
         return [tenants, inst, devs]
+
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        return self.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)

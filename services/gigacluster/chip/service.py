@@ -22,6 +22,7 @@ from gigacluster.runtime.server import Service
 from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
+from gigacluster.security.ratelimit import TenantRateLimiter
 
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
 DCGM_LABELS = ["gpu", "Hostname", "modelName"]
@@ -86,6 +87,9 @@ class ChipService(Service[ChipConfig]):
             states.add_metric([self.shard_name, label], float(np.count_nonzero(st == code)))
         out.append(states)
         return out
+
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         chip_pb2_grpc.add_ChipServiceServicer_to_server(ChipServicer(self), server)

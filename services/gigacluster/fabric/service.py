@@ -31,6 +31,7 @@ from gigacluster.runtime.errors import grpc_errors, preview
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.capability import MAX_DEVICE_ID, DeviceSet
+from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
 OPS = {
@@ -113,6 +114,9 @@ class FabricService(Service[FabricConfig]):
         flows = gauge("gigacluster_active_flows", "Flows sharing the fabric now.")
         flows.add_metric([], float(stats.active_flows_total))
         return [mean, peak, used, links, flows]
+
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(FabricServicer(self), server)

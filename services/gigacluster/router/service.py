@@ -62,6 +62,7 @@ from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler.spec import ARCH_FIELDS
+from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
 DEPLOYMENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
@@ -163,6 +164,9 @@ class RouterService(Service[RouterConfig]):
         self._tokenizers: dict[int, Tokenizer] = {}
         self._lock = asyncio.Lock()
         self.http: Any = None
+
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)

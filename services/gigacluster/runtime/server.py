@@ -232,6 +232,10 @@ class Service(Generic[CfgT]):
         self.registry = CollectorRegistry(auto_describe=False)
         self.metrics_port: int | None = None
 
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        """The per-tenant RPC limiter this service charges, paced and shed before decoding (None: no limit)."""
+        return None
+
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         """Register servicers; return their full service names (for health and reflection)."""
         raise NotImplementedError
@@ -277,10 +281,8 @@ class Service(Generic[CfgT]):
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestIdInterceptor()]
-    # The tenant RPC limiter the service charges (chip, fabric, scheduler, router: its BrokerAuth's;
-    # the broker: its own), paced and shed here before decoding.
-    limiter = getattr(getattr(service, "auth", None), "limiter", None) or getattr(service, "limiter", None)
-    if isinstance(limiter, TenantRateLimiter):
+    limiter = service.rpc_limiter()
+    if limiter is not None:
         interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
     interceptors.append(DecodeErrorInterceptor())
     server = grpc.aio.server(

@@ -60,6 +60,7 @@ from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFail
 from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec, show
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
+from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
 TRACE_STEPS = 2000  # steps kept per job for GetJobTrace (bounded memory)
@@ -119,6 +120,9 @@ class SchedulerService(Service[SchedulerConfig]):
         self.rng = np.random.default_rng(config.failure_seed)
         path = pathlib.Path(config.state_dir) / "scheduler.db" if config.state_dir else None
         self.store = JobStore(path)
+
+    def rpc_limiter(self) -> TenantRateLimiter | None:
+        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(SchedulerServicer(self), server)
