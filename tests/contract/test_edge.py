@@ -9,6 +9,7 @@ prefix of a huge field; and a device a tenant tried to poison works for the next
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -280,3 +281,29 @@ async def test_released_device_is_clean_for_the_next_tenant(callers: dict[str, A
         assert res.start_s < now + 60, (res.start_s, now)
     finally:
         await gc.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=good.instance.name), metadata=admin)
+
+
+async def test_released_instance_leaves_no_traffic_booked_on_the_fabric(callers: dict[str, Any]) -> None:
+    """Flows a tenant books ahead (within the not_before horizon) end when its instance is released, so they never
+    share a link with the next tenant's traffic."""
+    gc = callers["client"]
+    admin = callers["admin"]
+    stack: Stack = callers["stack"]
+    base = BASE[0] + 8 if BASE[0] + 16 <= 32 else BASE[0] - 8
+    await stack.create_tenant("booker")
+    inst = await gc.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
+        chip_type="h100-sxm", count=8, devices=[R(start=base, end=base + 8)], tenant="tenants/booker"), metadata=admin)
+    md = call_metadata(capability=inst.capability)
+    now = (await gc.fabric.GetTopology(fabric_pb2.GetTopologyRequest(), metadata=md, timeout=30)).now_s
+    flow = await gc.fabric.StartTransfer(fabric_pb2.StartTransferRequest(
+        src_device=base, dst_device=base + 1, bytes=1e15, not_before_s=now + 3000), metadata=md, timeout=30)
+    got = await gc.fabric.GetFlow(fabric_pb2.GetFlowRequest(name=flow.name), metadata=admin, timeout=30)
+    assert got.flow.state == fabric_pb2.Flow.STATE_RUNNING
+    await gc.broker.ReleaseInstance(broker_pb2.ReleaseInstanceRequest(name=inst.instance.name), metadata=admin)
+    for _ in range(100):  # the fabric learns of the release with its next revocation pull (about a second)
+        got = await gc.fabric.GetFlow(fabric_pb2.GetFlowRequest(name=flow.name), metadata=admin, timeout=30)
+        if got.flow.state != fabric_pb2.Flow.STATE_RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    assert got.flow.state == fabric_pb2.Flow.STATE_FAILED
+    assert inst.instance.name in got.flow.error and "released" in got.flow.error

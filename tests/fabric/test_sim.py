@@ -223,3 +223,17 @@ def test_fabric_comm_model_sees_rail_contention() -> None:
     with pytest.raises(SpecError) as exc:
         m.collective_time_s(chip, "hgx", "all_reduce", S, GroupLayout(64, 2, 8))
     assert exc.value.field == "layout.groups_sharing_domain"
+
+
+def test_cancel_ends_a_booked_group_and_frees_its_links(hgx16: Topology) -> None:
+    """A group booked ahead and then cancelled ends failed at once, and another flow then gets the full NIC."""
+    sim = FlowSim(hgx16)
+    booked = sim.start_transfer(0, 8, 100 * S, start_s=5.0)
+    other = sim.start_transfer(0, 9, S, start_s=5.0)
+    ev = sim.cancel(booked.id, "cancelled: instances/i-1 was released")
+    assert [e.kind for e in ev] == ["failed"] and booked.state == "failed"
+    assert "released" in str(booked.error)
+    assert sim.cancel(booked.id, "again") == []  # an ended group stays as it is
+    sim.run_until_idle()
+    assert other.state == "done"
+    assert other.end_s - 5.0 == pytest.approx(S / NIC_BPS, rel=0.02)  # alone on the NIC: no phantom sharer

@@ -21,6 +21,7 @@ Exceptions (``SpecError`` is the model package's; the rest are this package's)::
         ├── SpecError                  bad user input; names the field and the allowed values
         └── FabricError                the fabric cannot do what was asked
             ├── NoPathError            no live path between two chips (after link or switch faults)
+            ├── FlowCancelledError     a group ended early on purpose (its instance was released)
             └── UnknownFlowGroupError  a handle id the simulator does not know
 """
 
@@ -40,6 +41,10 @@ class NoPathError(FabricError):
         super().__init__(message)
         self.src_chip = src_chip
         self.dst_chip = dst_chip
+
+
+class FlowCancelledError(FabricError):
+    """A flow group ended before its bytes were sent because its owner asked or lost its devices."""
 
 
 class UnknownFlowGroupError(FabricError, KeyError):

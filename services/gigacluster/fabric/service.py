@@ -66,6 +66,7 @@ class FlowRecord:
     tag: str
     op: str
     n_ranks: int
+    instance: str = ""  # the broker instance whose capability started it: released, its flows end
 
 
 class FabricService(Service[FabricConfig]):
@@ -88,6 +89,7 @@ class FabricService(Service[FabricConfig]):
         self.sim.advance(max(0.0, self.clock.now()))
         self.flows: OrderedDict[str, FlowRecord] = OrderedDict()
         self._by_handle: dict[str, str] = {}
+        self._by_instance: dict[str, set[str]] = {}  # instance -> its flow records' names
         self._ids = itertools.count(1)
         self._watchers: set[asyncio.Queue[str]] = set()
         self._wake = asyncio.Event()
@@ -126,6 +128,7 @@ class FabricService(Service[FabricConfig]):
         await super().start()
         self.spawn(self._drive(), "drive")
         self.spawn(self.auth.run_refresh(), "auth-refresh")
+        self.every(self.auth.refresh_s, self._end_released_tick, "end-released-flows")
         self.every(self.config.telemetry_interval_s, self._publish, "link-stats")
 
     async def stop(self) -> None:
@@ -167,6 +170,11 @@ class FabricService(Service[FabricConfig]):
                 for h in rec.handles:
                     self.sim.forget(h)
                     self._by_handle.pop(h, None)
+                names = self._by_instance.get(rec.instance)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self._by_instance[rec.instance]
                 del self.flows[name]
                 excess -= 1
                 if excess <= 0:
@@ -215,7 +223,25 @@ class FabricService(Service[FabricConfig]):
         self.flows[rec.name] = rec
         for h in rec.handles:
             self._by_handle[h] = rec.name
+        if rec.instance:
+            self._by_instance.setdefault(rec.instance, set()).add(rec.name)
         self._wake.set()
+
+    async def _end_released_tick(self) -> None:
+        self.end_released()
+
+    def end_released(self) -> int:
+        """End the pending and running flows of instances the broker has released (revoked): a tenant cannot
+        leave traffic booked ahead on links the next tenant shares. Returns how many groups it ended."""
+        ended = 0
+        for instance in [i for i in self._by_instance if self.auth.is_revoked(i)]:
+            for name in self._by_instance.pop(instance):
+                rec = self.flows.get(name)
+                for h in rec.handles if rec is not None else ():
+                    events = self.sim.cancel(h, f"cancelled: instances/{instance} was released")
+                    ended += len(events)
+                    self._events(events)
+        return ended
 
     def check_capacity(self, n: int) -> None:
         active = sum(1 for _ in self.sim.groups(active_only=True)) if len(self.flows) > MAX_ACTIVE_GROUPS else 0
@@ -327,7 +353,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         h = self.svc.sim.start_transfer(src, dst, bytes_, start_s=start, traffic_class=CLASSES[request.traffic_class],
                                         tag=request.tag)
         name = f"flows/f-{next(self.svc._ids)}"
-        rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id], h.algorithm, start, bytes_, request.tag, "send_recv", 2)
+        rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id], h.algorithm, start, bytes_, request.tag, "send_recv", 2,
+                         instance=cap.instance)
         self.svc.add(rec)
         return fabric_pb2.StartTransferResponse(name=name, start_s=start, predicted_end_s=h.predicted_end_s)
 
@@ -390,7 +417,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                    for k in range(groups)]
         name = f"flows/f-{next(self.svc._ids)}"
         rec = FlowRecord(name, f"tenants/{cap.tenant}", [h.id for h in handles], handles[0].algorithm, start,
-                         bytes_, request.tag, op, int(ranks.size))
+                         bytes_, request.tag, op, int(ranks.size), instance=cap.instance)
         self.svc.add(rec)
         return fabric_pb2.StartCollectiveResponse(name=name, algorithm=rec.algorithm, start_s=start,
                                                   predicted_end_s=max(h.predicted_end_s for h in handles))

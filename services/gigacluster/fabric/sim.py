@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gigacluster.fabric import NoPathError, UnknownFlowGroupError
+from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
 from gigacluster.fabric.collectives import (
     CollectivePlan,
     Phase,
@@ -323,6 +323,15 @@ class FlowSim:
             raise SpecError("handle_id", f"{handle_id} is still {g.state}")
         del self._groups[g.id]
         del self._by_seq[g.seq]
+
+    def cancel(self, handle_id: str, reason: str) -> list[FlowEvent]:
+        """End a pending or running group now, as failed with ``reason``; its flows leave the links at once.
+
+        A finished group is left as it is (empty list)."""
+        g = self._get(handle_id)
+        if g.state not in ("pending", "running"):
+            return []
+        return self._fail(g, self.now_s, FlowCancelledError(reason))
 
     # ---- public: stats -------------------------------------------------------------------
     def link_stats(self) -> LinkStats:

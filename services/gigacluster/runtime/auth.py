@@ -194,6 +194,10 @@ class BrokerAuth:
         self.charge(Principal("tenant", f"tenants/{cap.tenant}"))
         return cap
 
+    def is_revoked(self, instance: str) -> bool:
+        """Whether the broker has revoked ``instance`` (released it), as of the last pull."""
+        return self._verifier is not None and self._verifier.is_revoked(instance)
+
     def revoke(self, instance: str) -> None:
         """Reject the instance's tokens from now on (before the next pull from the broker)."""
         if self._verifier is not None:

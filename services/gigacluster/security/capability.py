@@ -433,6 +433,10 @@ class CapabilityVerifier:
         """Reject every token of ``instance`` issued at or before ``at_s`` (called on release)."""
         self._revoked[instance] = max(at_s, self._revoked.get(instance, float("-inf")))
 
+    def is_revoked(self, instance: str) -> bool:
+        """Whether any token of ``instance`` has been revoked (instances are released once; ids never repeat)."""
+        return instance in self._revoked
+
     def revocations(self) -> list[tuple[str, float]]:
         """The revocation list as plain data, to ship to other processes."""
         return sorted(self._revoked.items())
