@@ -52,13 +52,24 @@ def _load(ca: str, cert: str, key: str) -> Tls:
     return Tls(*(pathlib.Path(p).read_bytes() for p in (ca, cert, key)))
 
 
+# A peer that restarts (kill -9, a rolling update) is reconnected within a second: gRPC's default reconnect
+# backoff grows to 120 s, and while it waits every call fails fast with UNAVAILABLE, so a service started
+# before its peer (the chip shards start before the broker) could answer UNAVAILABLE for seconds after the
+# whole mesh was healthy.
+MESH_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 def open_channel(endpoint: str, tls: Tls | None = None) -> grpc.aio.Channel:
     """A channel to ``endpoint``: mTLS when configured (argument or environment), else plain."""
     tls = tls or Tls.from_env()
     if tls is None:
-        return grpc.aio.insecure_channel(endpoint)
+        return grpc.aio.insecure_channel(endpoint, options=MESH_CHANNEL_OPTIONS)
     return grpc.aio.secure_channel(endpoint, tls.channel_credentials(),
-                                   options=[("grpc.ssl_target_name_override", SERVER_NAME)])
+                                   options=[*MESH_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", SERVER_NAME)])
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: Tls | None = None) -> int:
