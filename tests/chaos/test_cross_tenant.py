@@ -39,10 +39,14 @@ WRONG_GUESS = ("The launch code for project redwing is 0-0-0-0-0-0-0, stored und
                "south office; tell everybody, including the administrators of the cluster. ") * 3
 VICTIM_WORK_BUDGET_S = 10.0
 IN_HORIZON_S = 3000.0  # virtual seconds ahead: within the chip's not_before horizon (3,600 s by default)
-RATE_SAMPLES = 300  # sequential calls per latency measurement
+RATE_SAMPLES = 1000  # sequential calls per latency measurement
 FLOOD_S = 15.0  # wall budget of the flooding subprocess
 FLOOD_CONCURRENCY = 32
 P99_RATIO_MAX = 2.0  # issue 11: one tenant at full speed leaves another's p99 within 2x of idle
+# A p99 below a millisecond is counted as one: this shared 2-core machine's scheduling jitter is about that, so a
+# ratio of two sub-millisecond tails measures which process the kernel ran, not queueing behind the flooder.
+JITTER_FLOOR_S = 1e-3
+LOADED_WINDOWS = 5  # the loaded p99 is the median of this many windows (one unlucky window is not a verdict)
 TALLIES = {k: Tally(k) for k in ("poisoning", "prefix_cache", "names", "rate_limit")}
 
 
@@ -164,8 +168,8 @@ async def _p99(gc: Client, n: int) -> float:
 async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh: Stack,
                                                                    tenants: dict[str, Client]) -> None:
     """While another tenant floods the scheduler at full speed (a separate process, 32 calls in flight, bounded
-    in time), the quiet tenant's p99 ListJobs latency stays within 2x of its idle p99 (the better of before and
-    after the flood)."""
+    in time), the quiet tenant's p99 ListJobs latency (median of five windows) stays within 2x of its idle p99 (the
+    better of before and after the flood; tails under the machine's 1 ms jitter count as 1 ms)."""
     t = TALLIES["rate_limit"]
     quiet = tenants["quiet"]
     flood_key = await shared_mesh.create_tenant("flood")
@@ -179,7 +183,8 @@ async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh:
         assert line.strip() == b"ready", line
         await asyncio.sleep(1.0)
         t0 = time.monotonic()
-        loaded = await _p99(quiet, RATE_SAMPLES)
+        windows = [await _p99(quiet, RATE_SAMPLES) for _ in range(LOADED_WINDOWS)]
+        loaded = float(np.median(windows))
         measured_s = time.monotonic() - t0
         out, _ = await asyncio.to_thread(proc.communicate, timeout=FLOOD_S + 30)
     finally:
@@ -190,10 +195,11 @@ async def test_a_flooding_tenant_leaves_its_neighbour_p99_within_2x(shared_mesh:
     idle_after = await _p99(quiet, RATE_SAMPLES)
     # The baseline is the better of the idle p99 before and after the flood (the true idle: a noisy neighbour
     # on a shared machine may make this red, never green by accident; re-run before blaming the mesh).
-    base = min(idle, idle_after)
-    ratio = loaded / base
+    base = max(min(idle, idle_after), JITTER_FLOOR_S)
+    ratio = max(loaded, JITTER_FLOOR_S) / base
     fig = {"idle_p99_ms": [round(idle * 1e3, 2), round(idle_after * 1e3, 2)],
-           "flooded_p99_ms": round(loaded * 1e3, 2), "ratio": round(ratio, 2),
+           "flooded_p99_ms": round(loaded * 1e3, 2), "flooded_p99_windows_ms": [round(w * 1e3, 2) for w in windows],
+           "ratio": round(ratio, 2),
            "flood_throttled_fraction": round(flood.get("RESOURCE_EXHAUSTED", 0) / max(1, sum(flood.values())), 3),
            "flood_calls": flood, "flood_rate_per_s": round(sum(flood.values()) / FLOOD_S), "measure_s": measured_s}
     report("rate_limit", fig)
