@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from tests.ops.buftool import BUF_VERSION, NPM_PREFIX
+from tests.ops.buftool import BUF_VERSION, NODE_CLIENT_PACKAGES, NODE_CLIENT_PREFIX, NPM_PREFIX
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -19,10 +19,11 @@ def _test_block() -> list[str]:
 
 
 def test_readme_test_command_installs_mosquitto_and_buf_where_the_tests_look() -> None:
-    """The README installs Mosquitto and buf (npm, the pinned version, the prefix buftool searches)."""
+    """The README installs Mosquitto, buf and the Node gRPC packages (pinned, in the prefixes the tests search)."""
     install = " ".join(_test_block()[:-1])
     assert "apt-get install -y mosquitto npm" in install
     assert f"npm install --prefix {NPM_PREFIX} @bufbuild/buf@{BUF_VERSION}" in install
+    assert f"npm install --prefix {NODE_CLIENT_PREFIX} {' '.join(NODE_CLIENT_PACKAGES)}" in install
 
 
 def test_ci_runs_exactly_the_readme_test_command_with_buf_in_the_same_place() -> None:
@@ -34,3 +35,4 @@ def test_ci_runs_exactly_the_readme_test_command_with_buf_in_the_same_place() ->
     assert step == readme_cmd
     assert f"BUF_VERSION={BUF_VERSION}" in ci
     assert 'BUF_DIR="${BUF_DIR:-/tmp/gigacluster-buf-$BUF_VERSION}"' in ci
+    assert f"NODE_CLIENT_DIR={NODE_CLIENT_PREFIX}" in ci and " ".join(NODE_CLIENT_PACKAGES) in ci
