@@ -1,12 +1,11 @@
 """buf lint and buf breaking (FILE) against the committed baseline, when the buf CLI is available.
 
-.ci/run installs buf from the npm registry and exports BUF_BIN; elsewhere a ``buf`` on PATH is used,
-and without either the tests skip (the CI step runs the same commands regardless).
+.ci/run and the README's test command install buf from the npm registry (tests/ops/buftool.py says
+where the tests look); without it the tests skip (the CI step runs the same commands regardless).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shutil
@@ -14,21 +13,16 @@ import subprocess
 
 import pytest
 
+from tests.ops.buftool import buf_exe
+
 pytestmark = pytest.mark.contract
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "protos" / "baseline" / "v1.binpb"
 
 
-def _buf() -> str:
-    exe = os.environ.get("BUF_BIN") or shutil.which("buf")
-    if not exe or not os.access(exe, os.X_OK):
-        pytest.skip("buf CLI not installed (.ci/run installs @bufbuild/buf from npm and sets BUF_BIN)")
-    return exe
-
-
 def _run(*args: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_buf(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([buf_exe(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_buf_config_is_v2_standard_lint_and_file_breaking() -> None:

@@ -20,11 +20,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gigacluster.chip.v1 import chip_pb2
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.cli.up import DEFAULT_MODEL, bring_up, stack_config
 from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.hw.catalog import facility
+from gigacluster.report import ChipTotals, cluster_it_energy_j
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import open_channel
 from gigacluster.scheduler.v1 import scheduler_pb2
 from gigacluster.stack import Stack
 
@@ -91,6 +94,18 @@ async def _record(stack: Stack, path: pathlib.Path) -> None:
                 f.write(json.dumps({"topic": str(msg.topic), "payload": json.loads(bytes(msg.payload))}) + "\n")
 
 
+async def chip_totals(stack: Stack) -> ChipTotals:
+    """Every chip shard's metered energy, devices and power, summed (the admin reads all devices)."""
+    md = call_metadata(api_key=stack.admin_key)
+    energy_j = power_w = now_s = 0.0
+    devices = 0
+    for i in range(len(stack.shard_ports)):
+        async with open_channel(stack.endpoint_of(f"chip-{i}"), stack.tls) as ch:
+            r = await chip_pb2_grpc.ChipServiceStub(ch).GetStats(chip_pb2.GetStatsRequest(), metadata=md, timeout=10)
+        energy_j, power_w, devices, now_s = energy_j + r.energy_j, power_w + r.power_w, devices + r.devices, r.now_s
+    return ChipTotals(energy_j=energy_j, devices=devices, power_w=power_w, now_s=now_s)
+
+
 def _pct(s: Any) -> str:
     return f"{s.p50_s * 1e3:.0f} / {s.p90_s * 1e3:.0f} / {s.p99_s * 1e3:.0f} ms"
 
@@ -110,6 +125,7 @@ async def demo(args: argparse.Namespace) -> int:
             key = await bring_up(stack, disaggregated=True)
             console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
             async with Client(stack.endpoints, key, tls=stack.tls) as gc:
+                chips0 = await chip_totals(stack)
                 job = await gc.submit_job_file(job_file)
                 predicted = job.predicted_step_time_s
                 duration = predicted * job.steps_total
@@ -129,9 +145,8 @@ async def demo(args: argparse.Namespace) -> int:
                         await asyncio.gather(recorder, return_exceptions=True)
                 stats = (await gc.router.GetStats(router_pb2.GetStatsRequest(
                     deployment=f"deployments/{DEFAULT_MODEL['deployment_id']}"), metadata=gc.md)).deployments[0]
-                md = call_metadata(api_key=stack.admin_key)
-                chips = await gc.chip.GetStats(chip_pb2.GetStatsRequest(), metadata=md)
-            _report(console, final, predicted, stats, chips, errors, time.monotonic() - t0)
+                chips = await chip_totals(stack)
+            _report(console, final, predicted, stats, chips0, chips, errors, time.monotonic() - t0)
             if args.record:
                 out = pathlib.Path(args.record)
                 with (out / "run.jsonl").open("a") as f:
@@ -146,8 +161,8 @@ async def demo(args: argparse.Namespace) -> int:
     return 0 if final.state == scheduler_pb2.Job.STATE_SUCCEEDED else 1
 
 
-def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: Any, chips: Any,
-            errors: list[str], wall_s: float) -> None:
+def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: Any, chips0: ChipTotals,
+            chips: ChipTotals, errors: list[str], wall_s: float) -> None:
     t = Table(title="gigacluster demo report (virtual time)", show_header=False)
     t.add_column("metric")
     t.add_column("value")
@@ -169,8 +184,17 @@ def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: A
               f"{stats.prefix_hit_rate * 100:.0f}%")
     t.add_row("KV caches over the fabric", f"{stats.kv_transfers} transfers, {stats.kv_transfer_bytes / 1e9:.2f} GB "
               "(prefill and decode replicas on different chips, sharing the fabric with training)")
-    t.add_row("cluster chips", f"{chips.devices} devices, {chips.energy_j / 3.6e6:.3f} kWh drawn since start, "
-              f"{chips.power_w / 1e3:.1f} kW now")
+    # The cluster on the job's boundary: IT (chips plus each chip's host share), from submission to the
+    # end, every chip (the idle ones too). Link energy is booked per job only, so it is not in here.
+    window_s = chips.now_s - chips0.now_s
+    it_j = cluster_it_energy_j(chips.energy_j - chips0.energy_j, chips.devices, window_s)
+    u = job.usage
+    pue = u.energy_facility_j / u.energy_it_j if u.energy_it_j > 0 else facility().pue_default  # the job's PUE
+    t.add_row("cluster energy (same boundary)",
+              f"{it_j / 3.6e6:.3f} kWh IT, {it_j * pue / 3.6e6:.3f} kWh at the meter: all "
+              f"{chips.devices} chips with their host share, idle ones included, over the "
+              f"{window_s:.0f} s from submission to the end (the job: its {job.usage.chip_hours:.2f} chip-hours only)")
+    t.add_row("cluster chips now", f"{chips.devices} devices, {chips.power_w / 1e3:.1f} kW (chips alone)")
     t.add_row("wall time", f"{wall_s:.1f} s")
     console.print(t)
     for e in errors[:5]:

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from gigacluster.client import Client, load_credentials
+from gigacluster.client import Client, load_credentials, state_dir
 from gigacluster.errors import DomainError
 from gigacluster.loadtest import report, runner, scenario
 
@@ -25,7 +25,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("loadtest", help="run an open-loop load scenario against a running cluster")
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (see loadtest/)")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override the scenario's duration_s")
-    p.add_argument("--out", default="", metavar="DIR", help="output directory (default loadtest-out/<name>-<time>)")
+    p.add_argument("--out", default="", metavar="DIR",
+                   help="output directory (default ~/.gigacluster/<cluster>/loadtest/<name>-<time>, outside the tree)")
     p.add_argument("--http", default="", metavar="URL",
                    help="router's OpenAI-compatible base URL for HTTP streams (default http://<router host>:8000)")
     p.add_argument("--cluster", default="local", help="cluster whose credentials to read (default local)")
@@ -41,6 +42,12 @@ def target_from(args: argparse.Namespace) -> runner.Target:
     return runner.Target(client.endpoints, client.api_key, admin, http)
 
 
+def default_out(name: str, cluster: str = "local") -> pathlib.Path:
+    """Where a run's table, JSON and PNG go without ``--out``: the cluster's state directory
+    (``GIGACLUSTER_HOME`` or ~/.gigacluster), never the working tree."""
+    return state_dir(cluster) / "loadtest" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         sc = scenario.load(args.scenario)
@@ -49,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     except (DomainError, OSError) as exc:
         print(f"gigacluster loadtest: {exc}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.out or f"loadtest-out/{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = pathlib.Path(args.out) if args.out else default_out(sc.name, args.cluster)
     try:
         result = asyncio.run(runner.run(sc, target_from(args), progress=lambda m: print(m, file=sys.stderr)))
     except DomainError as exc:

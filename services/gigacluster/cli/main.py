@@ -19,6 +19,7 @@ from gigacluster.cli import (
     loadtest_cmd,
     mqtt_files,
     planning,
+    protos_cmd,
     report_cmds,
     serve,
     trace_cmds,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.register(sub)
     mqtt_files.register(sub)
     loadtest_cmd.register(sub)
+    protos_cmd.register(sub)
     return parser
 
 

@@ -2,7 +2,8 @@
 
 A service is a :class:`Service` subclass: it adds its servicers to the server, may run
 background tasks, and stops cleanly. ``create_server`` wires the standard health service and
-server reflection; ``serve`` runs until SIGTERM/SIGINT and stops with a grace period.
+server reflection (v1 and v1alpha, runtime/reflection.py); ``serve`` runs until SIGTERM/SIGINT and
+stops with a grace period.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any, Generic, TypeVar
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from gigacluster.errors import InvalidArgument
@@ -29,6 +29,7 @@ from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
 from gigacluster.runtime.errors import preview, to_status
 from gigacluster.runtime.metrics import serve_metrics
+from gigacluster.runtime.reflection import enable as enable_reflection
 from gigacluster.runtime.telemetry import Telemetry
 from gigacluster.security import RateLimited
 from gigacluster.security.ratelimit import CALLER_KEY, PREPAID, TenantRateLimiter
@@ -298,7 +299,7 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for n in [*names, ""]:
         await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    enable_reflection(names, server)
     port = add_port(server, cfg.address)
     if port == 0:
         raise OSError(f"cannot bind {cfg.address}")
