@@ -394,10 +394,15 @@ class _Seq:
 
 
 class ReplicaEngine:
-    """Continuous batching for one replica (see the module docstring). Not thread-safe."""
+    """Continuous batching for one replica (see the module docstring). Not thread-safe.
 
-    def __init__(self, cfg: ReplicaConfig) -> None:
+    ``model_energy=False`` books no energy to requests unless :meth:`complete` is given it (the
+    offline simulator, which reports none, saves the power model's cost on every iteration).
+    """
+
+    def __init__(self, cfg: ReplicaConfig, *, model_energy: bool = True) -> None:
         self.cfg = cfg
+        self.model_energy = model_energy
         self._chip = cfg.chip_spec
         self._shape = cfg.shard
         self._pool = BlockPool(cfg.kv_blocks)
@@ -833,9 +838,10 @@ class ReplicaEngine:
         valid = self._epoch[it.slots] == it.epochs  # a cancelled or preempted slot is skipped
         slots, new = it.slots[valid], it.new_tokens[valid]
         total_new = int(it.new_tokens.sum())
-        if total_new > 0 and slots.size:
-            e = self.iteration_energy_j(it) if energy_j is None else energy_j
-            self._energy[slots] += e * new / total_new
+        if energy_j is None and self.model_energy:
+            energy_j = self.iteration_energy_j(it)
+        if energy_j and total_new > 0 and slots.size:
+            self._energy[slots] += energy_j * new / total_new
         self._computed[slots] += new
         emit = slots[self._computed[slots] == self._length[slots]]
         if emit.size == 0:
