@@ -5,26 +5,35 @@ A thin adapter: it authenticates ``Authorization: Bearer <api key>`` through the
 Generate takes (no loopback: one process, one event loop, no second serialisation, and the
 admission decision and its retry-after come back as the same domain error). Routes:
 
-* ``GET /v1/models``: the caller's ready deployments (``id`` = deployment id);
+* ``GET /health`` and ``GET``/``POST /ping`` (as vLLM): 200 with an empty body once the router
+  serves, 503 while it restores its deployments; no key, nothing said;
+* ``GET /v1/models``: the caller's ready deployments (``id`` = deployment id, ``created`` = when
+  it was created); ``GET /v1/models/{id}``: one of them;
 * ``POST /v1/completions``: ``prompt`` as a string or token ids (or a list of one of either);
 * ``POST /v1/chat/completions``: ``messages`` rendered to text by :func:`render_chat`.
 
 Both POST routes take ``model``, ``max_tokens`` (chat: or ``max_completion_tokens``), ``stream``
-(server-sent events, ``data: {...}`` then ``data: [DONE]``), ``stream_options.include_usage``
-and the extensions ``priority`` (as vLLM) and ``request_id``. Sampling parameters
-(``temperature``, ``top_p``, ``seed``, ``stop`` ...) are accepted and ignored: output tokens are
-deterministic and every request runs to ``max_tokens``. Responses carry the usual ``usage`` plus
-a ``gigacluster`` object with the virtual timings (TTFT, queue, end-to-end, KV transfer).
+(server-sent events, ``data: {...}`` then ``data: [DONE]``), ``stream_options`` (``include_usage``,
+vLLM's ``continuous_usage_stats``), ``stop`` and the extensions ``priority`` (as vLLM),
+``request_id`` and ``ignore_eos`` (as vLLM). Sampling parameters (:data:`NO_EFFECT`) are accepted
+and change nothing (the text is deterministic); what the emulator cannot do (:data:`OFF_ONLY`:
+``logprobs``, ``n`` > 1, ``best_of``, tools ...) and unknown fields are refused with a 400 naming
+them. Responses carry the usual ``usage`` (plus ``energy_j``) and a ``gigacluster`` object with
+the virtual timings (TTFT, queue, end-to-end, KV transfer).
 
-``max_tokens`` left out or ``null`` means the router's ``default_max_tokens`` (16, OpenAI's
-default for completions); it must otherwise be an integer in ``[1, max_tokens_limit]``.
+``max_tokens`` left out or ``null``: the output ends at an end-of-sequence drawn from a trace's
+output lengths (:mod:`gigacluster.inference.outputs`), capped by ``default_max_tokens`` (16,
+OpenAI's default for completions) or, for chat, by the context left (as vLLM). Otherwise it must
+be an integer in ``[1, max_tokens_limit]`` and the request runs to it unless a ``stop`` string ends
+it first (``finish_reason`` "stop").
 
 Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``, never a bare
-500: 400 for a bad field, an undecodable body, JSON nested deeper than ``http_max_json_depth`` or
-a non-finite number (``NaN``, ``Infinity``); 413 for a body over ``http_max_body_bytes``; 401/403;
-404 for an unknown model (or another tenant's); 429 with ``Retry-After`` (whole seconds, rounded
-up) and ``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent;
-503 (retry) while its chips restart. A request shed from the queue before its first token still
+500 (``type``: :func:`error_type`): 400 for a bad field, an undecodable body, JSON nested deeper
+than ``http_max_json_depth`` or a non-finite number (``NaN``, ``Infinity``); 401; 404 for an
+unknown model (or another tenant's) or path; 405 with ``Allow``; 413 for a body over
+``http_max_body_bytes``; 429 with ``Retry-After`` (whole seconds, rounded up) and
+``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent; 503
+(retry) while its chips restart. A request shed from the queue before its first token still
 gets its 429: the response starts only once the first token exists.
 """
 
