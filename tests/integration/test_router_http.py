@@ -425,3 +425,27 @@ async def test_usage_reports_the_requests_energy(env: dict[str, Any]) -> None:
         assert r.usage is not None and (r.usage.model_extra or {})["energy_j"] > 0
     finally:
         await client.close()
+
+
+async def test_guidellm_shaped_client_validates_and_streams(env: dict[str, Any]) -> None:
+    """The requests guidellm's OpenAI HTTP backend sends: its /health check (raise_for_status), /v1/models, then a
+    chat stream with max_completion_tokens, ignore_eos, text content parts and continuous_usage_stats."""
+    target = env["base"].rstrip("/").removesuffix("/v1")  # guidellm strips /v1 from --target
+    headers = {"Authorization": f"Bearer {env['key']}"}
+    async with aiohttp.ClientSession(raise_for_status=True) as s:
+        async with s.get(f"{target}/health", headers=headers) as r:
+            assert r.status == 200
+        async with s.get(f"{target}/v1/models", headers=headers) as r:
+            assert "chat" in [m["id"] for m in (await r.json())["data"]]
+        body = {"model": "chat", "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "max_completion_tokens": 12, "ignore_eos": True,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "benchmark me"}]}]}
+        async with s.post(f"{target}/v1/chat/completions", json=body, headers=headers) as r:
+            lines = [ln.decode().strip() async for ln in r.content if ln.startswith(b"data:")]
+    assert lines[-1] == "data: [DONE]"
+    objs = [json.loads(ln[5:]) for ln in lines[:-1]]
+    with_tokens = [o for o in objs if o["choices"] and o["choices"][0]["delta"].get("content")]
+    done = [o["usage"]["completion_tokens"] for o in with_tokens]
+    assert done == sorted(done) and done[-1] == 12 and objs[-1]["usage"]["completion_tokens"] == 12
+    assert [o["choices"][0]["finish_reason"] for o in objs if o["choices"]][-1] == "length"
