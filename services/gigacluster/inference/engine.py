@@ -198,12 +198,12 @@ class Request:
     arrival_s: float = 0.0
     tenant: str = ""
     handoff: Handoff | None = None
-    # The output ends with an end-of-sequence after this many tokens (finish_reason "stop") unless
-    # max_tokens ends it first ("length"); 0 = no end-of-sequence (every request runs to max_tokens).
-    eos_after: int = 0
     # Prefix-cache salt (vLLM's cache_salt): blocks are shared only between requests with equal salts.
     # Empty = the tenant. The router salts with the caller, so not even the admin can probe a tenant's cache.
     cache_salt: str = ""
+    # The output ends with an end-of-sequence after this many tokens (finish_reason "stop") unless
+    # max_tokens ends it first ("length"); 0 = no end-of-sequence (every request runs to max_tokens).
+    eos_after: int = 0
     _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
