@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,8 +26,12 @@ from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.fabric.topology import TIER_NAMES, TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.hw.catalog import get_chip
 from gigacluster.inference.engine import ReplicaConfig
+from gigacluster.inference.outputs import eos_after, find_stop, output_token_ids
+from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model.arch import preset
+from gigacluster.model.power import host_overhead_w
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
@@ -49,6 +54,7 @@ async def env(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> Async
                       extra_env={"GIGACLUSTER_FABRIC_OVERSUBSCRIPTION": str(OVERSUB),
                                  "GIGACLUSTER_FABRIC_INFERENCE_WEIGHT": "1"})
     st = Stack(cfg)
+    t0 = time.time()
     await st.start()
     try:
         key = await st.create_tenant("svc")
@@ -63,7 +69,7 @@ async def env(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> Async
                 deployment_id="chat", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm",
                 replicas=1, max_batch=2, max_queue=2), metadata=gc.md)).deployment
             yield {"stack": st, "key": key, "gc": gc, "tr": tr, "train_inst": inst, "pd": pd, "chat": chat,
-                   "base": st.openai_base_url}
+                   "base": st.openai_base_url, "train_key": train_key, "t0": t0}
     finally:
         await st.stop()
 
@@ -81,7 +87,7 @@ async def test_models_lists_ready_deployments_and_errors_are_openai_json(env: di
             body = await r.json()
         assert body["object"] == "list" and sorted(m["id"] for m in body["data"]) == ["chat", "pd"]
         async with s.get(f"{base}/models", headers=_auth("gc_bogus")) as r:
-            assert r.status == 401 and (await r.json())["error"]["type"] == "authentication_error"
+            assert r.status == 401 and (await r.json())["error"]["type"] == "invalid_request_error"
         async with s.post(f"{base}/completions", headers=_auth(key),
                           json={"model": "nope", "prompt": "hi", "max_tokens": 2}) as r:
             err = (await r.json())["error"]
@@ -138,8 +144,10 @@ async def test_raw_sse_stream_is_well_formed(env: dict[str, Any]) -> None:
     assert [o["choices"][0]["finish_reason"] for o in choice_events][-1] == "length"
     times = [o["gigacluster"]["time_s"] for o in choice_events]
     assert times == sorted(times)  # virtual timestamps advance
-    assert objs[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 10, "total_tokens": 14,
-                                 "prompt_tokens_details": {"cached_tokens": 0}}
+    usage = objs[-1]["usage"]
+    assert usage.pop("energy_j") > 0
+    assert usage == {"prompt_tokens": 4, "completion_tokens": 10, "total_tokens": 14,
+                     "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 async def test_saturation_is_429_with_retry_after(env: dict[str, Any]) -> None:
@@ -259,3 +267,185 @@ async def test_client_disconnect_frees_the_request(env: dict[str, Any]) -> None:
             break
         await asyncio.sleep(0.05)
     assert st.running == 0 and st.queue_depth == 0
+
+
+# ----------------------------------------------------------------------------- issue 17: real clients
+
+
+def _client(env: dict[str, Any], key: str | None = None) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=env["base"], api_key=key or env["key"], max_retries=0)
+
+
+def _rid_with_eos(lo: int, hi: int, prefix: str) -> str:
+    """A request id whose drawn end-of-sequence falls in [lo, hi] tokens (the draw is seeded by the id)."""
+    return next(f"{prefix}-{i}" for i in range(10_000) if lo <= eos_after(f"{prefix}-{i}") <= hi)
+
+
+async def test_health_and_ping_answer_without_a_key_and_say_nothing(env: dict[str, Any]) -> None:
+    """GET /health and /ping on the OpenAI port answer 200 with an empty body, with or without a key (as vLLM)."""
+    root = env["base"].removesuffix("/v1")
+    async with aiohttp.ClientSession() as s:
+        for path, headers in (("/health", {}), ("/health", _auth("gc_bogus")), ("/ping", {})):
+            async with s.get(root + path, headers=headers) as r:
+                assert (r.status, await r.read()) == (200, b"")
+        async with s.post(root + "/ping") as r:
+            assert r.status == 200
+
+
+async def test_405_and_unknown_paths_are_invalid_request_errors(env: dict[str, Any]) -> None:
+    """A GET on a POST route is 405 invalid_request_error with Allow: POST; an unknown path 404 of the same type."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{env['base']}/chat/completions", headers=_auth(env["key"])) as r:
+            err = (await r.json())["error"]
+            assert r.status == 405 and err["type"] == "invalid_request_error" and r.headers["Allow"] == "POST"
+        async with s.get(f"{env['base']}/embeddings", headers=_auth(env["key"])) as r:
+            assert r.status == 404 and (await r.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_openai_client_retrieves_a_model_with_its_creation_time(env: dict[str, Any]) -> None:
+    """client.models.retrieve works and reports when the deployment was created; unknown or another tenant's: 404."""
+    client, other = _client(env), _client(env, env["train_key"])
+    try:
+        m = await client.models.retrieve("chat")
+        assert m.id == "chat" and m.owned_by == "tenants/svc" and env["t0"] <= m.created <= time.time()
+        listed = {x.id: x.created async for x in client.models.list()}
+        assert listed["chat"] == m.created and listed["pd"] >= env["t0"]
+        for c, name in ((client, "nope"), (other, "chat")):
+            with pytest.raises(openai.NotFoundError) as e:
+                await c.models.retrieve(name)
+            assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+    finally:
+        await client.close()
+        await other.close()
+
+
+async def test_chat_without_max_tokens_ends_at_its_end_of_sequence(env: dict[str, Any]) -> None:
+    """No max_tokens: the output ends at the drawn end-of-sequence ('stop'); a smaller max_tokens ends it ('length')."""
+    client = _client(env)
+    msgs = [{"role": "user", "content": "Tell me about chips"}]
+    try:
+        rid = _rid_with_eos(20, 60, "eos")
+        r = await client.chat.completions.create(model="chat", messages=msgs,  # type: ignore[arg-type]
+                                                 extra_body={"request_id": rid})
+        assert r.choices[0].finish_reason == "stop" and r.usage is not None
+        assert r.usage.completion_tokens == eos_after(rid)
+        rid2 = _rid_with_eos(20, 60, "eos-stream")
+        stream = await client.chat.completions.create(model="chat", messages=msgs,  # type: ignore[arg-type]
+                                                      stream=True, stream_options={"include_usage": True},
+                                                      extra_body={"request_id": rid2})
+        chunks = [c async for c in stream]
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == eos_after(rid2)
+        r = await client.chat.completions.create(model="chat", messages=msgs,  # type: ignore[arg-type]
+                                                 max_tokens=5, extra_body={"request_id": _rid_with_eos(20, 60, "l")})
+        assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("length", 5)  # type: ignore[union-attr]
+        # Completions keep OpenAI's default of 16; ignore_eos (vLLM's, as guidellm sends it) runs to that cap.
+        c = await client.completions.create(model="chat", prompt="hi",
+                                            extra_body={"request_id": _rid_with_eos(100, 400, "c")})
+        assert (c.choices[0].finish_reason, c.usage.completion_tokens) == ("length", 16)  # type: ignore[union-attr]
+        c = await client.completions.create(model="chat", prompt="hi", extra_body={
+            "request_id": _rid_with_eos(2, 10, "ie"), "ignore_eos": True})
+        assert (c.choices[0].finish_reason, c.usage.completion_tokens) == ("length", 16)  # type: ignore[union-attr]
+    finally:
+        await client.close()
+
+
+def _expected_text(rid: str, n: int) -> str:
+    tok = Tokenizer(preset("llama3-8b").vocab)
+    return tok.decode(output_token_ids(rid, n, tok.vocab).tolist())
+
+
+async def test_stop_strings_end_the_output_over_http_and_grpc(env: dict[str, Any]) -> None:
+    """A stop string in the emulated text ends it: text up to it, finish_reason 'stop', the same over gRPC."""
+    client = _client(env)
+    try:
+        rid = "stop-http"
+        text = _expected_text(rid, 40)
+        stop = text[60:65]
+        want = text[: text.find(stop)]
+        at = find_stop(Tokenizer(preset("llama3-8b").vocab), rid, 40, [stop])
+        assert at is not None
+        r = await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "go"}],
+                                                 max_tokens=40, stop=[stop, "\x00never"],
+                                                 extra_body={"request_id": rid})
+        assert r.choices[0].message.content == want and r.choices[0].finish_reason == "stop"
+        assert r.usage is not None and r.usage.completion_tokens == at.tokens
+        stream = await client.completions.create(model="chat", prompt="go", max_tokens=40, stop=stop, stream=True,
+                                                 extra_body={"request_id": rid + "-s"})
+        s_text = _expected_text(rid + "-s", 40)
+        got = [c async for c in stream]
+        cut = s_text.find(stop)
+        assert "".join(c.choices[0].text for c in got) == (s_text[:cut] if cut >= 0 else s_text)
+        assert got[-1].choices[0].finish_reason == ("stop" if cut >= 0 else "length")
+        gc = env["gc"]
+        out = [x async for x in gc.router.Generate(router_pb2.GenerateRequest(
+            model="chat", text="go", max_tokens=40, stop=[stop], request_id="stop-grpc"), metadata=gc.md)]
+        g_text = _expected_text("stop-grpc", 40)
+        g_cut = g_text.find(stop)
+        assert "".join(x.text for x in out) == (g_text[:g_cut] if g_cut >= 0 else g_text)
+        assert out[-1].finish_reason == ("stop" if g_cut >= 0 else "length")
+    finally:
+        await client.close()
+
+
+async def test_unsupported_parameters_are_a_400_naming_them(env: dict[str, Any]) -> None:
+    """logprobs, n > 1, best_of, tools and unknown fields are refused by name (openai's BadRequestError)."""
+    client = _client(env)
+    msgs = [{"role": "user", "content": "hi"}]
+    try:
+        for kw, param in (({"logprobs": True}, "logprobs"), ({"n": 2}, "n"),
+                          ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
+                          ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools")):
+            with pytest.raises(openai.BadRequestError) as e:
+                await client.chat.completions.create(model="chat", messages=msgs, max_tokens=2,  # type: ignore[arg-type]
+                                                     **kw)  # type: ignore[call-overload]
+            assert e.value.body["param"] == param and param in e.value.body["message"]  # type: ignore[index]
+        with pytest.raises(openai.BadRequestError) as e:
+            await client.completions.create(model="chat", prompt="hi", max_tokens=2, best_of=3)
+        assert e.value.body["param"] == "best_of"  # type: ignore[index]
+        ok = await client.chat.completions.create(model="chat", messages=msgs, max_tokens=2,  # type: ignore[arg-type]
+                                                  temperature=0.7, top_p=0.9, seed=1, n=1, logprobs=False)
+        assert ok.usage is not None and ok.usage.completion_tokens == 2
+    finally:
+        await client.close()
+
+
+async def test_usage_reports_the_requests_energy(env: dict[str, Any]) -> None:
+    """gRPC GenerateUsage.energy_j and the HTTP usage's energy_j: between idle and TDP power over its batch time."""
+    gc = env["gc"]
+    out = await _generate(gc, "chat", [300 + i for i in range(500)], 50)
+    u = out[-1].usage
+    chip = get_chip("h100-sxm")
+    busy_s = u.e2e_s - u.queue_s  # alone on the replica: in every iteration from its first to its last
+    assert 0.5 * (chip.idle_w + host_overhead_w()) * busy_s < u.energy_j < (chip.tdp_w + host_overhead_w()) * u.e2e_s
+    print(f"\n500-token prompt + 50 tokens on one H100: {u.energy_j:.1f} J over {busy_s * 1e3:.0f} ms")
+    client = _client(env)
+    try:
+        r = await client.completions.create(model="chat", prompt="energy", max_tokens=8)
+        assert r.usage is not None and (r.usage.model_extra or {})["energy_j"] > 0
+    finally:
+        await client.close()
+
+
+async def test_guidellm_shaped_client_validates_and_streams(env: dict[str, Any]) -> None:
+    """The requests guidellm's OpenAI HTTP backend sends: its /health check (raise_for_status), /v1/models, then a
+    chat stream with max_completion_tokens, ignore_eos, text content parts and continuous_usage_stats."""
+    target = env["base"].rstrip("/").removesuffix("/v1")  # guidellm strips /v1 from --target
+    headers = {"Authorization": f"Bearer {env['key']}"}
+    async with aiohttp.ClientSession(raise_for_status=True) as s:
+        async with s.get(f"{target}/health", headers=headers) as r:
+            assert r.status == 200
+        async with s.get(f"{target}/v1/models", headers=headers) as r:
+            assert "chat" in [m["id"] for m in (await r.json())["data"]]
+        body = {"model": "chat", "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "max_completion_tokens": 12, "ignore_eos": True,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "benchmark me"}]}]}
+        async with s.post(f"{target}/v1/chat/completions", json=body, headers=headers) as r:
+            lines = [ln.decode().strip() async for ln in r.content if ln.startswith(b"data:")]
+    assert lines[-1] == "data: [DONE]"
+    objs = [json.loads(ln[5:]) for ln in lines[:-1]]
+    with_tokens = [o for o in objs if o["choices"] and o["choices"][0]["delta"].get("content")]
+    done = [o["usage"]["completion_tokens"] for o in with_tokens]
+    assert done == sorted(done) and done[-1] == 12 and objs[-1]["usage"]["completion_tokens"] == 12
+    assert [o["choices"][0]["finish_reason"] for o in objs if o["choices"]][-1] == "length"

@@ -41,6 +41,7 @@ from gigacluster.inference.kvcache import BlockPool
 from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape, allreduce_bytes, batch_work
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
+from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
 from gigacluster.model.roofline import Work, works_time_s
 
 # Token ids below this are the tokenizer's raw bytes; synthetic output stays above them so it
@@ -180,6 +181,7 @@ class Handoff:
     first_token_s: float
     cached_tokens: int = 0
     kv_transfer_s: float = 0.0
+    energy_j: float = 0.0  # the prefill side's share of its batch iterations
 
 
 @dataclasses.dataclass(eq=False)
@@ -199,6 +201,9 @@ class Request:
     # Prefix-cache salt (vLLM's cache_salt): blocks are shared only between requests with equal salts.
     # Empty = the tenant. The router salts with the caller, so not even the admin can probe a tenant's cache.
     cache_salt: str = ""
+    # The output ends with an end-of-sequence after this many tokens (finish_reason "stop") unless
+    # max_tokens ends it first ("length"); 0 = no end-of-sequence (every request runs to max_tokens).
+    eos_after: int = 0
     _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +215,8 @@ class Request:
             raise SpecError("max_tokens", f"must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.priority, int | np.integer):
             raise SpecError("priority", f"must be an integer, got {self.priority!r}")
+        if not isinstance(self.eos_after, int | np.integer) or self.eos_after < 0:
+            raise SpecError("eos_after", f"must be an integer >= 0, got {self.eos_after!r}")
 
     def block_hashes(self, block_size: int) -> list[int]:
         """Chained hashes of the full prompt blocks, salted by tenant (computed once per size)."""
@@ -237,6 +244,8 @@ class RequestSummary:
     preemptions: int
     finish_reason: str
     kv_transfer_s: float = 0.0
+    # IT energy of the request's share of every batch iteration it took part in (see iteration_energy_j).
+    energy_j: float = 0.0
 
     @property
     def queue_s(self) -> float:
@@ -345,8 +354,9 @@ class ReplicaStats:
 class _Seq:
     """Per-request state that survives preemption."""
 
-    __slots__ = ("cached", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "kv_ready", "last_tok_s",
-                 "matched", "max_out", "order", "preemptions", "prompt_len", "registered", "req", "seed")
+    __slots__ = ("cached", "energy_j", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "kv_ready",
+                 "last_tok_s", "matched", "max_out", "order", "preemptions", "prompt_len", "registered", "req",
+                 "seed")
 
     def __init__(self, req: Request, order: int, *, max_out: int) -> None:
         self.req = req
@@ -364,6 +374,7 @@ class _Seq:
         self.first_tok_s = math.nan
         self.last_tok_s = math.nan
         self.seed = stable_u64(req.id)
+        self.energy_j = 0.0
         h = req.handoff
         # A handed-off sequence arrives with its prompt's KV and its first token.
         self.kv_ready = h is not None
@@ -372,6 +383,7 @@ class _Seq:
             self.cached = h.cached_tokens
             self.first_sched_s = h.first_scheduled_s
             self.first_tok_s = self.last_tok_s = h.first_token_s
+            self.energy_j = h.energy_j
 
     def prefill_tokens(self) -> int:
         """Tokens to (re)compute when started: the prompt plus any output before a preemption."""
@@ -382,10 +394,15 @@ class _Seq:
 
 
 class ReplicaEngine:
-    """Continuous batching for one replica (see the module docstring). Not thread-safe."""
+    """Continuous batching for one replica (see the module docstring). Not thread-safe.
 
-    def __init__(self, cfg: ReplicaConfig) -> None:
+    ``model_energy=False`` books no energy to requests unless :meth:`complete` is given it (the
+    offline simulator, which reports none, saves the power model's cost on every iteration).
+    """
+
+    def __init__(self, cfg: ReplicaConfig, *, model_energy: bool = True) -> None:
         self.cfg = cfg
+        self.model_energy = model_energy
         self._chip = cfg.chip_spec
         self._shape = cfg.shard
         self._pool = BlockPool(cfg.kv_blocks)
@@ -405,6 +422,8 @@ class ReplicaEngine:
         self._order = np.zeros(n, dtype=np.int64)
         self._seed = np.zeros(n, dtype=np.uint64)
         self._last_tok = np.zeros(n, dtype=np.float64)
+        self._eos = np.zeros(n, dtype=np.int64)  # end-of-sequence output length (0 = none)
+        self._energy = np.zeros(n, dtype=np.float64)  # joules booked to the slot's request so far
         self._waiting: dict[int, deque[_Seq]] = {}
         self._queued = 0
         self._queued_prompt = 0
@@ -697,6 +716,8 @@ class ReplicaEngine:
             self._order_seq += 1
             self._seed[slot] = seq.seed
             self._last_tok[slot] = seq.last_tok_s
+            self._eos[slot] = seq.req.eos_after
+            self._energy[slot] = seq.energy_j
             n = new_tokens if require_all_prompt else min(new_tokens, budget)
             out[slot] = n
             budget -= n
@@ -728,6 +749,8 @@ class ReplicaEngine:
         self._order_seq += 1
         self._seed[slot] = seq.seed
         self._last_tok[slot] = seq.last_tok_s
+        self._eos[slot] = seq.req.eos_after
+        self._energy[slot] = seq.energy_j
         return slot
 
     def _release_slot(self, slot: int, *, keep_kv: bool = False) -> None:
@@ -740,6 +763,8 @@ class ReplicaEngine:
         seq.held = []
         seq.gen = int(self._gen[slot])
         seq.last_tok_s = float(self._last_tok[slot])
+        seq.energy_j = float(self._energy[slot])
+        self._energy[slot] = 0.0
         self._seqs[slot] = None
         del self._slot_of[seq.req.id]
         self._active[slot] = False
@@ -780,17 +805,43 @@ class ReplicaEngine:
         )
 
     # ----------------------------------------------------------------------------- completion
-    def complete(self, it: Iteration, end_s: float) -> list[TokenEvent]:
-        """Apply a finished iteration; returns one TokenEvent per token produced."""
-        return self.complete_batch(it, end_s).events()
+    def iteration_energy_j(self, it: Iteration, *, duration_s: float | None = None,
+                           above_idle_j: float | None = None) -> float:
+        """IT energy of one batch iteration on the replica's ``tp`` chips, joules.
 
-    def complete_batch(self, it: Iteration, end_s: float) -> CompletionBatch:
-        """As :meth:`complete`, returning arrays (no per-token objects)."""
+        The terms of a training step's (``scheduler.runner.step_energy_it_j``): every chip at idle
+        power plus its host share for the iteration's duration, the energy its work draws above
+        idle (:mod:`gigacluster.model.power`), and the scale-up link energy of the tensor-parallel
+        all-reduces (a ring moves ``2 (tp - 1)`` times the per-shard bytes over the links). Offline
+        the duration is ``predicted_s`` and the work runs at full clock; the live router passes
+        what the chip service measured (``duration_s``, ``above_idle_j`` for all ``tp`` chips).
+        """
+        chip, tp = self._chip, self.cfg.tp
+        dur = it.predicted_s if duration_s is None else duration_s
+        above = tp * works_energy_above_idle_j(chip, it.work) if above_idle_j is None else above_idle_j
+        return (tp * (chip.idle_w + host_overhead_w()) * dur + above
+                + link_energy_j(2.0 * (tp - 1) * it.allreduce_bytes, 0.0))
+
+    def complete(self, it: Iteration, end_s: float, *, energy_j: float | None = None) -> list[TokenEvent]:
+        """Apply a finished iteration; returns one TokenEvent per token produced."""
+        return self.complete_batch(it, end_s, energy_j=energy_j).events()
+
+    def complete_batch(self, it: Iteration, end_s: float, *, energy_j: float | None = None) -> CompletionBatch:
+        """As :meth:`complete`, returning arrays (no per-token objects).
+
+        The iteration's energy (``energy_j``, else :meth:`iteration_energy_j` of the model) is
+        shared among its requests in proportion to the tokens each had computed in it.
+        """
         if self._inflight is None or it is not self._inflight:
             raise EngineStateError("complete() must be given the iteration in flight")
         self._inflight = None
         valid = self._epoch[it.slots] == it.epochs  # a cancelled or preempted slot is skipped
         slots, new = it.slots[valid], it.new_tokens[valid]
+        total_new = int(it.new_tokens.sum())
+        if energy_j is None and self.model_energy:
+            energy_j = self.iteration_energy_j(it)
+        if energy_j and total_new > 0 and slots.size:
+            self._energy[slots] += energy_j * new / total_new
         self._computed[slots] += new
         emit = slots[self._computed[slots] == self._length[slots]]
         if emit.size == 0:
@@ -802,7 +853,9 @@ class ReplicaEngine:
         self._gen[emit] += 1
         self._length[emit] += 1
         self._last_tok[emit] = end_s
-        finished = (self._gen[emit] >= self._max[emit]) | (self._length[emit] >= self.cfg.arch.seq_len)
+        eos = self._eos[emit]
+        eos_hit = (eos > 0) & (self._gen[emit] >= eos)
+        finished = eos_hit | (self._gen[emit] >= self._max[emit]) | (self._length[emit] >= self.cfg.arch.seq_len)
         ids = []
         summaries = []
         bs = self.cfg.block_size
@@ -823,7 +876,7 @@ class ReplicaEngine:
                 seq.registered = True
             if finished[k]:
                 seq.gen = int(self._gen[slot])
-                handoff = self.cfg.role == "prefill" and seq.req.max_tokens > seq.gen
+                handoff = self.cfg.role == "prefill" and seq.req.max_tokens > seq.gen and not eos_hit[k]
                 self._release_slot(slot, keep_kv=handoff)
                 del self._by_id[seq.req.id]
                 self._finished += 1
@@ -832,8 +885,9 @@ class ReplicaEngine:
                     arrival_s=float(seq.req.arrival_s), first_scheduled_s=seq.first_sched_s,
                     first_token_s=seq.first_tok_s, finish_s=end_s, prompt_tokens=seq.prompt_len,
                     output_tokens=seq.gen, cached_tokens=seq.cached, preemptions=seq.preemptions,
-                    finish_reason="prefilled" if handoff else "length",
+                    finish_reason="prefilled" if handoff else "stop" if eos_hit[k] else "length",
                     kv_transfer_s=seq.req.handoff.kv_transfer_s if seq.req.handoff is not None else 0.0,
+                    energy_j=seq.energy_j,
                 ))
         return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
 

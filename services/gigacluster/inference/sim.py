@@ -57,7 +57,7 @@ def simulate(
         raise SpecError("replicas", f"must be an integer >= 1, got {replicas!r}")
     pol = make_policy(policy) if isinstance(policy, str) else policy
     rng = np.random.default_rng(seed)
-    engines = [ReplicaEngine(cfg) for _ in range(replicas)]
+    engines = [ReplicaEngine(cfg, model_energy=False) for _ in range(replicas)]  # it reports no energy
     inflight: list[Iteration | None] = [None] * replicas
     done_at = np.full(replicas, math.inf)
     routed = [0] * replicas

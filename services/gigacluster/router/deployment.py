@@ -345,7 +345,9 @@ class Replica:
                 self._timing.append((resp.end_s - resp.start_s, it.compute_s))
             end = resp.end_s + it.comm_s
             await self.clock.sleep_until(end)
-            for ev in self.engine.complete(it, end):
+            # The iteration's energy as the chips drew it (their clock, their measured time), shared by its requests.
+            energy = self.engine.iteration_energy_j(it, duration_s=end - resp.start_s, above_idle_j=resp.energy_j)
+            for ev in self.engine.complete(it, end, energy_j=energy):
                 st = self.streams.get(ev.request_id)
                 if st is None:
                     continue
@@ -437,9 +439,10 @@ class LiveDeployment:
     """Replicas of one model behind one routing policy (colocated, or prefill + decode pools)."""
 
     def __init__(self, deployment_id: str, tenant: str, cfg: ReplicaConfig, policy: RoutingPolicy,
-                 policy_name: str, *, seq: int = 0) -> None:
+                 policy_name: str, *, seq: int = 0, created_s: float = 0.0) -> None:
         self.deployment_id = deployment_id
         self.tenant = tenant
+        self.created_s = created_s or time.time()  # Unix time it was created (kept across router restarts)
         self.seq = seq  # never repeats across router restarts (DeploymentStore.next_seq)
         self.leases: dict[str, Lease] = {}
         self.request = b""  # the serialised DeployModelRequest, persisted to rebuild it after a restart
@@ -583,7 +586,7 @@ class LiveDeployment:
         stream.kv_transfer_bytes = bytes_ * self.cfg.tp
         req = dataclasses.replace(stream.req, handoff=Handoff(
             first_token_id=ev.token_id, first_scheduled_s=s.first_scheduled_s, first_token_s=end,
-            cached_tokens=s.cached_tokens, kv_transfer_s=end - ev.time_s))
+            cached_tokens=s.cached_tokens, kv_transfer_s=end - ev.time_s, energy_j=s.energy_j))
         stream.req = req
         dst.engine.admit(req, end)
         dst.hand_over(stream)

@@ -5,26 +5,35 @@ A thin adapter: it authenticates ``Authorization: Bearer <api key>`` through the
 Generate takes (no loopback: one process, one event loop, no second serialisation, and the
 admission decision and its retry-after come back as the same domain error). Routes:
 
-* ``GET /v1/models``: the caller's ready deployments (``id`` = deployment id);
+* ``GET /health`` and ``GET``/``POST /ping`` (as vLLM): 200 with an empty body once the router
+  serves, 503 while it restores its deployments; no key, nothing said;
+* ``GET /v1/models``: the caller's ready deployments (``id`` = deployment id, ``created`` = when
+  it was created); ``GET /v1/models/{id}``: one of them;
 * ``POST /v1/completions``: ``prompt`` as a string or token ids (or a list of one of either);
 * ``POST /v1/chat/completions``: ``messages`` rendered to text by :func:`render_chat`.
 
 Both POST routes take ``model``, ``max_tokens`` (chat: or ``max_completion_tokens``), ``stream``
-(server-sent events, ``data: {...}`` then ``data: [DONE]``), ``stream_options.include_usage``
-and the extensions ``priority`` (as vLLM) and ``request_id``. Sampling parameters
-(``temperature``, ``top_p``, ``seed``, ``stop`` ...) are accepted and ignored: output tokens are
-deterministic and every request runs to ``max_tokens``. Responses carry the usual ``usage`` plus
-a ``gigacluster`` object with the virtual timings (TTFT, queue, end-to-end, KV transfer).
+(server-sent events, ``data: {...}`` then ``data: [DONE]``), ``stream_options`` (``include_usage``,
+vLLM's ``continuous_usage_stats``), ``stop`` and the extensions ``priority`` (as vLLM),
+``request_id`` and ``ignore_eos`` (as vLLM). Sampling parameters (:data:`NO_EFFECT`) are accepted
+and change nothing (the text is deterministic); what the emulator cannot do (:data:`OFF_ONLY`:
+``logprobs``, ``n`` > 1, ``best_of``, tools ...) and unknown fields are refused with a 400 naming
+them. Responses carry the usual ``usage`` (plus ``energy_j``) and a ``gigacluster`` object with
+the virtual timings (TTFT, queue, end-to-end, KV transfer).
 
-``max_tokens`` left out or ``null`` means the router's ``default_max_tokens`` (16, OpenAI's
-default for completions); it must otherwise be an integer in ``[1, max_tokens_limit]``.
+``max_tokens`` left out or ``null``: the output ends at an end-of-sequence drawn from a trace's
+output lengths (:mod:`gigacluster.inference.outputs`), capped by ``default_max_tokens`` (16,
+OpenAI's default for completions) or, for chat, by the context left (as vLLM). Otherwise it must
+be an integer in ``[1, max_tokens_limit]`` and the request runs to it unless a ``stop`` string ends
+it first (``finish_reason`` "stop").
 
 Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``, never a bare
-500: 400 for a bad field, an undecodable body, JSON nested deeper than ``http_max_json_depth`` or
-a non-finite number (``NaN``, ``Infinity``); 413 for a body over ``http_max_body_bytes``; 401/403;
-404 for an unknown model (or another tenant's); 429 with ``Retry-After`` (whole seconds, rounded
-up) and ``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent;
-503 (retry) while its chips restart. A request shed from the queue before its first token still
+500 (``type``: :func:`error_type`): 400 for a bad field, an undecodable body, JSON nested deeper
+than ``http_max_json_depth`` or a non-finite number (``NaN``, ``Infinity``); 401; 404 for an
+unknown model (or another tenant's) or path; 405 with ``Allow``; 413 for a body over
+``http_max_body_bytes``; 429 with ``Retry-After`` (whole seconds, rounded up) and
+``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent; 503
+(retry) while its chips restart. A request shed from the queue before its first token still
 gets its 429: the response starts only once the first token exists.
 """
 
@@ -40,20 +49,91 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from gigacluster.errors import DomainError, InvalidArgument, ResourceExhausted
+from gigacluster.errors import DomainError, InvalidArgument, NotFound, ResourceExhausted
 from gigacluster.model import ModelError
 from gigacluster.security import RateLimited, SecurityError
 
 if TYPE_CHECKING:
+    from gigacluster.router.deployment import LiveDeployment
     from gigacluster.router.service import Chunk, Generation, RouterService
 
 log = structlog.get_logger()
 UNAVAILABLE_RETRY_S = 1.0  # Retry-After of a 503 (replicas heal, or the router restores, in about a second)
 STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
           "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-         503: "service_unavailable", 500: "server_error"}
+# OpenAI's error types: a client's mistake (4xx) is an invalid_request_error, except a 429 (rate_limit_error, which
+# clients and dashboards key retries on); anything of ours (5xx) is a server_error.
+RATE_LIMIT_TYPE = "rate_limit_error"
+
+# What the POST routes do with each request field. Fields not named here are refused with a 400 naming
+# them (OpenAI answers "Unrecognized request argument supplied"), never silently ignored.
+COMMON_FIELDS = frozenset({"model", "max_tokens", "stream", "stream_options", "stop", "priority", "request_id",
+                           "ignore_eos"})
+FIELDS = {"text_completion": COMMON_FIELDS | {"prompt"},
+          "chat.completion": COMMON_FIELDS | {"messages", "max_completion_tokens"}}
+# Sampling parameters: accepted, no effect (the emulated text is deterministic, seeded by the request id; its
+# length comes from max_tokens, the end-of-sequence model and stop).
+NO_EFFECT = frozenset({"temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                       "repetition_penalty", "seed", "user", "metadata", "store", "service_tier",
+                       "parallel_tool_calls"})
+# Features the emulator does not have: accepted only at their "off" value (null or the listed ones).
+OFF_ONLY: dict[str, tuple[Any, ...]] = {
+    "n": (1,), "best_of": (1,), "logprobs": (False,), "top_logprobs": (0,), "echo": (False,), "suffix": ("",),
+    "logit_bias": ({},), "tools": ([],), "tool_choice": ("none", "auto"), "functions": ([],),
+    "function_call": ("none", "auto"), "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "prediction": (), "audio": (), "reasoning_effort": (), "web_search_options": (), "min_tokens": (0,),
+    "guided_json": (), "guided_regex": (), "guided_choice": (), "guided_grammar": (), "structured_outputs": (),
+    "prompt_logprobs": (), "include_stop_str_in_output": (False,), "use_beam_search": (False,),
+}
+STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
+
+
+def error_type(status: int) -> str:
+    """OpenAI's ``error.type`` for an HTTP status."""
+    if status == 429:
+        return RATE_LIMIT_TYPE
+    return "invalid_request_error" if 400 <= status < 500 else "server_error"
+
+
+def _is_off(value: Any, allowed: tuple[Any, ...]) -> bool:
+    return value is None or any(type(value) is type(a) and value == a for a in allowed)
+
+
+def check_fields(body: dict[str, Any], kind: str) -> None:
+    """Refuse (INVALID_ARGUMENT naming it) every field the endpoint cannot honour; see FIELDS, NO_EFFECT, OFF_ONLY."""
+    for name in sorted(body, key=str):
+        if name in FIELDS[kind] or name in NO_EFFECT:
+            continue
+        if name in OFF_ONLY:
+            allowed = OFF_ONLY[name]
+            if not _is_off(body[name], allowed):
+                off = " or ".join(["null", *(json.dumps(a) for a in allowed)])
+                raise InvalidArgument(name, f"is not supported by this emulated endpoint (only {off}); "
+                                            f"got {json.dumps(body[name])[:32]}")
+            continue
+        supported = sorted(FIELDS[kind] | NO_EFFECT)
+        raise InvalidArgument(str(name)[:64], f"unrecognized request argument {str(name)[:64]!r}; "
+                                              f"supported: {', '.join(supported)}")
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise InvalidArgument("stream_options", "must be an object")
+        for k in opts:
+            if k not in STREAM_OPTIONS:
+                raise InvalidArgument(f"stream_options.{str(k)[:32]}",
+                                      f"unrecognized; supported: {', '.join(sorted(STREAM_OPTIONS))}")
+
+
+def stop_strings(body: dict[str, Any]) -> list[str]:
+    """``stop`` as a list: null, a string or a list of strings (OpenAI's forms)."""
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+        raise InvalidArgument("stop", "must be a string or a list of strings")
+    return stop
 
 
 def _refuse_constant(name: str) -> Any:
@@ -119,8 +199,12 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InvalidArgument(f"messages[{i}]", "must be an object with a string 'role'")
         content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if isinstance(content, list):  # content parts: text only (the emulated models read no images or audio)
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    kind = str(part.get("type"))[:32] if isinstance(part, dict) else type(part).__name__
+                    raise InvalidArgument(f"messages[{i}].content[{j}]", f"only text parts are supported, got {kind}")
+            texts = [p.get("text", "") for p in content]
             if not all(isinstance(t, str) for t in texts):
                 raise InvalidArgument(f"messages[{i}].content", "text parts must carry a string 'text'")
             content = "".join(texts)
@@ -134,7 +218,7 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
 
 def error_response(status: int, message: str, *, param: str | None = None, code: str | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
+    body = {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
     return web.json_response(body, status=status, headers=headers)
 
 
@@ -186,7 +270,11 @@ class OpenAIServer:
         limits = {"max_line_size": cfg.http_max_header_bytes, "max_field_size": cfg.http_max_header_bytes}
         app = web.Application(client_max_size=cfg.http_max_body_bytes, middlewares=[self._errors],
                               handler_args=limits)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ping", self.health)
+        app.router.add_post("/ping", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
@@ -217,8 +305,10 @@ class OpenAIServer:
         except web.HTTPRequestEntityTooLarge as exc:
             return error_response(413, f"request body exceeds {self.svc.config.http_max_body_bytes:,} bytes "
                                        f"(router http_max_body_bytes): {exc.reason}", code="body_too_large")
-        except web.HTTPException as exc:
-            return error_response(exc.status, exc.reason or "error")
+        except web.HTTPException as exc:  # aiohttp's own: 404 (no such route), 405 (with its Allow header) ...
+            allow = exc.headers.get("Allow")
+            return error_response(exc.status, f"{exc.reason or 'error'}: {request.method} {request.path[:100]}",
+                                  headers={"Allow": allow} if allow else None)
         except Exception:  # a bug, but never a bare text 500
             log.exception("http handler failed", path=request.path[:100])
             return error_response(500, "internal error (logged by the router)")
@@ -229,16 +319,35 @@ class OpenAIServer:
     async def _body(self, request: web.Request) -> dict[str, Any]:
         return parse_json_body(await request.read(), self.svc.config.http_max_json_depth)
 
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's ``/health`` (and SageMaker's ``/ping``): 200 while the router serves, 503 while it restores.
+
+        No authentication (as vLLM), so it says nothing but the status: an empty body.
+        """
+        return web.Response(status=200 if self.svc.reconciled.is_set() else 503)
+
+    @staticmethod
+    def _model_obj(d: LiveDeployment) -> dict[str, Any]:
+        return {"id": d.deployment_id, "object": "model", "created": int(d.created_s), "owned_by": d.tenant,
+                "max_model_len": d.cfg.arch.seq_len}
+
     async def models(self, request: web.Request) -> web.StreamResponse:
         p = await self._principal(request)
-        data = [{"id": d.deployment_id, "object": "model", "created": 0, "owned_by": d.tenant,
-                 "max_model_len": d.cfg.arch.seq_len}
-                for d in self.svc.owned_by(p) if d.health()[0] in ("ready", "degraded")]
+        data = [self._model_obj(d) for d in self.svc.owned_by(p) if d.health()[0] in ("ready", "degraded")]
         return web.json_response({"object": "list", "data": data})
+
+    async def model(self, request: web.Request) -> web.StreamResponse:
+        """One model of ``GET /v1/models`` (404 for another tenant's, or one not serving)."""
+        p = await self._principal(request)
+        d = self.svc.visible(p, request.match_info["model"])
+        if d.health()[0] not in ("ready", "degraded"):
+            raise NotFound(f"{d.name} is not serving ({d.health()[0]})")
+        return web.json_response(self._model_obj(d))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         p = await self._principal(request)
         body = await self._body(request)
+        check_fields(body, "text_completion")
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]
@@ -259,26 +368,29 @@ class OpenAIServer:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         p = await self._principal(request)
         body = await self._body(request)
+        check_fields(body, "chat.completion")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidArgument("messages", "must be a non-empty list of {role, content}")
         max_tokens = _int_field(body, "max_completion_tokens", "max_tokens")
         return await self._run(request, p, body, "chat.completion", text=render_chat(messages), token_ids=None,
-                               max_tokens=max_tokens)
+                               max_tokens=max_tokens, open_to_context=True)
 
     async def _run(self, request: web.Request, p: Any, body: dict[str, Any], kind: str, *, text: str | None,
-                   token_ids: list[int] | None, max_tokens: Any) -> web.StreamResponse:
+                   token_ids: list[int] | None, max_tokens: Any, open_to_context: bool = False) -> web.StreamResponse:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidArgument("model", "required: a deployment id from GET /v1/models")
-        if _int_field(body, "n") not in (None, 1):
-            raise InvalidArgument("n", "only n=1 is supported")
         priority = _int_field(body, "priority") or 0
         rid = body.get("request_id") or ""
         if not isinstance(rid, str):
             raise InvalidArgument("request_id", "must be a string")
+        ignore_eos = body.get("ignore_eos")
+        if ignore_eos is not None and not isinstance(ignore_eos, bool):
+            raise InvalidArgument("ignore_eos", "must be a boolean")
         gen = self.svc.generate(p, model, text=text, token_ids=token_ids, max_tokens=max_tokens, priority=priority,
-                                request_id=rid)
+                                request_id=rid, stop=stop_strings(body), ignore_eos=bool(ignore_eos),
+                                open_to_context=open_to_context)
         fmt = _Format(kind, gen, model)
         chunks = gen.chunks().__aiter__()
         try:
@@ -299,7 +411,8 @@ class OpenAIServer:
     async def _stream(self, request: web.Request, body: dict[str, Any], fmt: _Format, first: Chunk,
                       chunks: Any) -> web.StreamResponse:
         opts = body.get("stream_options") or {}
-        include_usage = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+        include_usage = bool(opts.get("include_usage"))
+        fmt.continuous = bool(opts.get("continuous_usage_stats"))  # vLLM's: usage so far on every chunk
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Request-Id": fmt.gen.request_id})
         await resp.prepare(request)
@@ -331,6 +444,7 @@ class _Format:
         self.model = model
         self.id = ("chatcmpl-" if kind == "chat.completion" else "cmpl-") + gen.request_id
         self.created = int(time.time())
+        self.continuous = False
 
     @staticmethod
     def sse(obj: dict[str, Any]) -> bytes:
@@ -343,9 +457,10 @@ class _Format:
         s = c.summary
         if s is None:
             return {}
+        # energy_j: an extra field (clients keep unknown usage fields), the request's modelled IT energy.
         return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.output_tokens,
                 "total_tokens": s.prompt_tokens + s.output_tokens,
-                "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
+                "prompt_tokens_details": {"cached_tokens": s.cached_tokens}, "energy_j": s.energy_j}
 
     def extra(self, c: Chunk) -> dict[str, Any]:
         s = c.summary
@@ -369,6 +484,11 @@ class _Format:
             out = {**self._head("text_completion"),
                    "choices": [{"index": 0, "text": c.text, "logprobs": None, "finish_reason": fin}]}
         out["gigacluster"] = self.extra(c)
+        if self.continuous:
+            done = self.gen.generated
+            out["usage"] = (self.usage(c) if c.summary is not None else
+                            {"prompt_tokens": self.gen.prompt_tokens, "completion_tokens": done,
+                             "total_tokens": self.gen.prompt_tokens + done})
         return out
 
     def usage_chunk(self, last: Chunk) -> dict[str, Any]:

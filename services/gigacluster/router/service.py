@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import pathlib
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ from gigacluster.errors import (
 from gigacluster.hw.catalog import chip_names, default_system, get_system
 from gigacluster.inference.engine import ReplicaConfig, Request, RequestSummary
 from gigacluster.inference.errors import AdmissionError
+from gigacluster.inference.outputs import MAX_STOP_SEQUENCES, eos_after, find_stop
 from gigacluster.inference.policies import POLICIES, make_policy
 from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model import DoesNotFitError, ModelError
@@ -101,15 +103,23 @@ class Chunk:
 
 
 class Generation:
-    """A routed request: iterate :meth:`chunks` for its tokens. Used by gRPC Generate and the HTTP API."""
+    """A routed request: iterate :meth:`chunks` for its tokens. Used by gRPC Generate and the HTTP API.
 
-    def __init__(self, dep: LiveDeployment, stream: Stream, tok: Tokenizer, prompt_tokens: int) -> None:
+    ``stop_chars`` (when a stop string ends the output) cuts the text there: the tokens that make
+    up the stop string are generated and counted, their text is not returned (as OpenAI's).
+    """
+
+    def __init__(self, dep: LiveDeployment, stream: Stream, tok: Tokenizer, prompt_tokens: int,
+                 stop_chars: int | None = None) -> None:
         self.dep = dep
         self.stream = stream
         self.tok = tok
         self.request_id = stream.req.id
         self.prompt_tokens = prompt_tokens
+        self.stop_chars = stop_chars
         self.done = False
+        self._chars = 0  # characters of text returned so far
+        self.generated = 0  # tokens returned so far
 
     async def chunks(self) -> AsyncIterator[Chunk]:
         """Token chunks until the last; raises ResourceExhausted (shed) or Unavailable (chips failed)."""
@@ -129,8 +139,13 @@ class Generation:
                 last = toks[-1]
                 done = self.done = last.finished
                 ids = [t.token_id for t in toks]
+                text = self.tok.decode(ids)
+                if self.stop_chars is not None:
+                    text = text[: max(0, self.stop_chars - self._chars)]
+                self._chars += len(text)
+                self.generated += len(ids)
                 yield Chunk(
-                    request_id=self.request_id, index=toks[0].index, token_ids=ids, text=self.tok.decode(ids),
+                    request_id=self.request_id, index=toks[0].index, token_ids=ids, text=text,
                     time_s=last.time_s, replica=f"{dep.name}/replicas/{st.owner.index}",
                     finish_reason=(last.finish_reason or "length") if done else "",
                     summary=last.summary if done else None,
@@ -349,7 +364,7 @@ class RouterService(Service[RouterConfig]):
             if key in self.deployments:  # another call re-created it meanwhile
                 return self.deployments[key]
         dep = LiveDeployment(did, p.tenant, spec.cfg, make_policy(spec.policy), spec.policy,
-                             seq=self.store.next_seq())
+                             seq=self.store.next_seq(), created_s=time.time())
         dep.request = request.SerializeToString()
         self.deployments[key] = dep
         self._persist(dep)  # before any allocation: a crash from here on leaks nothing (reconcile releases)
@@ -372,7 +387,7 @@ class RouterService(Service[RouterConfig]):
 
     def _persist(self, dep: LiveDeployment) -> None:
         self.store.save(StoredDeployment(dep.seq, dep.tenant, dep.deployment_id, dep.request,
-                                         tuple(dep.leases)))
+                                         tuple(dep.leases), dep.created_s))
 
     async def _place(self, dep: LiveDeployment, spec: DeploySpec, inv: Any, indices: Iterable[int]) -> None:
         """Allocate instances for the colocated replicas ``indices`` (or the whole disaggregated set)."""
@@ -464,8 +479,9 @@ class RouterService(Service[RouterConfig]):
                           instances=list(sd.instances), error=str(exc)[:200])
                 self._kept.update(sd.instances)
                 continue
+            # A row from before creation times were kept gets the restore time (then persisted by _restore).
             dep = LiveDeployment(sd.deployment_id, sd.tenant, spec.cfg, make_policy(spec.policy), spec.policy,
-                                 seq=sd.seq)
+                                 seq=sd.seq, created_s=sd.created_s or time.time())
             dep.request = sd.request
             dep.reason = "restoring after a router restart"
             self.deployments[DeploymentStore.key(sd.tenant, sd.deployment_id)] = dep
@@ -613,11 +629,16 @@ class RouterService(Service[RouterConfig]):
         return [d for d in self.deployments.values() if p.privileged or d.tenant == p.tenant]
 
     def generate(self, p: Principal, model: str, *, text: str | None = None, token_ids: Sequence[int] | None = None,
-                 max_tokens: int | None = None, priority: int = 0, request_id: str = "") -> Generation:
+                 max_tokens: int | None = None, priority: int = 0, request_id: str = "",
+                 stop: Sequence[str] = (), ignore_eos: bool = False, open_to_context: bool = False) -> Generation:
         """Bound, validate, route and admit one request (raises domain errors); the caller iterates its chunks.
 
         Every size is checked before any work: the prompt's bytes before it is tokenised (or its ids
-        scanned), ``max_tokens`` against ``max_tokens_limit`` (None = ``default_max_tokens``).
+        scanned), ``max_tokens`` against ``max_tokens_limit``. ``max_tokens`` None means the client
+        set no limit: the output ends at an end-of-sequence drawn by :func:`outputs.eos_after`
+        (unless ``ignore_eos``), capped by ``default_max_tokens`` or, with ``open_to_context``
+        (chat, as vLLM), by the context left after the prompt (at most ``max_tokens_limit``).
+        A ``stop`` string found in the output's text ends it there (finish_reason "stop").
         """
         c = self.config
         dep = self.visible(p, model)
@@ -642,6 +663,7 @@ class RouterService(Service[RouterConfig]):
                 raise InvalidArgument("token_ids", "must hold at least one token")
         else:
             raise InvalidArgument("prompt", "give text or token_ids")
+        open_ended = max_tokens is None
         if max_tokens is None:
             max_tokens = c.default_max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens <= c.max_tokens_limit:
@@ -652,6 +674,8 @@ class RouterService(Service[RouterConfig]):
         rid = request_id or uuid.uuid4().hex[:16]
         if len(rid) > 128:
             raise InvalidArgument("request_id", "at most 128 characters")
+        if len(stop) > MAX_STOP_SEQUENCES or not all(isinstance(x, str) and x for x in stop):
+            raise InvalidArgument("stop", f"must be up to {MAX_STOP_SEQUENCES} non-empty strings")
         tok = self.tokenizer(arch.vocab)
         if text is not None:
             prompt = np.asarray(tok.encode(text), dtype=np.int64)
@@ -664,6 +688,8 @@ class RouterService(Service[RouterConfig]):
             if bad.any():
                 raise InvalidArgument("token_ids", f"ids must be in [0, {arch.vocab}) (the vocab), "
                                                    f"got {int(prompt[bad][0])}")
+        if open_ended and open_to_context:
+            max_tokens = max(1, min(c.max_tokens_limit, arch.seq_len - len(prompt)))
         if len(prompt) + max_tokens > arch.seq_len:
             raise InvalidArgument("max_tokens", f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) "
                                                 f"exceeds the model's context of {arch.seq_len}")
@@ -672,15 +698,19 @@ class RouterService(Service[RouterConfig]):
         # The prefix cache is salted with the CALLER, not the owner: the admin (or a service)
         # sending a tenant's prompt to its deployment never hits the tenant's cached blocks.
         salt = p.tenant if p.kind == "tenant" else f"principal:{p.kind}"
+        eos = eos_after(rid) if open_ended and not ignore_eos else 0
+        cut = find_stop(tok, rid, min(max_tokens, eos or max_tokens), stop)
+        if cut is not None:
+            eos = cut.tokens
         req = Request(id=rid, prompt_tokens=prompt, max_tokens=int(max_tokens), priority=int(priority),
-                      arrival_s=now, tenant=dep.tenant, cache_salt=salt)
+                      arrival_s=now, tenant=dep.tenant, cache_salt=salt, eos_after=eos)
         try:
             _, stream = dep.route(req, now)
         except AdmissionError as exc:
             raise ResourceExhausted(f"{dep.name} is saturated: {exc}", retry_after_s=exc.retry_after_s) from exc
         except ReplicaFailed as exc:
             raise Unavailable(str(exc)) from exc
-        return Generation(dep, stream, tok, len(prompt))
+        return Generation(dep, stream, tok, len(prompt), cut.chars if cut is not None else None)
 
 
 def _shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
@@ -760,7 +790,8 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
         gen = self.svc.generate(
             p, request.model, text=request.text if which == "text" else None,
             token_ids=list(request.token_ids.ids) if which == "token_ids" else None,
-            max_tokens=int(request.max_tokens) or None, priority=int(request.priority), request_id=request.request_id)
+            max_tokens=int(request.max_tokens) or None, priority=int(request.priority), request_id=request.request_id,
+            stop=list(request.stop), ignore_eos=bool(request.ignore_eos))
         async for c in gen.chunks():
             resp = router_pb2.GenerateResponse(request_id=c.request_id, index=c.index, token_ids=c.token_ids,
                                                text=c.text, time_s=c.time_s, replica=c.replica,
@@ -771,7 +802,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
                     prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
                     cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s, e2e_s=s.e2e_s,
                     kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
-                    prefill_replica=c.prefill_replica))
+                    prefill_replica=c.prefill_replica, energy_j=s.energy_j))
             yield resp
 
     async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
