@@ -46,12 +46,13 @@ def _timestamp(cell: str, where: str) -> float:
     """POSIX seconds of ``YYYY-MM-DD HH:MM:SS[.fffffff]`` (any number of fraction digits, read as UTC)."""
     whole, _, frac = cell.strip().partition(".")
     try:
-        t = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+        t = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.UTC)
         if frac and not frac.isdigit():
             raise ValueError(frac)
         return t.timestamp() + (float("0." + frac) if frac else 0.0)
     except ValueError:
-        raise InvalidArgument("TIMESTAMP", f"{where}: {cell[:_QUOTE]!r} is not YYYY-MM-DD HH:MM:SS[.fraction]") from None
+        raise InvalidArgument("TIMESTAMP",
+                              f"{where}: {cell[:_QUOTE]!r} is not YYYY-MM-DD HH:MM:SS[.fraction]") from None
 
 
 def _count(cell: str, column: str, where: str) -> int:

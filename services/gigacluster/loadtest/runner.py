@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import pathlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +13,8 @@ from typing import Any
 import aiohttp
 import grpc
 import numpy as np
-import yaml
 
+from gigacluster import safeyaml
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.client import Client, Endpoints
 from gigacluster.common.v1 import common_pb2
@@ -120,7 +119,7 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
     jobs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for i, s in enumerate(scenario.streams):
         if s.kind == "submit_job":
-            jobs[i] = split_job_file(yaml.safe_load(pathlib.Path(scenario.resolve(s.job)).read_text()))
+            jobs[i] = split_job_file(safeyaml.load_file(scenario.resolve(s.job)))
     tenants = [_Tenant(name, key, Client(target.endpoints, key))
                for name, key in await _create_tenants(target, scenario.tenants, run_id)]
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
