@@ -146,7 +146,9 @@ def replay(trace: Trace, *, speed: float = 1.0, start_s: float = 0.0, window_s: 
             raise InvalidArgument("arrival.target_qps", f"must be a finite number > 0, got {target_qps}")
         if t.size == 0:
             raise InvalidArgument("arrival.target_qps", "the window holds no trace rows to scale")
-        rate_scale = target_qps * (end_s - start_s) / speed / t.size
+        # The window's length: as asked for, or (when neither window nor duration bounds it) the trace's rest.
+        length_s = end_s - start_s if math.isfinite(end_s) else max(trace.span_s - start_s, 1e-9)
+        rate_scale = target_qps * length_s / speed / t.size
     c = copies(t.size, rate_scale)
     nxt = np.append(t[1:], t[-1]) if t.size else t
     rep = np.repeat(np.arange(t.size), c)
