@@ -215,3 +215,15 @@ def test_tpot_slo_attainment_and_goodput_arithmetic(tmp_path: pathlib.Path) -> N
     assert json.loads(paths[0].read_text())["streams"][0]["slo"]["goodput_per_s"] == 0.2
     assert json.loads(paths[2].read_text().splitlines()[2])["tpot_s"] == pytest.approx(0.2)
     assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_slo_defaults_and_overrides() -> None:
+    """With no slo the scenario uses DistServe's chatbot SLO (0.25 s, 0.1 s); with_slo (the CLI's --slo-ttft and
+    --slo-tpot) replaces only the objectives given, and a stream's own slo wins over the scenario's."""
+    sc = scenario.parse({"name": "t", "deploy": {"deployment_id": "m"},
+                         "streams": [{"name": "a", "kind": "generate", "arrival": {}},
+                                     {"name": "b", "kind": "generate", "arrival": {}, "slo": {"tpot_s": 0.05}}]})
+    assert (sc.slo.ttft_s, sc.slo.tpot_s) == (0.25, 0.1)
+    sc2 = sc.with_slo(ttft_s=2.0)
+    assert (sc2.slo_of(sc2.streams[0]).ttft_s, sc2.slo_of(sc2.streams[0]).tpot_s) == (2.0, 0.1)
+    assert (sc2.slo_of(sc2.streams[1]).ttft_s, sc2.slo_of(sc2.streams[1]).tpot_s) == (0.25, 0.05)

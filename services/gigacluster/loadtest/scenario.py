@@ -176,6 +176,11 @@ class Scenario:
     def with_duration(self, duration_s: float) -> Scenario:
         return dataclasses.replace(self, duration_s=duration_s)
 
+    def with_slo(self, ttft_s: float | None = None, tpot_s: float | None = None) -> Scenario:
+        """The scenario with its SLO's given objectives replaced (streams with their own SLO keep it)."""
+        return dataclasses.replace(self, slo=Slo(ttft_s=self.slo.ttft_s if ttft_s is None else ttft_s,
+                                                 tpot_s=self.slo.tpot_s if tpot_s is None else tpot_s))
+
 
 def _fields(cls: type, exclude: tuple[str, ...] = ()) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} - set(exclude)
