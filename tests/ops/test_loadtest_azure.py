@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gigacluster.errors import InvalidArgument
-from gigacluster.loadtest import azure, report, scenario, schedule
+from gigacluster.loadtest import azure, report, runner, scenario, schedule
 from gigacluster.loadtest.drivers import Result
 from gigacluster.safeyaml import YamlError
 
@@ -227,3 +227,22 @@ def test_slo_defaults_and_overrides() -> None:
     sc2 = sc.with_slo(ttft_s=2.0)
     assert (sc2.slo_of(sc2.streams[0]).ttft_s, sc2.slo_of(sc2.streams[0]).tpot_s) == (2.0, 0.1)
     assert (sc2.slo_of(sc2.streams[1]).ttft_s, sc2.slo_of(sc2.streams[1]).tpot_s) == (0.25, 0.05)
+
+
+def test_synthetic_prompts_depend_on_seed_and_arrival_index_only() -> None:
+    """Arrival 7's prompt has the asked length, is the same on every call (whatever came before), differs from
+    arrival 8's, and its ids are within [100, 30000), inside every preset's vocabulary."""
+    a = runner.synthetic_prompt(23, 7, 1000)
+    assert len(a) == 1000 and a == runner.synthetic_prompt(23, 7, 1000)
+    assert a != runner.synthetic_prompt(23, 8, 1000) and a != runner.synthetic_prompt(24, 7, 1000)
+    assert min(a) >= 100 and max(a) < 30000
+
+
+def test_explicit_stream_sizes_are_not_cut() -> None:
+    """A Poisson stream's own prompt_tokens and max_tokens go to the router as written (the router refuses what
+    it must); only trace rows are cut to the context."""
+    sc = scenario.parse({"name": "t", "duration_s": 10, "deploy": {"deployment_id": "m"},
+                         "streams": [{"name": "a", "kind": "generate", "arrival": {"type": "uniform", "rate_per_s": 1},
+                                      "prompt_tokens": 8000, "max_tokens": 500}]})
+    tl = schedule.build(sc)
+    assert set(tl.prompt_tokens.tolist()) == {8000} and set(tl.max_tokens.tolist()) == {500}

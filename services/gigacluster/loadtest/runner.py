@@ -107,6 +107,12 @@ async def _cleanup(tenants: list[_Tenant]) -> None:
                                                        metadata=t.client.md, timeout=30)
 
 
+def synthetic_prompt(seed: int, index: int, n_tokens: int) -> list[int]:
+    """The prompt of arrival ``index``: ``n_tokens`` ids drawn from (seed, index) alone, so a replay sends the
+    same prompts whatever was dropped or reordered before it (ids within every preset's vocabulary)."""
+    return np.random.default_rng((seed, index)).integers(100, 30000, n_tokens).tolist()
+
+
 async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
               progress: Callable[[str], None] | None = None) -> Run:
     """Set up, send the whole timeline open-loop, drain, clean up; returns every arrival's result."""
@@ -115,7 +121,6 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
     if any(s.kind == "http_completions" for s in scenario.streams) and not target.http_url:
         raise InvalidArgument("http_url", "an http_completions stream needs the router's HTTP URL (--http)")
     timeline = schedule.build(scenario)
-    rng = np.random.default_rng(scenario.seed + 1)
     jobs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for i, s in enumerate(scenario.streams):
         if s.kind == "submit_job":
@@ -143,7 +148,7 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
             r = Result(si, intended - start)
             results.append(r)
             n_prompt, n_out = int(timeline.prompt_tokens[i]), int(timeline.max_tokens[i])
-            prompt = rng.integers(100, 30000, n_prompt).tolist() if s.kind != "submit_job" else []
+            prompt = synthetic_prompt(scenario.seed, i, n_prompt) if s.kind != "submit_job" else []
             if s.kind == "generate":
                 await drivers.generate(t.client, r, intended, model=scenario.model_of(s), prompt=prompt,
                                        max_tokens=n_out, priority=s.priority)
