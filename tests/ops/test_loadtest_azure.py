@@ -166,11 +166,12 @@ def test_bad_azure_arrivals_fail_naming_the_field(data: dict[str, object], field
     ({"slo": {"ttft_s": 0.2, "tpot": 0.1}}, "slo.tpot"),
     ({"slo": {"ttft_s": 0}}, "slo.ttft_s"),
     ({"rate": 3}, "rate"),
+    ({"deploy": {"deployment_id": "m", "replica": 2}}, "deploy.replica"),
     ({"streams": [{"name": "a", "kind": "generate", "arrival": {}, "max_token": 3}]}, "streams[0].max_token"),
     ({"streams": [{"name": "a", "kind": "generate", "arrival": {"type": "poisson", "speed": 2}}]}, "arrival.speed"),
 ])
 def test_unknown_or_bad_keys_anywhere_are_refused_by_name(patch: dict[str, object], field: str) -> None:
-    """An unknown key in the scenario, a stream or an slo, a bad SLO value, or a CSV-only key on a Poisson
+    """An unknown key in the scenario, its deploy, a stream or an slo, a bad SLO value, or a CSV-only key on a Poisson
     arrival is refused with InvalidArgument whose field names it."""
     data: dict[str, object] = {"name": "t", "deploy": {"deployment_id": "m"},
                                "streams": [{"name": "a", "kind": "generate", "arrival": {}}]}

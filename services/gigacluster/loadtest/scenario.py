@@ -19,7 +19,7 @@ streams:
 slo: {ttft_s: 0.25, tpot_s: 0.1}              # goodput counts requests meeting both (DistServe, OSDI 2024)
 ```
 
-Unknown keys anywhere (scenario, stream, arrival, slo) are refused with the key named.
+Unknown keys anywhere (scenario, deploy, stream, arrival, slo) are refused with the key named.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from gigacluster.errors import InvalidArgument
 KINDS = ("generate", "http_completions", "submit_job")
 ARRIVALS = ("poisson", "uniform", "trace", "azure_csv")
 _CSV_ONLY = ("speed", "start_s", "window_s", "rate_scale", "target_qps")
+#: The fields of ``deploy`` (a router DeployModel request, built by the runner).
+DEPLOY_KEYS = frozenset({"deployment_id", "preset", "chip", "tp", "replicas", "max_batch", "policy", "max_queue"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +225,8 @@ def parse(data: dict[str, Any], *, base_dir: pathlib.Path | None = None) -> Scen
         except TypeError as exc:
             raise InvalidArgument(where, str(exc)[:160]) from exc
     kwargs = {k: v for k, v in data.items() if k in known}
+    if kwargs.get("deploy") is not None:
+        kwargs["deploy"] = _check_keys(kwargs["deploy"], "deploy", set(DEPLOY_KEYS))
     if "slo" in kwargs:
         kwargs["slo"] = _slo(kwargs["slo"] or {}, "slo")
     try:
