@@ -1,5 +1,6 @@
-"""``gigacluster loadtest SCENARIO [--duration S] [--out DIR]``: run an open-loop load scenario
-(loadtest/*.yaml) against a running cluster and report HDR percentiles, a table and a PNG.
+"""``gigacluster loadtest SCENARIO [--duration S] [--slo-ttft S] [--slo-tpot S] [--out DIR]``: run an open-loop
+load scenario (loadtest/*.yaml) against a running cluster and report HDR percentiles, SLO attainment and
+goodput, a table and a PNG.
 
 Credentials as every client command (``Client.connect``: ``--api-key``, ``GIGACLUSTER_API_KEY`` or
 the file ``gigacluster up`` writes); the admin key (``GIGACLUSTER_ADMIN_KEY`` or that file) is
@@ -25,6 +26,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("loadtest", help="run an open-loop load scenario against a running cluster")
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (see loadtest/)")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override the scenario's duration_s")
+    p.add_argument("--slo-ttft", type=float, default=None, metavar="S",
+                   help="override the scenario's TTFT objective, seconds (goodput counts requests meeting both)")
+    p.add_argument("--slo-tpot", type=float, default=None, metavar="S",
+                   help="override the scenario's TPOT objective, seconds per output token after the first")
     p.add_argument("--out", default="", metavar="DIR",
                    help="output directory (default ~/.gigacluster/<cluster>/loadtest/<name>-<time>, outside the tree)")
     p.add_argument("--http", default="", metavar="URL",
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         sc = scenario.load(args.scenario)
         if args.duration is not None:
             sc = sc.with_duration(args.duration)
+        sc = sc.with_slo(args.slo_ttft, args.slo_tpot)
     except (DomainError, OSError) as exc:
         print(f"gigacluster loadtest: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import pathlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +13,8 @@ from typing import Any
 import aiohttp
 import grpc
 import numpy as np
-import yaml
 
+from gigacluster import safeyaml
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.client import Client, Endpoints
 from gigacluster.common.v1 import common_pb2
@@ -108,6 +107,12 @@ async def _cleanup(tenants: list[_Tenant]) -> None:
                                                        metadata=t.client.md, timeout=30)
 
 
+def synthetic_prompt(seed: int, index: int, n_tokens: int) -> list[int]:
+    """The prompt of arrival ``index``: ``n_tokens`` ids drawn from (seed, index) alone, so a replay sends the
+    same prompts whatever was dropped or reordered before it (ids within every preset's vocabulary)."""
+    return np.random.default_rng((seed, index)).integers(100, 30000, n_tokens).tolist()
+
+
 async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
               progress: Callable[[str], None] | None = None) -> Run:
     """Set up, send the whole timeline open-loop, drain, clean up; returns every arrival's result."""
@@ -116,11 +121,10 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
     if any(s.kind == "http_completions" for s in scenario.streams) and not target.http_url:
         raise InvalidArgument("http_url", "an http_completions stream needs the router's HTTP URL (--http)")
     timeline = schedule.build(scenario)
-    rng = np.random.default_rng(scenario.seed + 1)
     jobs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for i, s in enumerate(scenario.streams):
         if s.kind == "submit_job":
-            jobs[i] = split_job_file(yaml.safe_load(pathlib.Path(scenario.resolve(s.job)).read_text()))
+            jobs[i] = split_job_file(safeyaml.load_file(scenario.resolve(s.job)))
     tenants = [_Tenant(name, key, Client(target.endpoints, key))
                for name, key in await _create_tenants(target, scenario.tenants, run_id)]
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -144,7 +148,7 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
             r = Result(si, intended - start)
             results.append(r)
             n_prompt, n_out = int(timeline.prompt_tokens[i]), int(timeline.max_tokens[i])
-            prompt = rng.integers(100, 30000, n_prompt).tolist() if s.kind != "submit_job" else []
+            prompt = synthetic_prompt(scenario.seed, i, n_prompt) if s.kind != "submit_job" else []
             if s.kind == "generate":
                 await drivers.generate(t.client, r, intended, model=scenario.model_of(s), prompt=prompt,
                                        max_tokens=n_out, priority=s.priority)

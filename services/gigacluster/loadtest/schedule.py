@@ -14,7 +14,8 @@ import pathlib
 import numpy as np
 
 from gigacluster.errors import InvalidArgument
-from gigacluster.loadtest.scenario import Arrival, Scenario
+from gigacluster.loadtest import azure
+from gigacluster.loadtest.scenario import Arrival, Scenario, Stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,16 @@ def trace_rows(path: pathlib.Path, time_scale: float, duration_s: float) -> tupl
     return np.asarray(t, float)[order], np.asarray(p, np.int64)[order], np.asarray(o, np.int64)[order]
 
 
+def bound_tokens(stream: Stream, prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-arrival (prompt, max_tokens) of trace rows: a row's counts, the stream's defaults where a row has 0,
+    cut to what the router accepts (output at most context - 1, prompt at most max_prompt_tokens and
+    context - output). Only trace rows are cut: a stream's own explicit sizes go to the router as written."""
+    out = np.minimum(np.where(output > 0, output, stream.max_tokens), stream.context_tokens - 1)
+    p = np.where(prompt > 0, prompt, stream.prompt_tokens)
+    p = np.clip(p, 1, np.minimum(stream.max_prompt_tokens, stream.context_tokens - out))
+    return p.astype(np.int64), out.astype(np.int64)
+
+
 def build(scenario: Scenario) -> Timeline:
     """The merged timeline of every stream of ``scenario`` (deterministic for a given seed)."""
     rng = np.random.default_rng(scenario.seed)
@@ -72,18 +83,22 @@ def build(scenario: Scenario) -> Timeline:
         a: Arrival = s.arrival
         if a.type == "poisson":
             t = poisson_times(a.rate_per_s, scenario.duration_s, rng)
-            p = np.zeros(t.size, np.int64)
-            o = np.zeros(t.size, np.int64)
+            p, o = np.full(t.size, s.prompt_tokens, np.int64), np.full(t.size, s.max_tokens, np.int64)
         elif a.type == "uniform":
             t = uniform_times(a.rate_per_s, scenario.duration_s)
-            p = np.zeros(t.size, np.int64)
-            o = np.zeros(t.size, np.int64)
+            p, o = np.full(t.size, s.prompt_tokens, np.int64), np.full(t.size, s.max_tokens, np.int64)
+        elif a.type == "azure_csv":
+            t, p, o = azure.replay(azure.read(scenario.resolve(a.path)), speed=a.speed, start_s=a.start_s,
+                                   window_s=a.window_s, duration_s=scenario.duration_s, rate_scale=a.rate_scale,
+                                   target_qps=a.target_qps)
         else:
             t, p, o = trace_rows(scenario.resolve(a.path), a.time_scale, scenario.duration_s)
+        if a.type in ("trace", "azure_csv"):
+            p, o = bound_tokens(s, p, o)
         ts.append(t)
         ss.append(np.full(t.size, i, np.int64))
-        ps.append(np.where(p > 0, p, s.prompt_tokens))
-        ms.append(np.where(o > 0, o, s.max_tokens))
+        ps.append(p)
+        ms.append(o)
     t_all = np.concatenate(ts)
     order = np.argsort(t_all, kind="stable")
     return Timeline(t_all[order], np.concatenate(ss)[order], np.concatenate(ps)[order], np.concatenate(ms)[order])
