@@ -67,6 +67,9 @@ class StackConfig:
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     restart: bool = True
     metrics: bool = False  # give every service a Prometheus /metrics port (see Stack.metrics_ports)
+    # First metrics port: chip, fabric, broker, scheduler, router get base+0..4, chip shards 1.. base+5..;
+    # 0 = free ports.
+    metrics_base_port: int = 0
     tls: bool = False  # mutual TLS between every service and client (a local CA under state_dir/tls)
     restart_backoff_s: float = 0.5  # first restart delay; doubles per quick death up to restart_backoff_max_s
     restart_backoff_max_s: float = 30.0
@@ -75,6 +78,8 @@ class StackConfig:
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
             raise ValueError("chips must be a positive multiple of shards")
+        if not 0 <= self.metrics_base_port <= 65535 - len(ORDER) - self.shards:
+            raise ValueError(f"metrics_base_port must leave room for {len(ORDER) + self.shards - 1} ports below 65536")
         if not 0 < self.restart_backoff_s <= self.restart_backoff_max_s or self.healthy_reset_s < 0:
             raise ValueError("need 0 < restart_backoff_s <= restart_backoff_max_s and healthy_reset_s >= 0")
 
@@ -232,11 +237,29 @@ class Stack:
         env.update(self.cfg.extra_env)
         return env
 
+    def metrics_port_of(self, name: str) -> int:
+        """The metrics port of service ``name`` (``chip-2`` for the third shard): fixed from
+        ``metrics_base_port`` (the five services first, so their ports do not move with the shard
+        count), else a free one; the same across supervisor restarts."""
+        if name not in self.metrics_ports:
+            base = self.cfg.metrics_base_port
+            if not base:
+                self.metrics_ports[name] = free_port()
+            elif name in ORDER:
+                self.metrics_ports[name] = base + ORDER.index(name)
+            else:
+                self.metrics_ports[name] = base + len(ORDER) - 1 + int(name.split("-")[1])
+        return self.metrics_ports[name]
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """``/metrics`` URL of every service (empty when metrics are off)."""
+        return {n: f"http://127.0.0.1:{p}/metrics" for n, p in self.metrics_ports.items()}
+
     def _argv(self, service: str, *flags: str, name: str = "") -> list[str]:
         extra: list[str] = []
         if self.cfg.metrics:
-            port = self.metrics_ports.setdefault(name or service, free_port())
-            extra = ["--metrics-port", str(port)]
+            extra = ["--metrics-port", str(self.metrics_port_of(name or service))]
         return [sys.executable, "-m", "gigacluster.cli.main", "serve", service, *flags, *extra]
 
     async def start(self) -> None:

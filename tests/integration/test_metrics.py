@@ -91,7 +91,7 @@ async def test_router_exports_vllm_metrics_and_flags_a_slow_replica(stack: Stack
         assert slow["slowdep"] > 0.05
         await asyncio.sleep(1.5)  # the next stats tick publishes the alert
         m = await scrape(stack.metrics_ports["router"])
-        events = {lbl["cause"]: v for lbl, v in m.get("gigacluster_deployment_performance_loss_events", [])}
+        events = {lbl["cause"]: v for lbl, v in m.get("gigacluster_deployment_performance_loss_events_total", [])}
         assert events.get("throttled_or_faulty_chip", 0) >= 1
     finally:
         await chip.ClearFault(chip_pb2.ClearFaultRequest(devices=[dev]), metadata=admin)

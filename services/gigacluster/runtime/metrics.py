@@ -5,6 +5,9 @@ Each service registers collectors on its own registry; ``serve`` exposes them on
 names (``DCGM_FI_DEV_POWER_USAGE``, ...) and router metrics vLLM's, so existing Grafana
 dashboards work unchanged. Per-device series are capped (``per_device_max``): a 65,536-chip
 shard exports its aggregates, not 65,536 series per metric.
+
+Anything that only grows (energy, tokens, requests, events) is a counter, whose exposed name
+ends in ``_total`` (``rate()`` and ``promtool check metrics`` depend on it); levels are gauges.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
@@ -28,7 +31,19 @@ class FunctionCollector(Collector):
 
 
 def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    """A level that can go up and down (power, queue depth, memory in use)."""
     return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+def counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    """A monotonically increasing total (energy, tokens, requests); reset only by a restart.
+
+    ``name`` must end in ``_total``: the exposed series is exactly the name asked for, not a
+    silently suffixed one.
+    """
+    if not name.endswith("_total"):
+        raise ValueError(f"counter {name!r} must end in _total")
+    return CounterMetricFamily(name, doc, labels=labels or [])
 
 
 class BucketHistogram:
