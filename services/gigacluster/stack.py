@@ -205,6 +205,17 @@ class Stack:
         self.tls: Tls | None = None
         self.tls_env: dict[str, str] = {}
         self.http_port = cfg.http_port
+        self._picked: set[int] = set()
+
+    def _free_port(self) -> int:
+        """A free port not already handed to another service of this stack (the kernel may offer the
+        same free port twice before the first taker binds it)."""
+        for _ in range(100):
+            port = free_port()
+            if port not in self._picked:
+                self._picked.add(port)
+                return port
+        raise RuntimeError("no distinct free port found")
 
     @property
     def openai_base_url(self) -> str:
@@ -244,7 +255,7 @@ class Stack:
         if name not in self.metrics_ports:
             base = self.cfg.metrics_base_port
             if not base:
-                self.metrics_ports[name] = free_port()
+                self.metrics_ports[name] = self._free_port()
             elif name in ORDER:
                 self.metrics_ports[name] = base + ORDER.index(name)
             else:
@@ -264,11 +275,12 @@ class Stack:
 
     async def start(self) -> None:
         cfg = self.cfg
+        self._picked.update(p for p in self.ports.values() if p)
         for k, v in list(self.ports.items()):
             if v == 0:
-                self.ports[k] = free_port()
+                self.ports[k] = self._free_port()
         if self.http_port == 0:
-            self.http_port = free_port()
+            self.http_port = self._free_port()
         if cfg.state_dir is not None:
             cfg.state_dir.mkdir(parents=True, exist_ok=True)
         if cfg.tls:
@@ -277,7 +289,7 @@ class Stack:
             self.tls_env = make_dev_pki(cfg.state_dir / "tls")
             self.tls = Tls.from_env(self.tls_env)
         if not self.mqtt:
-            port = cfg.mqtt_port or free_port()
+            port = cfg.mqtt_port or self._free_port()
             # With a state dir, the embedded broker enforces the isolation broker's generated
             # credentials and ACLs (services write; each tenant reads only its own topics).
             pw = str(cfg.state_dir / "mqtt" / "passwd") if cfg.state_dir is not None else ""
@@ -285,7 +297,7 @@ class Stack:
             await self.embedded.start()
             self.mqtt = self.embedded.endpoint
         per = cfg.chips // cfg.shards
-        self.shard_ports = [self.ports["chip"]] + [free_port() for _ in range(cfg.shards - 1)]
+        self.shard_ports = [self.ports["chip"]] + [self._free_port() for _ in range(cfg.shards - 1)]
         env = self._env()
         logs = cfg.state_dir / "logs" if cfg.state_dir is not None else None
         if logs is not None:

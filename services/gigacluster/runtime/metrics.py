@@ -12,10 +12,14 @@ ends in ``_total`` (``rate()`` and ``promtool check metrics`` depend on it); lev
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -70,7 +74,38 @@ class BucketHistogram:
         return fam
 
 
+#: The classic text format: what every Prometheus since 2.0 reads, with names exactly as registered.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+    """WSGI app serving ``registry`` on ``/metrics`` in the classic text format, whatever the scraper
+    asks for. prometheus_client's OpenMetrics encoder (chosen when Prometheus offers OpenMetrics, as it
+    does by default) rewrites ``vllm:x`` samples to ``vllm_x`` while keeping ``vllm:x`` in TYPE/HELP, so
+    a real Prometheus would store vLLM's series under names no vLLM dashboard queries."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics\n"]
+        body = generate_latest(registry)
+        start_response("200 OK", [("Content-Type", TEXT_CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (one line per scrape per service would drown the logs)."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
     """Start the /metrics HTTP endpoint (a daemon thread); returns the bound port."""
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    server = make_server(host, port, metrics_app(registry), _ThreadingServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return int(server.server_port)
