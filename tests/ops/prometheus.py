@@ -89,10 +89,9 @@ class PrometheusServer:
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited {self.proc.returncode}: {self.tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"prometheus not ready in {ready_timeout_s}s: {self.tail()}")
             time.sleep(0.2)
