@@ -20,6 +20,7 @@ from gigacluster.client import DEFAULT_PORTS
 from gigacluster.stack import Stack, StackConfig
 
 from ..conftest import TEST_SPEEDUP
+from ..ops.prometheus import ROOT
 
 pytestmark = pytest.mark.integration
 SUB_WAIT_S = 20  # mosquitto_sub -W: the client gives up after this many seconds without enough messages
@@ -114,3 +115,24 @@ async def test_tenant_mosquitto_sub_command_reads_only_its_own_branches(up_stack
         topic, payload = line.split(" ", 1)
         assert topic == "gigacluster/uptest/router/tenants/default/deployments/llama3-8b/stats"
         assert json.loads(payload)["deployment"].endswith("llama3-8b")
+
+
+def _doc_commands() -> list[str]:
+    """The mosquitto_sub commands of docs/telemetry.md, continuation lines joined."""
+    text = (ROOT / "docs" / "telemetry.md").read_text().replace("\\\n", " ")
+    return [" ".join(ln.split()) for ln in text.splitlines() if ln.startswith("mosquitto_sub ")]
+
+
+async def test_docs_mosquitto_sub_commands_work_against_ups_broker(up_stack: tuple[Stack, str]) -> None:
+    """Both commands docs/telemetry.md shows (admin: everything; tenant: its branches), with this stack's
+    port, cluster and credentials file in place of up's defaults, receive telemetry."""
+    st, _ = up_stack
+    cmds = _doc_commands()
+    assert len(cmds) == 2 and all(" -u " in c and " -P " in c for c in cmds)
+    for cmd in cmds:
+        local = (cmd.replace("-p 1883", f"-p {st.mqtt.rpartition(':')[2]}")
+                 .replace("~/.gigacluster/local/credentials.json", str(st.cfg.state_dir / "credentials.json"))
+                 .replace("gigacluster/local/", "gigacluster/uptest/"))
+        code, out, err = await run_shell(f"{local} -C 1 -W {SUB_WAIT_S}")
+        assert code == 0, (cmd, err)
+        assert out.startswith("gigacluster/uptest/")

@@ -119,9 +119,9 @@ async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = F
 
 def _password_cmd(creds: pathlib.Path, *keys: str) -> str:
     """A shell substitution printing ``creds[keys...]`` (python3 is there wherever gigacluster is)."""
-    path = json.dumps(str(creds))
-    code = f"import json; print(json.load(open({path})){''.join(f'[{json.dumps(k)}]' for k in keys)})"
-    return f'"$(python3 -c {shlex.quote(code)})"'
+    lookup = "".join(f"[{json.dumps(k)}]" for k in keys)
+    code = f"import json, sys; print(json.load(open(sys.argv[1])){lookup})"
+    return f'"$(python3 -c {shlex.quote(code)} {shlex.quote(str(creds))})"'
 
 
 def mosquitto_sub_command(stack: Stack, *, who: str = "admin") -> str:
