@@ -233,11 +233,10 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         idx = self._devices(request.devices)
         works = convert.works(request.items)
         cap.require("compute.run", _devset(idx, self.shard.offset))
-        if request.HasField("memory_in_use_bytes"):
+        if request.HasField("memory_in_use_bytes"):  # checked (and held) before any work is booked
             cap.require("memory.write", _devset(idx, self.shard.offset))
-        res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now())
-        if request.HasField("memory_in_use_bytes"):
             self.shard.hold_memory(idx, int(request.memory_in_use_bytes))
+        res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now())
         if request.wait:
             await self.svc.clock.sleep_until(res.end_s)
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
