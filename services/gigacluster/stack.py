@@ -67,6 +67,9 @@ class StackConfig:
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     restart: bool = True
     metrics: bool = False  # give every service a Prometheus /metrics port (see Stack.metrics_ports)
+    # First metrics port: chip, fabric, broker, scheduler, router get base+0..4, chip shards 1.. base+5..;
+    # 0 = free ports.
+    metrics_base_port: int = 0
     tls: bool = False  # mutual TLS between every service and client (a local CA under state_dir/tls)
     restart_backoff_s: float = 0.5  # first restart delay; doubles per quick death up to restart_backoff_max_s
     restart_backoff_max_s: float = 30.0
@@ -75,6 +78,8 @@ class StackConfig:
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
             raise ValueError("chips must be a positive multiple of shards")
+        if not 0 <= self.metrics_base_port <= 65535 - len(ORDER) - self.shards:
+            raise ValueError(f"metrics_base_port must leave room for {len(ORDER) + self.shards - 1} ports below 65536")
         if not 0 < self.restart_backoff_s <= self.restart_backoff_max_s or self.healthy_reset_s < 0:
             raise ValueError("need 0 < restart_backoff_s <= restart_backoff_max_s and healthy_reset_s >= 0")
 
@@ -200,6 +205,17 @@ class Stack:
         self.tls: Tls | None = None
         self.tls_env: dict[str, str] = {}
         self.http_port = cfg.http_port
+        self._picked: set[int] = set()
+
+    def _free_port(self) -> int:
+        """A free port not already handed to another service of this stack (the kernel may offer the
+        same free port twice before the first taker binds it)."""
+        for _ in range(100):
+            port = free_port()
+            if port not in self._picked:
+                self._picked.add(port)
+                return port
+        raise RuntimeError("no distinct free port found")
 
     @property
     def openai_base_url(self) -> str:
@@ -232,20 +248,39 @@ class Stack:
         env.update(self.cfg.extra_env)
         return env
 
+    def metrics_port_of(self, name: str) -> int:
+        """The metrics port of service ``name`` (``chip-2`` for the third shard): fixed from
+        ``metrics_base_port`` (the five services first, so their ports do not move with the shard
+        count), else a free one; the same across supervisor restarts."""
+        if name not in self.metrics_ports:
+            base = self.cfg.metrics_base_port
+            if not base:
+                self.metrics_ports[name] = self._free_port()
+            elif name in ORDER:
+                self.metrics_ports[name] = base + ORDER.index(name)
+            else:
+                self.metrics_ports[name] = base + len(ORDER) - 1 + int(name.split("-")[1])
+        return self.metrics_ports[name]
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """``/metrics`` URL of every service (empty when metrics are off)."""
+        return {n: f"http://127.0.0.1:{p}/metrics" for n, p in self.metrics_ports.items()}
+
     def _argv(self, service: str, *flags: str, name: str = "") -> list[str]:
         extra: list[str] = []
         if self.cfg.metrics:
-            port = self.metrics_ports.setdefault(name or service, free_port())
-            extra = ["--metrics-port", str(port)]
+            extra = ["--metrics-port", str(self.metrics_port_of(name or service))]
         return [sys.executable, "-m", "gigacluster.cli.main", "serve", service, *flags, *extra]
 
     async def start(self) -> None:
         cfg = self.cfg
+        self._picked.update(p for p in self.ports.values() if p)
         for k, v in list(self.ports.items()):
             if v == 0:
-                self.ports[k] = free_port()
+                self.ports[k] = self._free_port()
         if self.http_port == 0:
-            self.http_port = free_port()
+            self.http_port = self._free_port()
         if cfg.state_dir is not None:
             cfg.state_dir.mkdir(parents=True, exist_ok=True)
         if cfg.tls:
@@ -254,7 +289,7 @@ class Stack:
             self.tls_env = make_dev_pki(cfg.state_dir / "tls")
             self.tls = Tls.from_env(self.tls_env)
         if not self.mqtt:
-            port = cfg.mqtt_port or free_port()
+            port = cfg.mqtt_port or self._free_port()
             # With a state dir, the embedded broker enforces the isolation broker's generated
             # credentials and ACLs (services write; each tenant reads only its own topics).
             pw = str(cfg.state_dir / "mqtt" / "passwd") if cfg.state_dir is not None else ""
@@ -262,7 +297,7 @@ class Stack:
             await self.embedded.start()
             self.mqtt = self.embedded.endpoint
         per = cfg.chips // cfg.shards
-        self.shard_ports = [self.ports["chip"]] + [free_port() for _ in range(cfg.shards - 1)]
+        self.shard_ports = [self.ports["chip"]] + [self._free_port() for _ in range(cfg.shards - 1)]
         env = self._env()
         logs = cfg.state_dir / "logs" if cfg.state_dir is not None else None
         if logs is not None:

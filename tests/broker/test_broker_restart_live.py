@@ -218,7 +218,8 @@ async def _start_up(home: pathlib.Path, base: int, mqtt_port: int) -> subprocess
     t0 = time.time()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gigacluster.cli.main", "up", "--no-model", "--chips", "8", "--speedup",
-         str(TEST_SPEEDUP), "--base-port", str(base), "--http-port", "-1", "--mqtt-port", str(mqtt_port)],
+         str(TEST_SPEEDUP), "--base-port", str(base), "--http-port", "-1", "--mqtt-port", str(mqtt_port),
+         "--metrics-port", "0"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     creds = home / "local" / "credentials.json"
     deadline = time.monotonic() + 90

@@ -80,7 +80,7 @@ class Up:
         env = dict(os.environ, GIGACLUSTER_HOME=str(self.home))
         argv = [sys.executable, "-m", "gigacluster.cli.main", "up", "--cluster", "chaosup", "--chips", "24",
                 "--speedup", "10", "--base-port", str(self.base), "--http-port", str(self.base + 5),
-                "--mqtt-port", str(self.base + 6)]
+                "--mqtt-port", str(self.base + 6), "--metrics-port", "0"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 

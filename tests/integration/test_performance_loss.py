@@ -50,7 +50,7 @@ async def test_a_slow_chip_is_flagged_as_the_cause(stack: Stack, tenant: Client)
     """A SLOW fault (half clock) on one of the job's chips makes its steps slower than the model; the
     scheduler flags a performance loss naming a throttled or faulty chip, in WatchJob and Prometheus."""
     admin = call_metadata(api_key=stack.admin_key)
-    before = await scrape(stack.metrics_ports["scheduler"], "gigacluster_performance_loss_events")
+    before = await scrape(stack.metrics_ports["scheduler"], "gigacluster_performance_loss_events_total")
     faulted: list[tuple[int, int]] = []
 
     async def slow(ranges: list[tuple[int, int]]) -> bool:
@@ -70,7 +70,7 @@ async def test_a_slow_chip_is_flagged_as_the_cause(stack: Stack, tenant: Client)
                 devices=[common_pb2.DeviceRange(start=a, end=b)]), metadata=admin)
     alerts = [m for m in msgs if m.startswith("performance loss")]
     assert alerts and "throttled_or_faulty_chip" in alerts[0] and "1 of 32 chips" in alerts[0]
-    after = await scrape(stack.metrics_ports["scheduler"], "gigacluster_performance_loss_events")
+    after = await scrape(stack.metrics_ports["scheduler"], "gigacluster_performance_loss_events_total")
     assert after["throttled_or_faulty_chip"] > before.get("throttled_or_faulty_chip", 0)
 
 

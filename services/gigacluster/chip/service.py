@@ -17,7 +17,7 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, bearer_token, rate_limiter
 from gigacluster.runtime.config import ChipConfig
 from gigacluster.runtime.errors import grpc_errors, preview
-from gigacluster.runtime.metrics import FunctionCollector, gauge
+from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
@@ -25,7 +25,7 @@ from gigacluster.security.overhead import VirtualizationOverhead
 from gigacluster.security.ratelimit import TenantRateLimiter
 
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
-DCGM_LABELS = ["gpu", "Hostname", "modelName"]
+DCGM_LABELS = ["gpu", "Hostname", "model_name"]  # dcgm-exporter's, modelName in snake_case
 
 
 class ChipService(Service[ChipConfig]):
@@ -44,43 +44,57 @@ class ChipService(Service[ChipConfig]):
                                limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.registry.register(FunctionCollector(self.metrics))
 
+    def memory_used_bytes(self) -> np.ndarray:
+        """HBM in use per device: explicit allocations plus what instances report holding."""
+        return self.memory.used_bytes + self.shard.held_bytes
+
     def metrics(self) -> list[Any]:
-        """dcgm-exporter-named gauges per device (up to PER_DEVICE_SERIES_MAX) plus shard aggregates."""
+        """dcgm-exporter-named series per device (up to PER_DEVICE_SERIES_MAX) plus shard aggregates.
+
+        Energy only grows, so it is a counter (``..._total``); dcgm-exporter's own
+        ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` is a counter without the suffix, which
+        ``promtool check metrics`` refuses. Its ``modelName`` label is ``model_name`` here for the
+        same reason (label names in snake_case).
+        """
         s = self.shard
         now = self.clock.now()
         energy = s.energy_j(now)
-        used = self.memory.used_bytes
-        fams = {
+        used = self.memory_used_bytes()
+        fams: dict[str, Any] = {
             "DCGM_FI_DEV_POWER_USAGE": gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS),
             "DCGM_FI_DEV_GPU_UTIL": gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", DCGM_LABELS),
             "DCGM_FI_DEV_FB_USED": gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", DCGM_LABELS),
             "DCGM_FI_DEV_FB_FREE": gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", DCGM_LABELS),
             "DCGM_FI_DEV_GPU_TEMP": gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS),
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gauge(
-                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", DCGM_LABELS),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total": counter(
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", "Total energy consumption since boot (in mJ).",
+                DCGM_LABELS),
         }
         n = min(s.count, PER_DEVICE_SERIES_MAX)
         mib = 2**20
+        free = np.clip(s.chip.hbm_bytes - used, 0, None)
         for i in range(n):
             labels = [str(s.offset + i), self.shard_name, s.chip.name]
             fams["DCGM_FI_DEV_POWER_USAGE"].add_metric(labels, float(s.power_w[i]))
             fams["DCGM_FI_DEV_GPU_UTIL"].add_metric(labels, float(s.utilization[i] * 100.0))
             fams["DCGM_FI_DEV_FB_USED"].add_metric(labels, float(used[i]) / mib)
-            fams["DCGM_FI_DEV_FB_FREE"].add_metric(labels, float(s.chip.hbm_bytes - used[i]) / mib)
+            fams["DCGM_FI_DEV_FB_FREE"].add_metric(labels, float(free[i]) / mib)
             fams["DCGM_FI_DEV_GPU_TEMP"].add_metric(labels, float(s.temp_c[i]))
-            fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].add_metric(labels, float(energy[i] * 1e3))
-        agg = [
-            ("gigacluster_shard_power_watts", "Power of all devices of the shard.", float(s.power_w.sum())),
-            ("gigacluster_shard_utilization", "Mean busy fraction of the devices.", float(s.utilization.mean())),
-            ("gigacluster_shard_energy_joules", "Energy drawn by the shard since start.", float(energy.sum())),
-            ("gigacluster_shard_memory_used_bytes", "HBM allocated on the shard.", float(used.sum())),
-            ("gigacluster_shard_max_temperature_celsius", "Hottest device of the shard.", float(s.temp_c.max())),
-        ]
+            fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"].add_metric(labels, float(energy[i] * 1e3))
         out: list[Any] = list(fams.values())
-        for name, doc, value in agg:
-            g = gauge(name, doc, ["shard", "chip"])
-            g.add_metric([self.shard_name, s.chip.name], value)
-            out.append(g)
+        for make, name, doc, value in (
+            (gauge, "gigacluster_shard_power_watts", "Power of all devices of the shard.", float(s.power_w.sum())),
+            (gauge, "gigacluster_shard_utilization", "Mean busy fraction of the devices.",
+             float(s.utilization.mean())),
+            (counter, "gigacluster_shard_energy_joules_total", "Energy drawn by the shard since start.",
+             float(energy.sum())),
+            (gauge, "gigacluster_shard_memory_used_bytes", "HBM in use on the shard (allocations and what "
+             "jobs and replicas hold).", float(used.sum())),
+            (gauge, "gigacluster_shard_max_temperature_celsius", "Hottest device of the shard.", float(s.temp_c.max())),
+        ):
+            fam = make(name, doc, ["shard", "chip"])
+            fam.add_metric([self.shard_name, s.chip.name], value)
+            out.append(fam)
         states = gauge("gigacluster_shard_devices", "Devices of the shard by state.", ["shard", "state"])
         st = s.state()
         for code, label in ((1, "healthy"), (2, "throttled"), (3, "failed")):
@@ -120,7 +134,7 @@ class ChipService(Service[ChipConfig]):
                 "power_w": snap.power_w,
                 "energy_j": snap.energy_j,
                 "busy_s": snap.busy_s,
-                "memory_used_bytes": int(self.memory.used_bytes.sum()),
+                "memory_used_bytes": int(self.memory_used_bytes().sum()),
                 "max_temperature_c": snap.max_temperature_c,
                 "mean_clock_factor": snap.mean_clock_factor,
             },
@@ -202,12 +216,13 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         now = self.svc.clock.now()
         energy = s.energy_j(now)
         states = s.state()
+        used = self.svc.memory_used_bytes()
         out = []
         for i in np.asarray(page_idx, dtype=np.int64):
             out.append(chip_pb2.Device(
                 id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),  # type: ignore[arg-type]  # protobuf enums are int NewTypes
                 power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
-                memory_used_bytes=int(self.svc.memory.used_bytes[i]), energy_j=float(energy[i]),
+                memory_used_bytes=int(used[i]), energy_j=float(energy[i]),
                 busy_s=float(s.busy_s[i]), fault=chip_pb2.FaultKind.Name(int(s.fault[i])) if s.fault[i] else "",
             ))
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
@@ -218,6 +233,9 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         idx = self._devices(request.devices)
         works = convert.works(request.items)
         cap.require("compute.run", _devset(idx, self.shard.offset))
+        if request.HasField("memory_in_use_bytes"):  # checked (and held) before any work is booked
+            cap.require("memory.write", _devset(idx, self.shard.offset))
+            self.shard.hold_memory(idx, int(request.memory_in_use_bytes))
         res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now())
         if request.wait:
             await self.svc.clock.sleep_until(res.end_s)
@@ -233,6 +251,13 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         alloc = self.svc.memory.allocate(int(idx[0]), cap.tenant, cap.instance, int(request.size_bytes))
         return chip_pb2.AllocateMemoryResponse(name=f"allocations/{alloc}", device=request.device,
                                                size_bytes=request.size_bytes)
+
+    async def SetMemoryInUse(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cap = await self._cap(context, "memory.write")
+        idx = self._devices(request.devices)
+        cap.require("memory.write", _devset(idx, self.shard.offset))
+        self.shard.hold_memory(idx, int(request.bytes_per_device), "bytes_per_device")
+        return chip_pb2.SetMemoryInUseResponse(devices=int(idx.size))
 
     def _alloc_id(self, name: str) -> int:
         rest = name.removeprefix("allocations/")
@@ -290,6 +315,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         held = self._local_of(seen) if seen is not None else np.empty(0, np.int64)
         idx = np.unique(np.concatenate([named, with_memory, held]))
         self.shard.reset_timing(idx, self.svc.clock.now(), scrub_s)
+        self.shard.release_memory(idx)
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
     async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -320,6 +346,6 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             devices=int(sel.size), healthy=int(np.count_nonzero(st == 1)), failed=int(np.count_nonzero(st == 3)),
             throttled=int(np.count_nonzero(st == 2)), mean_utilization=float(s.utilization[sel].mean()),
             power_w=float(s.power_w[sel].sum()), energy_j=float(s.energy_j(now)[sel].sum()),
-            busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(self.svc.memory.used_bytes[sel].sum()),
+            busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(self.svc.memory_used_bytes()[sel].sum()),
             max_temperature_c=float(s.temp_c[sel].max()), now_s=now,
         )

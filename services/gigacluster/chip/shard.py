@@ -81,6 +81,10 @@ class ChipShard:
         self._last_tick_s = start_s
         self._last_busy_s = np.zeros(n)
         self._last_above_j = np.zeros(n)
+        # HBM each device's instance holds as modelled state (a job's weights, optimizer state and
+        # activations; a replica's weights and KV cache in use), reported by the caller, not allocated
+        # byte by byte; 0 once the instance is released.
+        self.held_bytes = np.zeros(n, dtype=np.int64)
 
     # -- addressing -------------------------------------------------------------------------------
     @property
@@ -158,6 +162,19 @@ class ChipShard:
         self._item_end_s[idx] = now_s
         self._item_above_j[idx] = 0.0
         self.busy_until_s[idx] = now_s + max(scrub_s, 0.0)
+
+    # -- memory in use ---------------------------------------------------------------------------
+    def hold_memory(self, idx: np.ndarray, bytes_per_device: int, field: str = "memory_in_use_bytes") -> None:
+        """Record that each device of ``idx`` holds ``bytes_per_device`` of modelled HBM (replacing the
+        last report; 0 frees it). More than a device's HBM is refused, as an out-of-memory would be."""
+        if not 0 <= bytes_per_device <= self.chip.hbm_bytes:
+            raise InvalidArgument(field, f"must be 0..{self.chip.hbm_bytes} bytes (the {self.chip.name}'s HBM), "
+                                         f"got {bytes_per_device}")
+        self.held_bytes[idx] = bytes_per_device
+
+    def release_memory(self, idx: np.ndarray) -> None:
+        """Devices ``idx`` went back to the pool: nothing of their last instance stays in use."""
+        self.held_bytes[idx] = 0
 
     # -- faults -----------------------------------------------------------------------------------
     def inject_fault(self, idx: np.ndarray, kind: int, clock_factor: float = 0.5) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import pathlib
+import shlex
 import signal
 import sys
 from typing import Any
@@ -37,6 +39,10 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="first of five consecutive gRPC ports (default: chip 50051 ... router 50055)")
     p.add_argument("--http-port", type=int, default=None,
                    help="OpenAI-compatible HTTP endpoint of the router (up: 8000; demo: a free port; -1 = off)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="BASE",
+                   help="Prometheus /metrics of every service on its own port from BASE: chip, fabric, broker, "
+                        "scheduler, router on BASE..BASE+4, further chip shards after (up: 9464; demo: -1 = off; "
+                        "0 = free ports)")
 
 
 def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: str = "json") -> StackConfig:
@@ -46,7 +52,8 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
     return StackConfig(cluster=args.cluster, chip=args.chip, system=args.system, chips=args.chips, shards=args.shards,
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
-                       http_port=_http_port(args), tls=getattr(args, "tls", False))
+                       http_port=_http_port(args), tls=getattr(args, "tls", False),
+                       metrics=_metrics_port(args) >= 0, metrics_base_port=max(_metrics_port(args), 0))
 
 
 def _http_port(args: argparse.Namespace) -> int:
@@ -54,6 +61,19 @@ def _http_port(args: argparse.Namespace) -> int:
     if getattr(args, "http_port", None) is not None:
         return int(args.http_port)
     return 8000 if getattr(args, "handler", None) is run_up else 0
+
+
+#: First metrics port of ``up``: 9464 is the port the compose and Kubernetes files give every service.
+UP_METRICS_BASE_PORT = 9464
+
+
+def _metrics_port(args: argparse.Namespace) -> int:
+    """``up`` serves metrics from 9464 by default; the demo none."""
+    if getattr(args, "metrics_port", None) is not None:
+        if int(args.metrics_port) < -1:
+            raise SystemExit(f"--metrics-port must be -1 (off), 0 (free ports) or a port, got {args.metrics_port}")
+        return int(args.metrics_port)
+    return UP_METRICS_BASE_PORT if getattr(args, "handler", None) is run_up else -1
 
 
 def register(subparsers: Any) -> None:
@@ -97,18 +117,56 @@ async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = F
     return key
 
 
+def _password_cmd(creds: pathlib.Path, *keys: str) -> str:
+    """A shell substitution printing ``creds[keys...]`` (python3 is there wherever gigacluster is)."""
+    lookup = "".join(f"[{json.dumps(k)}]" for k in keys)
+    code = f"import json, sys; print(json.load(open(sys.argv[1])){lookup})"
+    return f'"$(python3 -c {shlex.quote(code)} {shlex.quote(str(creds))})"'
+
+
+def mosquitto_sub_command(stack: Stack, *, who: str = "admin") -> str:
+    """The ``mosquitto_sub`` command line that reads the stack's telemetry with the credentials
+    ``up`` wrote: ``admin`` reads every topic; ``tenant`` the default tenant's own branches.
+    Without a state directory (no credentials are enforced) it subscribes anonymously."""
+    host, _, port = stack.mqtt.rpartition(":")
+    root = f"gigacluster/{stack.cfg.cluster}"
+    base = ["mosquitto_sub", "-h", host, "-p", port]
+    creds = stack.cfg.state_dir / "credentials.json" if stack.cfg.state_dir is not None else None
+    if who == "tenant":
+        topics = [f"{root}/{svc}/tenants/default/#" for svc in ("scheduler", "router")]
+        user = stack.tenant_mqtt.get("default", ("tenant-default", ""))[0] or "tenant-default"
+        keys: tuple[str, ...] = ("mqtt_password",)
+    else:
+        topics, user, keys = [f"{root}/#"], "admin", ("mqtt_admin", "password")
+    auth = f" -u {shlex.quote(user)} -P {_password_cmd(creds, *keys)}" if creds is not None else ""
+    subs = "".join(f" -t {shlex.quote(t)}" for t in topics)
+    return f"{shlex.join(base)}{auth}{subs} -v"
+
+
 def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
-    eps = stack.endpoints
-    print("gigacluster is up", file=out)
-    for name in DEFAULT_PORTS:
-        print(f"  {name:<10} {getattr(eps, name)}", file=out)
-    print(f"  {'mqtt':<10} {stack.mqtt}  (topics gigacluster/{stack.cfg.cluster}/#)", file=out)
-    if stack.cfg.state_dir is not None:
-        print(f"  credentials {stack.cfg.state_dir / 'credentials.json'}", file=out)
-        print(f"  logs        {stack.cfg.state_dir / 'logs'}", file=out)
-    print(f"  model       deployments/{DEFAULT_MODEL['deployment_id']} on {stack.cfg.chip}", file=out)
+    """The banner: every endpoint a client or tool needs, and how to authenticate to each."""
+    cfg = stack.cfg
+    state = cfg.state_dir
+    creds = state / "credentials.json" if state is not None else None
+    print(f"gigacluster is up: cluster {cfg.cluster}, {cfg.chips} x {cfg.chip} in {cfg.shards} shard(s)", file=out)
+    grpc_eps = [(n, stack.endpoint_of(n)) for n in DEFAULT_PORTS]
+    grpc_eps += [(f"chip-{i}", stack.endpoint_of(f"chip-{i}")) for i in range(1, len(stack.shard_ports))]
+    for i, (name, ep) in enumerate(grpc_eps):
+        print(f"  {'gRPC' if i == 0 else '':<9} {name:<10} {ep}", file=out)
+    if creds is not None:
+        print(f"  {'':<9} (metadata authorization: Bearer <api_key in {creds}>)", file=out)
     if stack.openai_base_url:
-        print(f"  openai      {stack.openai_base_url}  (Authorization: Bearer <api key from credentials>)", file=out)
+        print(f"  {'OpenAI':<9} {stack.openai_base_url}  (Authorization: Bearer <api_key>)", file=out)
+    for i, (name, url) in enumerate(stack.metrics_urls.items()):
+        print(f"  {'metrics' if i == 0 else '':<9} {name:<10} {url}", file=out)
+    print(f"  {'MQTT':<9} {stack.mqtt}  topics gigacluster/{cfg.cluster}/<service>/...", file=out)
+    if creds is not None:
+        print(f"  {'':<9} users in {creds}: mqtt_admin reads all, mqtt_username/mqtt_password the "
+              "default tenant's topics; everything:", file=out)
+    print(f"  {'':<9} {mosquitto_sub_command(stack)}", file=out)
+    if state is not None:
+        print(f"  {'logs':<9} {state / 'logs'}", file=out)
+    print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
     print("Ctrl-C stops everything.", file=out)
 
 

@@ -176,6 +176,12 @@ class Stream:
         self.owner.streams.pop(self.req.id, None)
 
 
+def replica_memory_bytes(engine: ReplicaEngine) -> int:
+    """HBM one chip of a replica holds: its weight shard plus its share of the KV blocks in use."""
+    cfg = engine.cfg
+    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.tp)
+
+
 class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
                  endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5) -> None:
@@ -203,6 +209,7 @@ class Replica:
         lease.on_lost.append(self.wake.set)
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
+        self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
 
     @property
     def role(self) -> str:
@@ -224,10 +231,13 @@ class Replica:
         None when the token was refused because the broker no longer knows the instance.
         """
         req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=convert.work_msgs(it.work),
-                                          not_before_s=it.start_s, tag=self.instance)
+                                          not_before_s=it.start_s, tag=self.instance,
+                                          memory_in_use_bytes=replica_memory_bytes(self.engine))
+        self._reported_memory = req.memory_in_use_bytes
         try:
             return await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
         except grpc.aio.AioRpcError as err:
+            self._reported_memory = -1
             if err.code() not in TOKEN_REFUSED:
                 raise
             log.info("capability refused; refreshing", replica=self.index, instance=self.instance,
@@ -238,7 +248,22 @@ class Replica:
                 if self.lease.lost:
                     return None
                 raise err from None
-        return await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
+        resp = await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
+        self._reported_memory = req.memory_in_use_bytes
+        return resp
+
+    async def _report_memory(self, ranges: Any) -> None:
+        """Tell the chips what the idle replica holds (its weights and any KV cache still in use), once
+        per change; the last ExecuteWork carried the value of the iteration before it."""
+        mem = replica_memory_bytes(self.engine)
+        if mem == self._reported_memory:
+            return
+        try:
+            await self.stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=ranges, bytes_per_device=mem),
+                                           metadata=call_metadata(capability=self.lease()), timeout=2)
+            self._reported_memory = mem
+        except grpc.aio.AioRpcError as err:  # telemetry only: the next iteration reports it again
+            log.info("memory report failed", replica=self.index, code=err.code().name)
 
     def _drop_all(self, why: str) -> None:
         """End every request this replica holds with a retryable error and start from an empty engine
@@ -321,6 +346,7 @@ class Replica:
             it = self.engine.next_iteration(start)
             if it is None:
                 self.wake.clear()
+                await self._report_memory(ranges)
                 await self.wake.wait()
                 continue
             try:

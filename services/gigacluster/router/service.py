@@ -61,7 +61,7 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_limiter
 from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
-from gigacluster.runtime.metrics import FunctionCollector, gauge
+from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler.spec import ARCH_FIELDS
 from gigacluster.security.ratelimit import TenantRateLimiter
@@ -230,15 +230,19 @@ class RouterService(Service[RouterConfig]):
         itl_alias = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency.",
                                           labels=["model_name", "tenant"])
         # model_name as vLLM names it; tenant too, since deployment ids are per tenant.
-        g = {n: gauge(n, doc, ["model_name", "tenant"]) for n, doc in (
+        lbl = ["model_name", "tenant"]
+        g = {n: gauge(n, doc, lbl) for n, doc in (
             ("vllm:num_requests_running", "Number of requests in model execution batches."),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
             ("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
             ("vllm:gpu_prefix_cache_hit_rate", "Prefix cache hit rate (tokens)."),
+            ("gigacluster_deployment_slowdown", "How much slower than its model the deployment runs (0 = on model)."),
+        )}
+        # Totals only grow: counters, as vLLM types them (rate() needs it).
+        c = {n: counter(n, doc, lbl) for n, doc in (
             ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
             ("vllm:generation_tokens_total", "Number of generation tokens processed."),
             ("vllm:request_success_total", "Count of successfully processed requests."),
-            ("gigacluster_deployment_slowdown", "How much slower than its model the deployment runs (0 = on model)."),
         )}
         for d in list(self.deployments.values()):
             if d.health()[0] not in ("ready", "degraded"):
@@ -256,16 +260,16 @@ class RouterService(Service[RouterConfig]):
             hit = sum(s.prefix_hit_tokens for s in stats)
             look = sum(s.prefix_lookup_tokens for s in stats)
             g["vllm:gpu_prefix_cache_hit_rate"].add_metric(m, hit / look if look else 0.0)
-            g["vllm:prompt_tokens_total"].add_metric(m, float(mt.prompt_tokens))
-            g["vllm:generation_tokens_total"].add_metric(m, float(mt.output_tokens))
-            g["vllm:request_success_total"].add_metric(m, float(mt.requests))
+            c["vllm:prompt_tokens_total"].add_metric(m, float(mt.prompt_tokens))
+            c["vllm:generation_tokens_total"].add_metric(m, float(mt.output_tokens))
+            c["vllm:request_success_total"].add_metric(m, float(mt.requests))
             perf = d.performance()
             g["gigacluster_deployment_slowdown"].add_metric(m, perf[0] if perf else 0.0)
-        loss = gauge("gigacluster_deployment_performance_loss_events", "Deployment slowdowns flagged, by cause.",
-                     ["cause"])
+        loss = counter("gigacluster_deployment_performance_loss_events_total",
+                       "Deployment slowdowns flagged, by cause.", ["cause"])
         for cause, n in sorted(self._loss_events.items()):
             loss.add_metric([cause], float(n))
-        return [*hist.values(), itl_alias, *g.values(), loss]
+        return [*hist.values(), itl_alias, *g.values(), *c.values(), loss]
 
     def check_performance(self, d: LiveDeployment) -> None:
         """Publish an alert when a deployment starts running slower than its model (or recovers)."""

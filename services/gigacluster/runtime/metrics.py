@@ -5,15 +5,22 @@ Each service registers collectors on its own registry; ``serve`` exposes them on
 names (``DCGM_FI_DEV_POWER_USAGE``, ...) and router metrics vLLM's, so existing Grafana
 dashboards work unchanged. Per-device series are capped (``per_device_max``): a 65,536-chip
 shard exports its aggregates, not 65,536 series per metric.
+
+Anything that only grows (energy, tokens, requests, events) is a counter, whose exposed name
+ends in ``_total`` (``rate()`` and ``promtool check metrics`` depend on it); levels are gauges.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
@@ -28,7 +35,19 @@ class FunctionCollector(Collector):
 
 
 def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    """A level that can go up and down (power, queue depth, memory in use)."""
     return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+def counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    """A monotonically increasing total (energy, tokens, requests); reset only by a restart.
+
+    ``name`` must end in ``_total``: the exposed series is exactly the name asked for, not a
+    silently suffixed one.
+    """
+    if not name.endswith("_total"):
+        raise ValueError(f"counter {name!r} must end in _total")
+    return CounterMetricFamily(name, doc, labels=labels or [])
 
 
 class BucketHistogram:
@@ -55,7 +74,38 @@ class BucketHistogram:
         return fam
 
 
+#: The classic text format: what every Prometheus since 2.0 reads, with names exactly as registered.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+    """WSGI app serving ``registry`` on ``/metrics`` in the classic text format, whatever the scraper
+    asks for. prometheus_client's OpenMetrics encoder (chosen when Prometheus offers OpenMetrics, as it
+    does by default) rewrites ``vllm:x`` samples to ``vllm_x`` while keeping ``vllm:x`` in TYPE/HELP, so
+    a real Prometheus would store vLLM's series under names no vLLM dashboard queries."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics\n"]
+        body = generate_latest(registry)
+        start_response("200 OK", [("Content-Type", TEXT_CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (one line per scrape per service would drown the logs)."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
     """Start the /metrics HTTP endpoint (a daemon thread); returns the bound port."""
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    server = make_server(host, port, metrics_app(registry), _ThreadingServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return int(server.server_port)

@@ -127,8 +127,6 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        from amqtt.broker import Broker
-
         plugins: dict[str, Any] = (
             {
                 "gigacluster.security.amqtt_plugin.GigaclusterAuthPlugin": {"password_file": self.password_file},
@@ -139,10 +137,42 @@ class EmbeddedBroker:
             else {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
         )
         config = {"listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}}, "plugins": plugins}
-        self._broker = Broker(config)
+        self._broker = _guarded_broker_class()(config)
         await self._broker.start()
 
     async def stop(self) -> None:
         if self._broker is not None:
             await self._broker.shutdown()
             self._broker = None
+
+
+def _guarded_broker_class() -> Any:
+    """amqtt's Broker with retained messages delivered only as MQTT says: to a client's own matching
+    subscriptions, and only where the ACL lets it read the topic.
+
+    amqtt 0.12.1 replays, to every client that connects, the retained messages matching EVERY client's
+    subscription filters (its ``_subscriptions`` across sessions), without the read ACL: once the admin
+    subscribed to ``gigacluster/<cluster>/#``, a tenant connecting with no subscription at all received
+    the broker's retained audit anchor (found by running ``mosquitto_sub`` as the tenant).
+    """
+    from amqtt.broker import Broker
+    from amqtt.contexts import Action
+
+    class GuardedBroker(Broker):  # type: ignore[misc]  # amqtt is untyped here
+        async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int],
+                                                             session: Any) -> None:
+            topic_filter, qos = subscription
+            holders = self._subscriptions.get(topic_filter, [])
+            if all(s.client_id != session.client_id for s, _ in holders):
+                return  # another client's filter: not this session's subscription
+            handler = self._get_handler(session)
+            if handler is None:
+                return
+            for topic, retained in list(self._retained_messages.items()):
+                if not self._matches(topic, topic_filter):
+                    continue
+                if not await self._topic_filtering(session, topic=topic, action=Action.RECEIVE):
+                    continue
+                await handler.mqtt_publish(retained.topic, retained.data, min(qos, retained.qos or qos), retain=True)
+
+    return GuardedBroker

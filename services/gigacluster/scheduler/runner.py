@@ -108,6 +108,9 @@ class JobRunner:
             if sel.size:
                 self.shard_ranges.append((ep, _ranges(np.sort(sel))))
         self.collective_calls = self._collective_calls()
+        # HBM per chip of the plan's most loaded pipeline stage (weights, grads, optimizer state,
+        # activations): the chips show it in use while the job holds them.
+        self.memory_per_chip_bytes = int(job.plan.memory.total_bytes)
 
     def channel(self, ep: str) -> grpc.aio.Channel:
         if ep not in self._channels:
@@ -145,7 +148,8 @@ class JobRunner:
             chip_res = await asyncio.gather(*(
                 chip_pb2_grpc.ChipServiceStub(self.channel(ep)).ExecuteWork(
                     chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
-                                                tag=job.name), metadata=md, timeout=30)
+                                                tag=job.name, memory_in_use_bytes=self.memory_per_chip_bytes),
+                    metadata=md, timeout=30)
                 for ep, rs in self.shard_ranges))
             compute_s = max(r.end_s for r in chip_res) - start_s
             fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))

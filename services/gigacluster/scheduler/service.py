@@ -39,7 +39,7 @@ from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata, rate_
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
-from gigacluster.runtime.metrics import FunctionCollector, gauge
+from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.core import (
@@ -637,7 +637,7 @@ class SchedulerService(Service[SchedulerConfig]):
                 step.add_metric([j.name, j.tenant], j.last_step_time_s)
                 model.add_metric([j.name, j.tenant], j.predicted_step_time_s)
                 slow.add_metric([j.name, j.tenant], j.slowdown)
-        loss = gauge("gigacluster_performance_loss_events", "Performance-loss diagnoses by cause.", ["cause"])
+        loss = counter("gigacluster_performance_loss_events_total", "Performance-loss diagnoses by cause.", ["cause"])
         for cause in CAUSES:
             loss.add_metric([cause], float(self._loss_events.get(cause, 0)))
         return [jobs, step, model, slow, loss]

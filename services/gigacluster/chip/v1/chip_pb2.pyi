@@ -114,18 +114,20 @@ class WorkItem(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., flops: _Optional[float] = ..., bytes: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., count: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., graph: _Optional[bool] = ...) -> None: ...
 
 class ExecuteWorkRequest(_message.Message):
-    __slots__ = ("devices", "items", "not_before_s", "wait", "tag")
+    __slots__ = ("devices", "items", "not_before_s", "wait", "tag", "memory_in_use_bytes")
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IN_USE_BYTES_FIELD_NUMBER: _ClassVar[int]
     devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
     items: _containers.RepeatedCompositeFieldContainer[WorkItem]
     not_before_s: float
     wait: bool
     tag: str
-    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., not_before_s: _Optional[float] = ..., wait: _Optional[bool] = ..., tag: _Optional[str] = ...) -> None: ...
+    memory_in_use_bytes: int
+    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., not_before_s: _Optional[float] = ..., wait: _Optional[bool] = ..., tag: _Optional[str] = ..., memory_in_use_bytes: _Optional[int] = ...) -> None: ...
 
 class ExecuteWorkResponse(_message.Message):
     __slots__ = ("start_s", "end_s", "energy_j", "clock_factor")
@@ -276,3 +278,17 @@ class GetStatsResponse(_message.Message):
     max_temperature_c: float
     now_s: float
     def __init__(self, devices: _Optional[int] = ..., healthy: _Optional[int] = ..., failed: _Optional[int] = ..., throttled: _Optional[int] = ..., mean_utilization: _Optional[float] = ..., power_w: _Optional[float] = ..., energy_j: _Optional[float] = ..., busy_s: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., max_temperature_c: _Optional[float] = ..., now_s: _Optional[float] = ...) -> None: ...
+
+class SetMemoryInUseRequest(_message.Message):
+    __slots__ = ("devices", "bytes_per_device")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    bytes_per_device: int
+    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., bytes_per_device: _Optional[int] = ...) -> None: ...
+
+class SetMemoryInUseResponse(_message.Message):
+    __slots__ = ("devices",)
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    devices: int
+    def __init__(self, devices: _Optional[int] = ...) -> None: ...

@@ -92,6 +92,11 @@ class ChipServiceStub:
                 request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.SetMemoryInUse = channel.unary_unary(
+                '/gigacluster.chip.v1.ChipService/SetMemoryInUse',
+                request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.FromString,
+                _registered_method=True)
 
 
 class ChipServiceServicer:
@@ -177,6 +182,16 @@ class ChipServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetMemoryInUse(self, request, context):
+        """Report the HBM the caller's instance holds on each of a set of devices (modelled state such as
+        weights or a KV cache, not addressable bytes): one call per device set, replacing the last
+        report; released with the instance. ExecuteWorkRequest.memory_in_use_bytes does the same
+        alongside work.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChipServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +249,11 @@ def add_ChipServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsRequest.FromString,
                     response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'SetMemoryInUse': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetMemoryInUse,
+                    request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.FromString,
+                    response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -536,6 +556,33 @@ class ChipService:
             '/gigacluster.chip.v1.ChipService/GetStats',
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsRequest.SerializeToString,
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetMemoryInUse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.chip.v1.ChipService/SetMemoryInUse',
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.SerializeToString,
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.FromString,
             options,
             channel_credentials,
             insecure,
