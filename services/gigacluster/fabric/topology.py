@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gigacluster.fabric.routing_modes import ROUTING_MODES
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
 
@@ -40,7 +41,6 @@ TIER_NAMES = ("scaleup", "nic", "leaf-spine", "spine-core")
 """Link tiers: 0 = scale-up, 1 = NIC-leaf, 2 = leaf-spine (or leaf-aggregation), 3 = aggregation-core."""
 
 NODE_KINDS = ("chip", "sw", "leaf", "spine", "agg", "core")
-ROUTING_MODES = ("ecmp", "spray")
 SCALEUP_KINDS = ("switch", "full_mesh", "torus2d", "torus2d_ring")
 
 _NAME_RE = re.compile(r"^(chip|sw|leaf|spine|agg|core)(\d+)$")
@@ -95,8 +95,7 @@ class TopologyConfig:
             raise SpecError("tiers", f"allowed: 2, 3; got {self.tiers!r}")
         if not (isinstance(self.oversubscription, int | float) and 1.0 <= self.oversubscription <= 64.0):
             raise SpecError("oversubscription", f"must be a number in [1, 64], got {self.oversubscription!r}")
-        if self.routing not in ROUTING_MODES:
-            raise SpecError("routing", f"allowed: {', '.join(ROUTING_MODES)}; got {self.routing!r}")
+        ROUTING_MODES.get(self.routing)  # UnknownName (a SpecError on "routing") lists the modes
         dom = sysm.chips
         if self.count > dom and self.count % dom:
             raise SpecError(

@@ -22,7 +22,7 @@ from typing import Any
 from gigacluster.hw.catalog import CatalogError, Chip, default_system, facility, get_chip, get_system
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch, arch_from_dict
-from gigacluster.model.comm import CommModel, GroupLayout, default_comm_model, volume_factor
+from gigacluster.model.comm import CommModel, GroupLayout, bus_factor, default_comm_model
 from gigacluster.model.cost import job_cost
 from gigacluster.model.power import (
     J_PER_MWH,
@@ -796,7 +796,7 @@ def link_bytes(plan: StepPlan) -> tuple[float, float]:
     """(scale-up, scale-out) bytes one step's collectives move, for link energy."""
     up = out = 0.0
     for d in plan.collectives:
-        moved = d.count * d.bytes_ * max(volume_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
+        moved = d.count * d.bytes_ * max(bus_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
         if d.layout.domains > 1:
             out += moved
         else:
