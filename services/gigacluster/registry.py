@@ -65,7 +65,7 @@ class Registry(Mapping[str, T], Generic[T]):
     """Named objects of one family: built-ins, installed entry points, and config import paths.
 
     A read-only mapping (``name in reg``, ``reg[name]``, iteration over the allowed names) plus
-    :meth:`register`, :meth:`get` (raises :class:`UnknownName`) and :meth:`check`.
+    :meth:`register`, :meth:`lookup` (raises :class:`UnknownName`) and :meth:`check`.
     """
 
     def __init__(self, family: str, *, field: str, group: str) -> None:
@@ -106,7 +106,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self._items[name] = obj
         return obj
 
-    def get(self, name: str) -> T:
+    def lookup(self, name: str) -> T:
         """The object registered (or installed as an entry point) under ``name``; else UnknownName."""
         obj = self._items.get(name)
         if obj is None and isinstance(name, str):
@@ -120,7 +120,7 @@ class Registry(Mapping[str, T], Generic[T]):
         ``pkg.module:Object``, which is then registered under that path); returns it."""
         if allow_import and ":" in name and name not in self._items:
             self.register(name, load_path(name, field=self.field, family=self.family))
-        self.get(name)
+        self.lookup(name)
         return name
 
     def names(self) -> list[str]:
@@ -129,7 +129,7 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         try:
-            return self.get(name)
+            return self.lookup(name)
         except UnknownName as exc:
             raise KeyError(name) from exc
 
@@ -148,6 +148,29 @@ class Registry(Mapping[str, T], Generic[T]):
         return f"Registry({self.family!r}, {self.names()!r})"
 
 
+FAMILIES: dict[str, str] = {
+    "placement": "gigacluster.scheduler.placement:PLACEMENTS",
+    "failures": "gigacluster.scheduler.failures:FAILURE_MODELS",
+    "routing": "gigacluster.inference.policies:POLICIES",
+    "collectives": "gigacluster.fabric.collectives:ALGORITHMS",
+    "collective_policies": "gigacluster.fabric.collectives:POLICIES",
+    "fabric_routing": "gigacluster.fabric.routing_modes:ROUTING_MODES",
+}
+"""Every family: key (its entry-point group is ``gigacluster.<key>``) -> where its registry lives.
+Imported on demand, so a service that checks its config pays only for the families it uses."""
+
+
+def family(key: str) -> Registry[Any]:
+    """The registry of family ``key`` (a key of :data:`FAMILIES`)."""
+    reg: Registry[Any] = load_path(FAMILIES[key], field="family", family="registry")
+    return reg
+
+
+def check(key: str, name: str, *, allow_import: bool = True) -> str:
+    """Validate ``name`` in family ``key`` at config load (an import path is imported and registered)."""
+    return family(key).check(name, allow_import=allow_import)
+
+
 def load_path(path: str, *, field: str, family: str) -> Any:
     """Import ``pkg.module:Object`` (``Object`` may be dotted); UnknownName-style errors name ``field``."""
     module, _, attr = path.partition(":")
@@ -162,4 +185,4 @@ def load_path(path: str, *, field: str, family: str) -> Any:
     return obj
 
 
-__all__ = ["Registry", "UnknownName", "load_path"]
+__all__ = ["FAMILIES", "Registry", "UnknownName", "check", "family", "load_path"]

@@ -344,13 +344,13 @@ def plan_collective(
     if r.size == 1:
         return CollectivePlan(op, algo or "none", r, float(bytes_), ())
     if algo is not None:
-        chosen = ALGORITHMS.get(algo)
+        chosen = ALGORITHMS.lookup(algo)
         if not chosen.supports(op, r, topo):
             allowed = [n for n, a in ALGORITHMS.items() if a.supports(op, r, topo)]
             raise SpecError("algo", f"{algo} cannot run {op} on these {r.size} ranks; allowed: {', '.join(allowed)}")
         name = chosen.name
     else:
-        name = POLICIES.get(policy).choose(op, r, float(bytes_), topo)
+        name = POLICIES.lookup(policy).choose(op, r, float(bytes_), topo)
     phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
     return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from gigacluster.fabric.routing_modes import ROUTING_MODES, Crossing, SpreadFn, _mix
 from gigacluster.fabric.topology import Topology
+
 MAX_HOPS = 8
 
 
@@ -155,7 +156,7 @@ def route(
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     n = src.size
-    spread = ROUTING_MODES.get(mode or topo.config.routing)
+    spread = ROUTING_MODES.lookup(mode or topo.config.routing)
     h = flow_hash(src, dst, np.broadcast_to(np.asarray(label, dtype=np.int64), src.shape))
     latency = np.zeros(n)
     ok = np.ones(n, dtype=bool)

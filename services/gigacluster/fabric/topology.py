@@ -95,7 +95,7 @@ class TopologyConfig:
             raise SpecError("tiers", f"allowed: 2, 3; got {self.tiers!r}")
         if not (isinstance(self.oversubscription, int | float) and 1.0 <= self.oversubscription <= 64.0):
             raise SpecError("oversubscription", f"must be a number in [1, 64], got {self.oversubscription!r}")
-        ROUTING_MODES.get(self.routing)  # UnknownName (a SpecError on "routing") lists the modes
+        ROUTING_MODES.lookup(self.routing)  # UnknownName (a SpecError on "routing") lists the modes
         dom = sysm.chips
         if self.count > dom and self.count % dom:
             raise SpecError(

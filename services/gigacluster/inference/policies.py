@@ -225,4 +225,4 @@ class PrefixAware(RoutingPolicy):
 def make_policy(name: str) -> RoutingPolicy:
     """A new policy instance by registry name; :class:`~gigacluster.registry.UnknownName` (a
     ``SpecError`` on ``policy``) for an unknown one."""
-    return POLICIES.get(name)()
+    return POLICIES.lookup(name)()

@@ -199,7 +199,7 @@ class SpreadPolicy(PlacementPolicy):
 
 def get_policy(name: str) -> PlacementPolicy:
     """A new instance of the registered policy ``name`` (config ``placement``); else UnknownName."""
-    return PLACEMENTS.get(name)()
+    return PLACEMENTS.lookup(name)()
 
 
 def placement_stats(layout: Layout, devices: np.ndarray, *, tp: int, cp: int, dp: int, pp: int) -> PlacementStats:
