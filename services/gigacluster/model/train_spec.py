@@ -186,91 +186,15 @@ class TrainSpec:
         for req in ("model", "batch", "hardware"):
             if req not in d:
                 raise SpecError(req, "required")
-        model = d["model"]
-        if isinstance(model, Mapping):
-            for k in set(model) & {"preset", "name", "mlp"}:
-                if not isinstance(model[k], str) or len(model[k]) > 64:
-                    raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
-            for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
-                _int(model, k, f"model.{k}", None)
-            extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
-                                                "ffn_hidden", "vocab", "seq_len"}
-            if extra:
-                raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
-                                "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
-        arch = arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
-        hw = d["hardware"]
-        if not isinstance(hw, Mapping) or "chip" not in hw:
-            raise SpecError("hardware.chip", "required (a catalog chip name)")
-        hw_extra = set(hw) - {"chip", "count", "system"}
-        if hw_extra:
-            raise SpecError(f"hardware.{_first(hw_extra)}", "unknown field; allowed: chip, count, system")
-        for k in ("chip", "system"):
-            v = hw.get(k)
-            if v is not None and (not isinstance(v, str) or len(v) > 64):
-                raise SpecError(f"hardware.{k}", f"must be a catalog name (a short string), got {_show(v)}")
-        chip = str(hw["chip"])
-        try:
-            get_chip(chip)
-            system = str(hw.get("system") or default_system(chip))
-        except CatalogError as exc:
-            raise SpecError("hardware.chip", str(exc)) from exc
+        arch = _parse_model(d["model"])
+        chip, system = _parse_hardware(d["hardware"])
         par = d.get("parallelism", {}) or {}
-        if not isinstance(par, Mapping):
-            raise SpecError("parallelism", "must be a mapping")
-        p_extra = set(par) - set(_PAR_KEYS)
-        if p_extra:
-            raise SpecError(f"parallelism.{_first(p_extra)}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
-        tp = _int(par, "tp", "parallelism.tp", 1)
-        pp = _int(par, "pp", "parallelism.pp", 1)
-        cp = _int(par, "cp", "parallelism.cp", 1)
-        dp = _int(par, "dp", "parallelism.dp", None)
-        count = _int(hw, "count", "hardware.count", None)
-        assert tp is not None and pp is not None and cp is not None
-        if dp is None:
-            if count is None:
-                dp = 1
-            elif count % (tp * pp * cp):
-                raise SpecError("hardware.count", f"must be a multiple of tp x pp x cp = {tp * pp * cp}; got {count}")
-            else:
-                dp = count // (tp * pp * cp)
-        if count is None:
-            count = tp * pp * dp * cp
-        batch = d["batch"]
-        if not isinstance(batch, Mapping):
-            raise SpecError("batch", "must be a mapping with global_batch or global_batch_tokens")
-        b_extra = {str(k) for k in batch} - {"global_batch", "global_batch_tokens"}
-        if b_extra:
-            raise SpecError(f"batch.{_first(b_extra)}", "unknown field; allowed: global_batch, global_batch_tokens")
-        if ("global_batch" in batch) == ("global_batch_tokens" in batch):
-            raise SpecError("batch.global_batch", "give exactly one of global_batch (sequences) or global_batch_tokens")
-        if "global_batch" in batch:
-            gb = _int(batch, "global_batch", "batch.global_batch", None)
-        else:
-            gbt = _int(batch, "global_batch_tokens", "batch.global_batch_tokens", None)
-            assert gbt is not None
-            if gbt % arch.seq_len:
-                raise SpecError("batch.global_batch_tokens", f"must be a multiple of model.seq_len ({arch.seq_len})")
-            gb = gbt // arch.seq_len
+        tp, pp, cp, dp, count = _parse_degrees(par, d["hardware"])
+        gb = _parse_batch(d["batch"], arch)
         precision = str(d.get("precision", "bf16")).lower()
         rec = str(par.get("recompute", "none")).lower()
         gdt = str(par.get("grad_reduce_dtype", "fp32")).lower()
-        cost = d.get("cost", {}) or {}
-        if not isinstance(cost, Mapping) or set(cost) - {"energy_price_usd_per_kwh", "price_per_chip_hour_usd"}:
-            raise SpecError("cost", "allowed fields: energy_price_usd_per_kwh, price_per_chip_hour_usd")
-        pue = _finite(d.get("pue", facility().pue_default), "pue", "a finite number >= 1.0")
-        for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
-            if cost.get(k) is not None:
-                _finite(cost[k], f"cost.{k}", "a finite number >= 0")
-        for k in ("precision", "name"):
-            if k in d and not isinstance(d[k], str):
-                raise SpecError(k, f"must be a string, got {_show(d[k])}")
-        for k in ("recompute", "grad_reduce_dtype"):
-            if k in par and not isinstance(par[k], str):
-                raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
-        dist = par.get("distributed_optimizer", True)
-        if not isinstance(dist, bool):
-            raise SpecError("parallelism.distributed_optimizer", "must be true or false")
+        cost, pue, dist = _parse_costs(d, par)
         return cls(
             arch=arch,
             chip=chip,
@@ -297,3 +221,105 @@ class TrainSpec:
             price_per_chip_hour_usd=cost.get("price_per_chip_hour_usd"),
             name=str(d.get("name", "train")),
         )
+
+
+def _parse_model(model: Any) -> ModelArch:
+    """The ``model`` section: a preset name or a mapping of architecture fields."""
+    if isinstance(model, Mapping):
+        for k in set(model) & {"preset", "name", "mlp"}:
+            if not isinstance(model[k], str) or len(model[k]) > 64:
+                raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
+        for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
+            _int(model, k, f"model.{k}", None)
+        extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
+                                            "ffn_hidden", "vocab", "seq_len"}
+        if extra:
+            raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
+                            "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
+    return arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
+
+
+def _parse_hardware(hw: Any) -> tuple[str, str]:
+    """(chip, system) of the ``hardware`` section."""
+    if not isinstance(hw, Mapping) or "chip" not in hw:
+        raise SpecError("hardware.chip", "required (a catalog chip name)")
+    hw_extra = set(hw) - {"chip", "count", "system"}
+    if hw_extra:
+        raise SpecError(f"hardware.{_first(hw_extra)}", "unknown field; allowed: chip, count, system")
+    for k in ("chip", "system"):
+        v = hw.get(k)
+        if v is not None and (not isinstance(v, str) or len(v) > 64):
+            raise SpecError(f"hardware.{k}", f"must be a catalog name (a short string), got {_show(v)}")
+    chip = str(hw["chip"])
+    try:
+        get_chip(chip)
+        system = str(hw.get("system") or default_system(chip))
+    except CatalogError as exc:
+        raise SpecError("hardware.chip", str(exc)) from exc
+    return chip, system
+
+
+def _parse_degrees(par: Any, hw: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(tp, pp, cp, dp, count): parallel degrees, dp inferred from ``hardware.count`` when absent."""
+    if not isinstance(par, Mapping):
+        raise SpecError("parallelism", "must be a mapping")
+    p_extra = set(par) - set(_PAR_KEYS)
+    if p_extra:
+        raise SpecError(f"parallelism.{_first(p_extra)}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
+    tp = _int(par, "tp", "parallelism.tp", 1)
+    pp = _int(par, "pp", "parallelism.pp", 1)
+    cp = _int(par, "cp", "parallelism.cp", 1)
+    dp = _int(par, "dp", "parallelism.dp", None)
+    count = _int(hw, "count", "hardware.count", None)
+    assert tp is not None and pp is not None and cp is not None
+    if dp is None:
+        if count is None:
+            dp = 1
+        elif count % (tp * pp * cp):
+            raise SpecError("hardware.count", f"must be a multiple of tp x pp x cp = {tp * pp * cp}; got {count}")
+        else:
+            dp = count // (tp * pp * cp)
+    if count is None:
+        count = tp * pp * dp * cp
+    return tp, pp, cp, dp, count
+
+
+def _parse_batch(batch: Any, arch: ModelArch) -> int | None:
+    """Global batch in sequences, from ``global_batch`` or ``global_batch_tokens``."""
+    if not isinstance(batch, Mapping):
+        raise SpecError("batch", "must be a mapping with global_batch or global_batch_tokens")
+    b_extra = {str(k) for k in batch} - {"global_batch", "global_batch_tokens"}
+    if b_extra:
+        raise SpecError(f"batch.{_first(b_extra)}", "unknown field; allowed: global_batch, global_batch_tokens")
+    if ("global_batch" in batch) == ("global_batch_tokens" in batch):
+        raise SpecError("batch.global_batch", "give exactly one of global_batch (sequences) or global_batch_tokens")
+    if "global_batch" in batch:
+        gb = _int(batch, "global_batch", "batch.global_batch", None)
+    else:
+        gbt = _int(batch, "global_batch_tokens", "batch.global_batch_tokens", None)
+        assert gbt is not None
+        if gbt % arch.seq_len:
+            raise SpecError("batch.global_batch_tokens", f"must be a multiple of model.seq_len ({arch.seq_len})")
+        gb = gbt // arch.seq_len
+    return gb
+
+
+def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[str, Any], float, bool]:
+    """(cost section, pue, distributed_optimizer), with the string fields' types checked."""
+    cost = d.get("cost", {}) or {}
+    if not isinstance(cost, Mapping) or set(cost) - {"energy_price_usd_per_kwh", "price_per_chip_hour_usd"}:
+        raise SpecError("cost", "allowed fields: energy_price_usd_per_kwh, price_per_chip_hour_usd")
+    pue = _finite(d.get("pue", facility().pue_default), "pue", "a finite number >= 1.0")
+    for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
+        if cost.get(k) is not None:
+            _finite(cost[k], f"cost.{k}", "a finite number >= 0")
+    for k in ("precision", "name"):
+        if k in d and not isinstance(d[k], str):
+            raise SpecError(k, f"must be a string, got {_show(d[k])}")
+    for k in ("recompute", "grad_reduce_dtype"):
+        if k in par and not isinstance(par[k], str):
+            raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
+    dist = par.get("distributed_optimizer", True)
+    if not isinstance(dist, bool):
+        raise SpecError("parallelism.distributed_optimizer", "must be true or false")
+    return cost, pue, dist
