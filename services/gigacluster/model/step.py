@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gigacluster.hw.catalog import get_chip, get_system
+from gigacluster.hw.catalog import Chip, get_chip, get_system
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
@@ -285,40 +285,11 @@ def model_flops_per_token(arch: ModelArch) -> float:
     return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
 
 
-def plan_step(spec: TrainSpec) -> StepPlan:
-    """The critical rank's work and every group's collectives for one step (see module docstring).
-
-    Raises DoesNotFitError when the most loaded stage needs more HBM than the chip has.
-    """
-    chip = get_chip(spec.chip)
+def _demands(spec: TrainSpec, L: int, params: float) -> list[CollectiveDemand]:
+    """The collectives of one step on the critical stage (``L`` layers, ``params`` parameters)."""
+    T, _, kv_t, _, _ = _dims(spec)
     a = spec.arch
     m, pp, v, tp, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.tp, spec.cp, spec.dp
-    lw = _layer_works(spec)
-    stage_layers = _stage_layers(a.layers, pp)
-    # Choose the critical stage: the one with the longest nominal per-microbatch time.
-    candidates = []
-    for i in sorted({0, pp // 2, pp - 1}):
-        first, last = i == 0, i == pp - 1
-        hf, hb, hmodel = _head_works(spec, first, last)
-        L = stage_layers[i]
-        fwd = [_scale(w, L * m) for w in lw.fwd] + [_scale(w, m) for w in hf]
-        bwd = [_scale(w, L * m) for w in lw.bwd] + [_scale(w, m) for w in hb]
-        rec = [_scale(w, L * m) for w in lw.recompute]
-        t = works_time_s(chip, fwd + bwd + rec)
-        label = "first" if first else ("last" if last else "middle")
-        candidates.append((t, label, i, fwd, bwd, rec, (lw.model_flops * L + hmodel) * m))
-    _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
-    first, last = crit_i == 0, crit_i == pp - 1
-    params = _stage_params(spec, stage_layers[crit_i], first, last)
-    shard = dp * cp if spec.distributed_optimizer else 1
-    opt = [Work(12.0 * params / shard, 30.0 * params / shard, "bf16", "elementwise")]
-    t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
-    t_opt = works_time_s(chip, opt)
-    t_pipe = t_fwd + t_bwd + t_rec
-    compute = tuple(fwd + rec + bwd + opt)
-
-    T, _, kv_t, _, _ = _dims(spec)
-    L = stage_layers[crit_i]
     demands: list[CollectiveDemand] = []
     if tp > 1:
         # Sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, 4 + 2 backward
@@ -355,7 +326,11 @@ def plan_step(spec: TrainSpec) -> StepPlan:
             demands.append(CollectiveDemand("dp_param", "all_gather", 2.0 * params, lay, 1, window="param"))
         else:
             demands.append(CollectiveDemand("dp_grad", "all_reduce", gbytes, lay, 1, window="grad"))
-    memory = _memory(spec, stage_layers)
+    return demands
+
+
+def _check_fits(spec: TrainSpec, chip: Chip, memory: MemoryBreakdown) -> None:
+    """DoesNotFitError, with the memory breakdown and what to change, if the stage exceeds HBM."""
     if memory.total_bytes > chip.hbm_bytes:
         gib = 2**30
         raise DoesNotFitError(
@@ -367,6 +342,43 @@ def plan_step(spec: TrainSpec) -> StepPlan:
             need_bytes=memory.total_bytes,
             have_bytes=float(chip.hbm_bytes),
         )
+
+
+def plan_step(spec: TrainSpec) -> StepPlan:
+    """The critical rank's work and every group's collectives for one step (see module docstring).
+
+    Raises DoesNotFitError when the most loaded stage needs more HBM than the chip has.
+    """
+    chip = get_chip(spec.chip)
+    a = spec.arch
+    m, pp, v, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.cp, spec.dp
+    lw = _layer_works(spec)
+    stage_layers = _stage_layers(a.layers, pp)
+    # Choose the critical stage: the one with the longest nominal per-microbatch time.
+    candidates = []
+    for i in sorted({0, pp // 2, pp - 1}):
+        first, last = i == 0, i == pp - 1
+        hf, hb, hmodel = _head_works(spec, first, last)
+        L = stage_layers[i]
+        fwd = [_scale(w, L * m) for w in lw.fwd] + [_scale(w, m) for w in hf]
+        bwd = [_scale(w, L * m) for w in lw.bwd] + [_scale(w, m) for w in hb]
+        rec = [_scale(w, L * m) for w in lw.recompute]
+        t = works_time_s(chip, fwd + bwd + rec)
+        label = "first" if first else ("last" if last else "middle")
+        candidates.append((t, label, i, fwd, bwd, rec, (lw.model_flops * L + hmodel) * m))
+    _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
+    first, last = crit_i == 0, crit_i == pp - 1
+    params = _stage_params(spec, stage_layers[crit_i], first, last)
+    shard = dp * cp if spec.distributed_optimizer else 1
+    opt = [Work(12.0 * params / shard, 30.0 * params / shard, "bf16", "elementwise")]
+    t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
+    t_opt = works_time_s(chip, opt)
+    t_pipe = t_fwd + t_bwd + t_rec
+    compute = tuple(fwd + rec + bwd + opt)
+
+    demands = _demands(spec, stage_layers[crit_i], params)
+    memory = _memory(spec, stage_layers)
+    _check_fits(spec, chip, memory)
     total = t_pipe + t_opt
     return StepPlan(
         compute=compute,
