@@ -236,7 +236,7 @@ class Direct(Algorithm):
         return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
 
 
-ALGORITHMS: Registry[Algorithm] = Registry("collective algorithm", field="algo", group="gigacluster.collectives")
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives")
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
 for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct()):
     ALGORITHMS.register(_algo.name, _algo)
@@ -317,7 +317,7 @@ class RingOnlyPolicy(SelectionPolicy):
         return "ring" if ALGORITHMS["ring"].supports(op, ranks, topo) else "direct"
 
 
-POLICIES: Registry[SelectionPolicy] = Registry("collective policy", field="policy",
+POLICIES: Registry[SelectionPolicy] = Registry("policy", field="policy",
                                                group="gigacluster.collective_policies")
 """Algorithm selection policies (instances) by name."""
 for _pol in (FastestPolicy(), RingOnlyPolicy()):
