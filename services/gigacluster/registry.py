@@ -68,10 +68,11 @@ class Registry(Mapping[str, T], Generic[T]):
     :meth:`register`, :meth:`lookup` (raises :class:`UnknownName`) and :meth:`check`.
     """
 
-    def __init__(self, family: str, *, field: str, group: str) -> None:
+    def __init__(self, family: str, *, field: str, group: str, accepts: Callable[[Any], bool] = callable) -> None:
         self.family = family
         self.field = field
         self.group = group
+        self.accepts = accepts  # what a policy loaded from outside must be (e.g. a subclass of the base)
         self._items: dict[str, T] = {}
 
     @overload
@@ -102,9 +103,15 @@ class Registry(Mapping[str, T], Generic[T]):
         ep = self._entry_points().get(name)
         if ep is None:
             return None
-        obj: T = ep.load()
+        obj: T = self._accepted(name, ep.load())
         self._items[name] = obj
         return obj
+
+    def _accepted(self, name: str, obj: Any) -> T:
+        if not self.accepts(obj):
+            raise InvalidArgument(self.field, f"{name[:MAX_NAME_CHARS]!r} is not a {self.family} "
+                                  f"(got {type(obj).__name__})")
+        return obj  # type: ignore[no-any-return]
 
     def lookup(self, name: str) -> T:
         """The object registered (or installed as an entry point) under ``name``; else UnknownName."""
@@ -119,7 +126,7 @@ class Registry(Mapping[str, T], Generic[T]):
         """Validate ``name`` (loading an entry point, or with ``allow_import`` an import path
         ``pkg.module:Object``, which is then registered under that path); returns it."""
         if allow_import and ":" in name and name not in self._items:
-            self.register(name, load_path(name, field=self.field, family=self.family))
+            self.register(name, self._accepted(name, load_path(name, field=self.field, family=self.family)))
         self.lookup(name)
         return name
 
@@ -180,7 +187,7 @@ def load_path(path: str, *, field: str, family: str) -> Any:
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, SyntaxError, ValueError) as exc:
         raise InvalidArgument(field, f"cannot import {family} {path[:MAX_NAME_CHARS]!r}: {exc}") from exc
     return obj
 

@@ -133,3 +133,10 @@ def test_names_are_checked_when_the_config_loads() -> None:
         SchedulerConfig(placement="no_such_module_xyz:Policy")
     with pytest.raises(ConfigError, match="import paths"):
         RouterConfig(routing_policies="round_robin")
+
+
+def test_an_import_path_must_name_a_policy_of_the_family(user_package: Path) -> None:
+    """A path to something that is not a PlacementPolicy subclass is refused at config load."""
+    with pytest.raises(ConfigError, match="is not a placement policy"):
+        SchedulerConfig(placement="acme_policies:AlwaysLast")
+    assert "acme_policies:AlwaysLast" not in PLACEMENTS

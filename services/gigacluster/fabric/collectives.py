@@ -236,7 +236,8 @@ class Direct(Algorithm):
         return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
 
 
-ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives")
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
+                                           accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
 for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct()):
     ALGORITHMS.register(_algo.name, _algo)
@@ -318,7 +319,8 @@ class RingOnlyPolicy(SelectionPolicy):
 
 
 POLICIES: Registry[SelectionPolicy] = Registry("policy", field="policy",
-                                               group="gigacluster.collective_policies")
+                                               group="gigacluster.collective_policies",
+                                               accepts=lambda o: isinstance(o, SelectionPolicy))
 """Algorithm selection policies (instances) by name."""
 for _pol in (FastestPolicy(), RingOnlyPolicy()):
     POLICIES.register(_pol.name, _pol)

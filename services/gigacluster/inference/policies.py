@@ -61,7 +61,9 @@ class RoutingPolicy(ABC):
         """Called when a request routed to ``replica_id`` finished or was cancelled."""
 
 
-POLICIES: Registry[type[RoutingPolicy]] = Registry("policy", field="policy", group="gigacluster.routing")
+POLICIES: Registry[type[RoutingPolicy]] = Registry(
+    "policy", field="policy", group="gigacluster.routing",
+    accepts=lambda o: isinstance(o, type) and issubclass(o, RoutingPolicy))
 """The routing policies by name (a deployment's ``policy``); docs/extending.md adds one from outside."""
 
 

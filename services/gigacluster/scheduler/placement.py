@@ -119,7 +119,8 @@ class PlacementPolicy:
 
 
 PLACEMENTS: Registry[type[PlacementPolicy]] = Registry(
-    "placement policy", field="placement", group="gigacluster.placement")
+    "placement policy", field="placement", group="gigacluster.placement",
+    accepts=lambda o: isinstance(o, type) and issubclass(o, PlacementPolicy))
 """The placement policies by name (config ``placement``)."""
 
 
