@@ -74,3 +74,40 @@ def test_bad_op_and_layout_raise_spec_error() -> None:
 def test_alpha_beta_model_satisfies_protocol() -> None:
     """AlphaBetaCommModel implements the CommModel protocol the fabric model also implements."""
     assert isinstance(M, CommModel)
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        # nccl-tests src/all_reduce.cu AllReduceGetBw: factor = 2*(nranks-1)/nranks
+        ("all_reduce", 1, 0.0), ("all_reduce", 8, 1.75),
+        # src/reduce_scatter.cu, src/all_gather.cu, src/alltoall.cu: factor = (nranks-1)/nranks
+        ("reduce_scatter", 1, 0.0), ("reduce_scatter", 8, 0.875),
+        ("all_gather", 1, 0.0), ("all_gather", 8, 0.875),
+        ("all_to_all", 1, 0.0), ("all_to_all", 8, 0.875),
+        # src/broadcast.cu BroadcastGetBw and src/sendrecv.cu SendRecvGetBw: factor = 1, whatever nranks
+        ("broadcast", 1, 1.0), ("broadcast", 8, 1.0),
+        ("send_recv", 1, 1.0), ("send_recv", 2, 1.0),
+    ],
+)
+def test_one_bus_factor_as_nccl_tests_defines_it(op: str, n: int, factor: float) -> None:
+    """busbw = algbw x factor(op, n) per NVIDIA/nccl-tests (src/*.cu *GetBw, doc/PERFORMANCE.md), n = 1 included;
+    the fabric and the model share the one function."""
+    from gigacluster.fabric import collectives
+    from gigacluster.model import comm
+
+    assert comm.bus_factor(op, n) == pytest.approx(factor)
+    assert collectives.bus_factor is comm.bus_factor and comm.volume_factor is comm.bus_factor
+    assert collectives.OPS is comm.OPS
+
+
+def test_one_collective_op_table_on_the_wire() -> None:
+    """The proto enum <-> name maps are built from model.comm.OPS and cover every op both ways."""
+    from gigacluster.fabric.v1 import fabric_pb2
+    from gigacluster.model.comm import OPS
+    from gigacluster.runtime import convert
+
+    assert list(convert.OP_ENUMS) == list(OPS)
+    assert convert.OP_ENUMS["all_to_all"] == fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL
+    assert {convert.OP_NAMES[v]: v for v in convert.OP_ENUMS.values()} == convert.OP_ENUMS
+    assert set(fabric_pb2.CollectiveOp.values()) - set(convert.OP_NAMES) == {fabric_pb2.COLLECTIVE_OP_UNSPECIFIED}

@@ -51,25 +51,9 @@ from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
-
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
-
-
-def _check_op(op: str) -> None:
-    if op not in OPS:
-        raise SpecError("op", f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor: busbw = algbw * bus_factor(op, n)."""
-    _check_op(op)
-    if n < 1:
-        raise SpecError("count", f"must be >= 1, got {n}")
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+from gigacluster.model.comm import OPS, bus_factor
+from gigacluster.model.comm import check_op as _check_op
+from gigacluster.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -252,10 +236,12 @@ class Direct(Algorithm):
         return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a for a in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct())
-}
-ALGORITHMS["double_binary_tree"] = ALGORITHMS["tree"]
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
+                                           accepts=lambda o: isinstance(o, Algorithm))
+"""Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
+for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct()):
+    ALGORITHMS.register(_algo.name, _algo)
+ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])
 
 
 def collective_constants() -> tuple[float, float]:
@@ -332,7 +318,12 @@ class RingOnlyPolicy(SelectionPolicy):
         return "ring" if ALGORITHMS["ring"].supports(op, ranks, topo) else "direct"
 
 
-POLICIES: dict[str, SelectionPolicy] = {p.name: p for p in (FastestPolicy(), RingOnlyPolicy())}
+POLICIES: Registry[SelectionPolicy] = Registry("policy", field="policy",
+                                               group="gigacluster.collective_policies",
+                                               accepts=lambda o: isinstance(o, SelectionPolicy))
+"""Algorithm selection policies (instances) by name."""
+for _pol in (FastestPolicy(), RingOnlyPolicy()):
+    POLICIES.register(_pol.name, _pol)
 
 
 def plan_collective(
@@ -355,16 +346,13 @@ def plan_collective(
     if r.size == 1:
         return CollectivePlan(op, algo or "none", r, float(bytes_), ())
     if algo is not None:
-        if algo not in ALGORITHMS:
-            raise SpecError("algo", f"unknown algorithm {algo!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
-        if not ALGORITHMS[algo].supports(op, r, topo):
+        chosen = ALGORITHMS.lookup(algo)
+        if not chosen.supports(op, r, topo):
             allowed = [n for n, a in ALGORITHMS.items() if a.supports(op, r, topo)]
             raise SpecError("algo", f"{algo} cannot run {op} on these {r.size} ranks; allowed: {', '.join(allowed)}")
-        name = ALGORITHMS[algo].name
+        name = chosen.name
     else:
-        if policy not in POLICIES:
-            raise SpecError("policy", f"unknown policy {policy!r}; allowed: {', '.join(sorted(POLICIES))}")
-        name = POLICIES[policy].choose(op, r, float(bytes_), topo)
+        name = POLICIES.lookup(policy).choose(op, r, float(bytes_), topo)
     phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
     return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
 

@@ -15,6 +15,7 @@ Only choices whose every link is up are eligible, so a link fault reroutes by co
 
 ``mode="spray"`` models packet spraying: a flow is spread evenly over every live tier-2 choice
 (incidence coefficient ``1/A`` on each), with the core hop in each plane still chosen by hash.
+The modes are the registry :data:`~gigacluster.fabric.routing_modes.ROUTING_MODES`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ import dataclasses
 
 import numpy as np
 
+from gigacluster.fabric.routing_modes import ROUTING_MODES, Crossing, SpreadFn, _mix
 from gigacluster.fabric.topology import Topology
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_G = np.uint64(0x9E3779B97F4A7C15)
 MAX_HOPS = 8
 
 
@@ -46,30 +45,12 @@ class Routes:
         return int(self.ok.size)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on a uint64 array (wrap-around arithmetic is intended)."""
-    x = x + _G
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
-
-
 def flow_hash(src: np.ndarray, dst: np.ndarray, label: np.ndarray) -> np.ndarray:
     """Deterministic 64-bit hash of (src, dst, label) per flow: the ECMP key."""
     s = np.asarray(src, dtype=np.int64).astype(np.uint64)
     d = np.asarray(dst, dtype=np.int64).astype(np.uint64)
     lab = np.asarray(label, dtype=np.int64).astype(np.uint64)
     return _mix(_mix(_mix(s) ^ d) ^ lab)
-
-
-def _pick(mask: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the (h mod count)-th True column of ``mask``; and whether any was True."""
-    count = mask.sum(axis=1)
-    ok = count > 0
-    k = np.zeros(mask.shape[0], dtype=np.int64)
-    k[ok] = (h[ok] % count[ok].astype(np.uint64)).astype(np.int64)
-    col = np.argmax(np.cumsum(mask, axis=1) > k[:, None], axis=1)
-    return col, ok
 
 
 def _alive_path(path: np.ndarray, alive: np.ndarray | None) -> np.ndarray:
@@ -136,9 +117,13 @@ def _scaleup_candidates(topo: Topology, s: np.ndarray, d: np.ndarray) -> list[np
 
 
 def _scaleout(
-    topo: Topology, s: np.ndarray, d: np.ndarray, h: np.ndarray, alive: np.ndarray | None, spray: bool
+    topo: Topology, s: np.ndarray, d: np.ndarray, h: np.ndarray, alive: np.ndarray | None, spread: SpreadFn
 ) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-    """Entries (local flow idx, link, coef), latency and ok for flows that cross the fat-tree."""
+    """Entries (local flow idx, link, coef), latency and ok for flows that cross the fat-tree.
+
+    The NIC hops are common to every mode; ``spread`` (the routing mode) adds the tier-2 and
+    tier-3 hops of the flows that cross leaves.
+    """
     k = s.size
     idx = np.arange(k, dtype=np.int64)
     lat_of = topo.link_latency_s
@@ -147,79 +132,10 @@ def _scaleout(
     ok = np.ones(k, dtype=bool) if alive is None else alive[nu] & alive[nd]
     ents: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(idx, nu, np.ones(k)), (idx, nd, np.ones(k))]
     latency = lat_of[nu] + lat_of[nd]
-    a = topo.t2_per_pod
-    c_n = topo.up3.shape[1]
     cross = np.flatnonzero(ls != ld)
     if cross.size == 0:
         return ents, latency, ok
-    lsx, ldx, hx = ls[cross], ld[cross], h[cross]
-    pod_s, pod_d = topo.leaf_pod[lsx], topo.leaf_pod[ldx]
-    other_pod = pod_s != pod_d
-    faulty = alive is not None and not alive[topo.link_tier >= 2].all()
-    h2 = _mix(hx ^ np.uint64(0xA5A5A5A5))
-
-    def core_choice(rows: np.ndarray, j: np.ndarray, hh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        agg_s = pod_s[rows] * a + j
-        agg_d = pod_d[rows] * a + j
-        if not faulty:
-            return (hh % np.uint64(c_n)).astype(np.int64), np.ones(rows.size, dtype=bool)
-        assert alive is not None
-        mask = alive[topo.up3[agg_s]] & alive[topo.down3[agg_d]]
-        return _pick(mask, hh)
-
-    # eligible tier-2 choices per crossing flow
-    if faulty:
-        assert alive is not None
-        mask = alive[topo.up2[lsx]] & alive[topo.down2[ldx]]
-        op = np.flatnonzero(other_pod)
-        if op.size and c_n:
-            agg_s = pod_s[op, None] * a + np.arange(a)[None, :]
-            agg_d = pod_d[op, None] * a + np.arange(a)[None, :]
-            core_ok = (alive[topo.up3[agg_s]] & alive[topo.down3[agg_d]]).any(axis=2)
-            mask[op] &= core_ok
-    else:
-        mask = None
-
-    if not spray:
-        if mask is None:
-            j = (hx % np.uint64(a)).astype(np.int64)
-            okj = np.ones(cross.size, dtype=bool)
-        else:
-            j, okj = _pick(mask, hx)
-        ok[cross] &= okj
-        up, dn = topo.up2[lsx, j], topo.down2[ldx, j]
-        ents += [(cross, up, np.ones(cross.size)), (cross, dn, np.ones(cross.size))]
-        latency[cross] += lat_of[up] + lat_of[dn]
-        op = np.flatnonzero(other_pod)
-        if op.size:
-            c, okc = core_choice(op, j[op], h2[op])
-            ok[cross[op]] &= okc
-            agg_s, agg_d = pod_s[op] * a + j[op], pod_d[op] * a + j[op]
-            u3, d3 = topo.up3[agg_s, c], topo.down3[agg_d, c]
-            ents += [(cross[op], u3, np.ones(op.size)), (cross[op], d3, np.ones(op.size))]
-            latency[cross[op]] += lat_of[u3] + lat_of[d3]
-        return ents, latency, ok
-
-    # packet spraying over every eligible tier-2 choice
-    full = np.ones((cross.size, a), dtype=bool) if mask is None else mask
-    cnt = full.sum(axis=1)
-    ok[cross] &= cnt > 0
-    rows, cols = np.nonzero(full)
-    coef = 1.0 / cnt[rows]
-    ents += [(cross[rows], topo.up2[lsx[rows], cols], coef), (cross[rows], topo.down2[ldx[rows], cols], coef)]
-    j0 = np.argmax(full, axis=1)
-    latency[cross] += lat_of[topo.up2[lsx, j0]] + lat_of[topo.down2[ldx, j0]]
-    sel = other_pod[rows]
-    if sel.any():
-        r, cl = rows[sel], cols[sel]
-        hh = _mix(hx[r] ^ cl.astype(np.uint64))
-        c, okc = core_choice(r, cl, hh)
-        agg_s, agg_d = pod_s[r] * a + cl, pod_d[r] * a + cl
-        ents += [(cross[r], topo.up3[agg_s, c], coef[sel]), (cross[r], topo.down3[agg_d, c], coef[sel])]
-        op = np.flatnonzero(other_pod)
-        agg0 = pod_s[op] * a + j0[op]
-        latency[cross[op]] += 2 * lat_of[topo.up3[agg0, 0]]
-        del okc  # core_choice only offers planes whose mask passed above
+    spread(Crossing(topo, cross, ls[cross], ld[cross], h[cross], alive, ok, latency, ents))
     return ents, latency, ok
 
 
@@ -240,7 +156,7 @@ def route(
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     n = src.size
-    spray = (mode or topo.config.routing) == "spray"
+    spread = ROUTING_MODES.lookup(mode or topo.config.routing)
     h = flow_hash(src, dst, np.broadcast_to(np.asarray(label, dtype=np.int64), src.shape))
     latency = np.zeros(n)
     ok = np.ones(n, dtype=bool)
@@ -271,7 +187,7 @@ def route(
             latency[intra[rows]] = np.bincount(r, weights=topo.link_latency_s[lk], minlength=rows.size)
         to_out = np.concatenate([to_out, intra[chosen < 0]])
     if to_out.size:
-        ents, lat, ok_out = _scaleout(topo, src[to_out], dst[to_out], h[to_out], alive, spray)
+        ents, lat, ok_out = _scaleout(topo, src[to_out], dst[to_out], h[to_out], alive, spread)
         latency[to_out] = lat
         ok[to_out] = ok_out
         for fi, lk, cf in ents:

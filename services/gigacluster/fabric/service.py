@@ -34,14 +34,7 @@ from gigacluster.security.capability import MAX_DEVICE_ID, DeviceSet
 from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
-OPS = {
-    fabric_pb2.COLLECTIVE_OP_ALL_REDUCE: "all_reduce",
-    fabric_pb2.COLLECTIVE_OP_REDUCE_SCATTER: "reduce_scatter",
-    fabric_pb2.COLLECTIVE_OP_ALL_GATHER: "all_gather",
-    fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL: "all_to_all",
-    fabric_pb2.COLLECTIVE_OP_BROADCAST: "broadcast",
-    fabric_pb2.COLLECTIVE_OP_SEND_RECV: "send_recv",
-}
+OPS = convert.OP_NAMES
 CLASSES = {
     fabric_pb2.TRAFFIC_CLASS_UNSPECIFIED: "training",
     fabric_pb2.TRAFFIC_CLASS_TRAINING: "training",

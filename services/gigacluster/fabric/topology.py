@@ -33,6 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from gigacluster.fabric.builders import (
+    SCALEOUT_BUILDERS,
+    SCALEUP_BUILDERS,
+    LinkBuilder,
+    context,
+    scaleout_links,
+)
+from gigacluster.fabric.routing_modes import ROUTING_MODES
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
 
@@ -40,7 +48,6 @@ TIER_NAMES = ("scaleup", "nic", "leaf-spine", "spine-core")
 """Link tiers: 0 = scale-up, 1 = NIC-leaf, 2 = leaf-spine (or leaf-aggregation), 3 = aggregation-core."""
 
 NODE_KINDS = ("chip", "sw", "leaf", "spine", "agg", "core")
-ROUTING_MODES = ("ecmp", "spray")
 SCALEUP_KINDS = ("switch", "full_mesh", "torus2d", "torus2d_ring")
 
 _NAME_RE = re.compile(r"^(chip|sw|leaf|spine|agg|core)(\d+)$")
@@ -95,8 +102,7 @@ class TopologyConfig:
             raise SpecError("tiers", f"allowed: 2, 3; got {self.tiers!r}")
         if not (isinstance(self.oversubscription, int | float) and 1.0 <= self.oversubscription <= 64.0):
             raise SpecError("oversubscription", f"must be a number in [1, 64], got {self.oversubscription!r}")
-        if self.routing not in ROUTING_MODES:
-            raise SpecError("routing", f"allowed: {', '.join(ROUTING_MODES)}; got {self.routing!r}")
+        ROUTING_MODES.lookup(self.routing)  # UnknownName (a SpecError on "routing") lists the modes
         dom = sysm.chips
         if self.count > dom and self.count % dom:
             raise SpecError(
@@ -125,10 +131,6 @@ class TopologyConfig:
                 except (TypeError, ValueError) as exc:
                     raise SpecError(key, f"must be a number, got {kw[key]!r}") from exc
         return cls(**kw)
-
-
-def _f(x: Any) -> float:
-    return float(x)  # the catalog's YAML 1.1 reads "5.12e13" as a string
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -296,231 +298,49 @@ class Topology:
         }
 
 
-class _LinkBuilder:
-    """Collects link blocks as arrays and hands back the id range of each block."""
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[np.ndarray, ...]] = []
-        self.n = 0
-
-    def add(self, src: np.ndarray, dst: np.ndarray, rate_Bps: float | np.ndarray, eff: float,
-            lat_s: float | np.ndarray, tier: int) -> np.ndarray:
-        src = np.asarray(src, dtype=np.int64).ravel()
-        dst = np.asarray(dst, dtype=np.int64).ravel()
-        k = src.size
-        rate = np.broadcast_to(np.asarray(rate_Bps, dtype=np.float64), src.shape).ravel()
-        lat = np.broadcast_to(np.asarray(lat_s, dtype=np.float64), src.shape).ravel()
-        self.blocks.append((src, dst, rate * eff, rate, lat, np.full(k, tier, dtype=np.int8)))
-        ids = np.arange(self.n, self.n + k, dtype=np.int64)
-        self.n += k
-        return ids
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return tuple(np.concatenate([b[i] for b in self.blocks]) for i in range(6))
-
-
-def build_topology(cfg: TopologyConfig) -> Topology:
-    """Build the arrays of ``cfg``'s topology; 100k+ chips take well under a few seconds."""
-    chip = catalog.get_chip(cfg.chip)
-    sysm = catalog.get_system(str(cfg.system))
-    net = catalog.network()
-    p = sysm.params
-    n = int(cfg.count)
-    dom = min(sysm.chips, n)
-    n_dom = n // dom
-    chips = np.arange(n, dtype=np.int64)
-    chip_domain = chips // dom
-    chip_local = chips % dom
-
-    prop = _f(net["propagation_s_per_m"])
-    cable = {k: _f(v) for k, v in net["cable_m"].items()}
-    sw = net["switches"][cfg.switch]
-    sw_lat = _f(sw["latency_s"])
-    nic_part = net["nics"][cfg.nic] if cfg.nic is not None else net["nics"]["nic400"]
-    nic_bps = _f(nic_part["bps"]) if cfg.nic is not None else chip.nic_bps
-    nic_lat = _f(nic_part["latency_s"])
-    nic_eff = _f(net.get("nic_efficiency", 1.0))
-    su_eff = _f(p.get("link_efficiency", 1.0))
-    port_Bps = nic_bps / 8.0
-    ports = int(_f(sw["capacity_bps"]) // nic_bps)
-    if ports < 4:
-        raise SpecError("switch", f"{cfg.switch} has only {ports} ports at {nic_bps / 1e9:.0f} Gb/s")
-
-    # node numbering: chips, scale-up switches, leaves, tier-2, cores
-    n_su = n_dom if sysm.scaleup == "switch" else 0
-
-    o = float(cfg.oversubscription)
-    down = max(1, min(ports - 1, round(ports * o / (1.0 + o))))
-    up = ports - down
-    rails = min(dom, down)
-    slots_per_dom = -(-dom // rails)
-    slot = chip_domain * slots_per_dom + chip_local // rails
-    rail = chip_local % rails
-    n_groups = -(-(n_dom * slots_per_dom) // down)
-    n_leaves = n_groups * rails
-    chip_leaf = (slot // down) * rails + rail
-
-    if cfg.tiers == 2:
-        n_pods = 1
-        leaves_per_pod = n_leaves
-        a = max(1, -(-(n_leaves * up) // ports))
-        if a > up:
-            cap = ports * down
-            raise SpecError(
-                "tiers",
-                f"{n} chips need {n_leaves} leaves, more than a two-tier {cfg.switch} tree holds "
-                f"(about {cap} chips at oversubscription {o:g}); use tiers=3",
-            )
-        n_t2 = a
-        n_core = 0
-        c = 0
-    else:
-        leaves_per_pod = max(1, ports // 2)
-        n_pods = -(-n_leaves // leaves_per_pod)
-        a = up
-        n_t2 = n_pods * a
-        c = max(1, -(-(n_pods * (ports // 2)) // ports))
-        if n_pods > ports:
-            raise SpecError(
-                "count",
-                f"{n} chips need {n_pods} pods, more than a three-tier {cfg.switch} tree holds ({ports} pods)",
-            )
-        n_core = a * c
-    leaf_pod = np.arange(n_leaves, dtype=np.int64) // leaves_per_pod
-
-    base_sw = n
-    base_leaf = base_sw + n_su
-    base_t2 = base_leaf + n_leaves
-    base_core = base_t2 + n_t2
-    n_nodes = base_core + n_core
+def _node_kinds(n_nodes: int, bases: tuple[int, int, int, int], tiers: int) -> np.ndarray:
+    base_sw, base_leaf, base_t2, base_core = bases
     node_kind = np.zeros(n_nodes, dtype=np.int8)
     node_kind[base_sw:base_leaf] = NODE_KINDS.index("sw")
     node_kind[base_leaf:base_t2] = NODE_KINDS.index("leaf")
-    node_kind[base_t2:base_core] = NODE_KINDS.index("spine" if cfg.tiers == 2 else "agg")
+    node_kind[base_t2:base_core] = NODE_KINDS.index("spine" if tiers == 2 else "agg")
     node_kind[base_core:] = NODE_KINDS.index("core")
+    return node_kind
 
-    lb = _LinkBuilder()
-    neg = np.full(n, -1, dtype=np.int64)
-    su_up, su_down = neg.copy(), neg.copy()
-    mesh_link = np.full((n, dom), -1, dtype=np.int64) if sysm.scaleup == "full_mesh" else np.full((n, 0), -1)
-    torus_link = np.full((n, 6), -1, dtype=np.int64)
-    torus_dims = (0, 0, 1)
 
-    # ---- scale-up ----------------------------------------------------------------------
-    if sysm.scaleup == "switch":
-        per_dev = _f(p.get("per_device_Bps", chip.scaleup_Bps))
-        su_lat = _f(p.get("switch_latency_s", sw_lat))
-        swn = base_sw + chip_domain
-        su_up = lb.add(chips, swn, per_dev, su_eff, prop * cable["intra_rack"] + su_lat, 0)
-        su_down = lb.add(swn, chips, per_dev, su_eff, prop * cable["intra_rack"], 0)
-    elif sysm.scaleup == "full_mesh":
-        per_link = chip.scaleup_Bps / (sysm.chips - 1)
-        lat = _f(p.get("link_latency_s", 5e-7))
-        if dom > 1:
-            src = np.repeat(chips, dom)
-            peer_local = np.tile(np.arange(dom), n)
-            dst = chip_domain.repeat(dom) * dom + peer_local
-            keep = src != dst
-            ids = lb.add(src[keep], dst[keep], per_link, su_eff, lat, 0)
-            flat = np.full(n * dom, -1, dtype=np.int64)
-            flat[keep] = ids
-            mesh_link = flat.reshape(n, dom)
-    else:
-        dims = [int(x) for x in p["torus_dims"]]
-        if len(dims) != 2 or min(dims) < 3:
-            raise SpecError("system", f"{cfg.system}: torus_dims must be two sizes >= 3, got {dims}")
-        nx, ny = dims
-        torus_dims = (nx, ny, int(p.get("instances", 1)))
-        per_dev = _f(p["per_device_Bps"])
-        lat = _f(p.get("link_latency_s", 5e-7))
-        per_inst = nx * ny
-        inst = chip_local // per_inst
-        loc = chip_local % per_inst
-        x, y = loc % nx, loc // nx
-        first = chip_domain * dom + inst * per_inst
-        nbrs = [
-            first + y * nx + (x + 1) % nx,
-            first + y * nx + (x - 1) % nx,
-            first + ((y + 1) % ny) * nx + x,
-            first + ((y - 1) % ny) * nx + x,
-        ]
-        for k, dst in enumerate(nbrs):
-            torus_link[:, k] = lb.add(chips, dst, per_dev / 4.0, su_eff, lat, 0)
-        if sysm.scaleup == "torus2d_ring":
-            n_inst = int(p["instances"])
-            if n_inst < 3:
-                raise SpecError("system", f"{cfg.system}: a ring needs >= 3 instances, got {n_inst}")
-            ring_Bps = _f(p["inter_instance_Bps"]) / 2.0  # split between the two ring neighbours
-            for k, step in ((4, 1), (5, -1)):
-                dst = chip_domain * dom + ((inst + step) % n_inst) * per_inst + loc
-                torus_link[:, k] = lb.add(chips, dst, ring_Bps, su_eff, lat, 0)
+def build_topology(cfg: TopologyConfig) -> Topology:
+    """Build the arrays of ``cfg``'s topology; 100k+ chips take well under a few seconds.
 
-    # ---- NIC <-> leaf --------------------------------------------------------------------
-    leaf_node = base_leaf + chip_leaf
-    nic_up = lb.add(chips, leaf_node, port_Bps, nic_eff, nic_lat + prop * cable["intra_rack"] + sw_lat, 1)
-    nic_down = lb.add(leaf_node, chips, port_Bps, nic_eff, nic_lat + prop * cable["intra_rack"], 1)
-
-    # ---- leaf <-> tier 2 -----------------------------------------------------------------
-    leaves = np.arange(n_leaves, dtype=np.int64)
-    t2_of = (leaf_pod[:, None] * a + np.arange(a)[None, :]) + base_t2  # (n_leaves, a) node ids
-    l2_Bps = up * port_Bps / a
-    lat2 = prop * cable["leaf_spine"] + sw_lat
-    src_leaf = np.repeat(leaves + base_leaf, a)
-    up2 = lb.add(src_leaf, t2_of.ravel(), l2_Bps, nic_eff, lat2, 2).reshape(n_leaves, a)
-    down2 = lb.add(t2_of.ravel(), src_leaf, l2_Bps, nic_eff, lat2, 2).reshape(n_leaves, a)
-
-    # ---- tier 2 <-> core (three tiers) ---------------------------------------------------
-    if cfg.tiers == 3:
-        t2 = np.arange(n_t2, dtype=np.int64)
-        plane = t2 % a
-        core_of = (plane[:, None] * c + np.arange(c)[None, :]) + base_core
-        l3_Bps = (ports // 2) * port_Bps / c
-        lat3 = prop * cable["spine_core"] + sw_lat
-        src_t2 = np.repeat(t2 + base_t2, c)
-        up3 = lb.add(src_t2, core_of.ravel(), l3_Bps, nic_eff, lat3, 3).reshape(n_t2, c)
-        down3 = lb.add(core_of.ravel(), src_t2, l3_Bps, nic_eff, lat3, 3).reshape(n_t2, c)
-    else:
-        up3 = np.full((n_t2, 0), -1, dtype=np.int64)
-        down3 = np.full((n_t2, 0), -1, dtype=np.int64)
-
+    Nodes are numbered chips, scale-up switches, leaves, tier-2, cores; links are laid out
+    scale-up first (the family's builder in :data:`SCALEUP_BUILDERS`), then the fat-tree sized by
+    :data:`SCALEOUT_BUILDERS`.
+    """
+    c = context(cfg)
+    n, sysm = c.n, c.sysm
+    tree = SCALEOUT_BUILDERS[cfg.tiers](c)
+    n_su = n // c.dom if sysm.scaleup == "switch" else 0
+    base_sw = n
+    base_leaf = base_sw + n_su
+    base_t2 = base_leaf + tree.n_leaves
+    base_core = base_t2 + tree.n_t2
+    n_nodes = base_core + tree.n_core
+    lb = LinkBuilder()
+    su = SCALEUP_BUILDERS[sysm.scaleup](c, lb, base_sw)
+    nic_up, nic_down, up2, down2, up3, down3 = scaleout_links(c, tree, lb, base_leaf, base_t2, base_core)
     src, dst, cap_a, line, lat_a, tier = lb.arrays()
     t2_kind = "spine" if cfg.tiers == 2 else "agg"
     node_base = {"chip": 0, "sw": base_sw, "leaf": base_leaf, "spine": base_t2, "agg": base_t2, "core": base_core}
-    node_count = {"chip": n, "sw": n_su, "leaf": n_leaves, "spine": 0, "agg": 0, "core": n_core}
-    node_count[t2_kind] = n_t2
+    node_count = {"chip": n, "sw": n_su, "leaf": tree.n_leaves, "spine": 0, "agg": 0, "core": tree.n_core}
+    node_count[t2_kind] = tree.n_t2
     return Topology(
-        config=cfg,
-        n_chips=n,
-        n_nodes=n_nodes,
-        chips_per_domain=dom,
-        scaleup=sysm.scaleup,
-        node_kind=node_kind,
-        link_src=src,
-        link_dst=dst,
-        link_capacity_Bps=cap_a,
-        link_line_rate_Bps=line,
-        link_latency_s=lat_a,
-        link_tier=tier,
-        chip_domain=chip_domain,
-        chip_local=chip_local,
-        chip_leaf=chip_leaf,
-        nic_up=nic_up,
-        nic_down=nic_down,
-        su_up=su_up,
-        su_down=su_down,
-        mesh_link=mesh_link,
-        torus_link=torus_link,
-        leaf_pod=leaf_pod,
-        up2=up2,
-        down2=down2,
-        up3=up3,
-        down3=down3,
-        node_base=node_base,
-        node_count=node_count,
-        leaf_down_ports=down,
-        leaf_up_ports=up,
-        port_Bps=port_Bps,
-        torus_dims=torus_dims,
+        config=cfg, n_chips=n, n_nodes=n_nodes, chips_per_domain=c.dom, scaleup=sysm.scaleup,
+        node_kind=_node_kinds(n_nodes, (base_sw, base_leaf, base_t2, base_core), cfg.tiers),
+        link_src=src, link_dst=dst, link_capacity_Bps=cap_a, link_line_rate_Bps=line, link_latency_s=lat_a,
+        link_tier=tier, chip_domain=c.chip_domain, chip_local=c.chip_local, chip_leaf=tree.chip_leaf,
+        nic_up=nic_up, nic_down=nic_down, su_up=su.su_up, su_down=su.su_down, mesh_link=su.mesh_link,
+        torus_link=su.torus_link, leaf_pod=tree.leaf_pod, up2=up2, down2=down2, up3=up3, down3=down3,
+        node_base=node_base, node_count=node_count, leaf_down_ports=tree.down, leaf_up_ports=tree.up,
+        port_Bps=c.port_Bps, torus_dims=su.torus_dims,
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from gigacluster.inference.engine import ReplicaStats, Request
 from gigacluster.model import SpecError
+from gigacluster.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,12 @@ class RoutingPolicy(ABC):
         """Called when a request routed to ``replica_id`` finished or was cancelled."""
 
 
+POLICIES: Registry[type[RoutingPolicy]] = Registry(
+    "policy", field="policy", group="gigacluster.routing",
+    accepts=lambda o: isinstance(o, type) and issubclass(o, RoutingPolicy))
+"""The routing policies by name (a deployment's ``policy``); docs/extending.md adds one from outside."""
+
+
 def _least(values: np.ndarray, rng: np.random.Generator) -> int:
     """Index of the minimum, ties broken at random (so equal replicas share load)."""
     best = np.flatnonzero(values == values.min())
@@ -70,6 +77,7 @@ def _outstanding(replicas: Sequence[ReplicaView]) -> np.ndarray:
     return np.fromiter((r.outstanding_requests for r in replicas), dtype=np.int64, count=len(replicas))
 
 
+@POLICIES.register("round_robin")
 class RoundRobin(RoutingPolicy):
     """Each replica in turn, ignoring load."""
 
@@ -84,6 +92,7 @@ class RoundRobin(RoutingPolicy):
         return i
 
 
+@POLICIES.register("least_outstanding")
 class LeastOutstanding(RoutingPolicy):
     """The replica with the fewest queued plus running requests."""
 
@@ -93,6 +102,7 @@ class LeastOutstanding(RoutingPolicy):
         return _least(_outstanding(replicas), rng)
 
 
+@POLICIES.register("kv_usage")
 class KVUsage(RoutingPolicy):
     """The replica with the most free KV cache; queue depth breaks ties (then at random)."""
 
@@ -105,6 +115,7 @@ class KVUsage(RoutingPolicy):
         return _least(np.round(kv, 2) + q, rng)
 
 
+@POLICIES.register("power_of_two")
 class PowerOfTwo(RoutingPolicy):
     """Two replicas at random, the less loaded of them (Mitzenmacher's power of two choices)."""
 
@@ -118,6 +129,7 @@ class PowerOfTwo(RoutingPolicy):
         return a if oa <= ob else b
 
 
+@POLICIES.register("prefix_aware")
 class PrefixAware(RoutingPolicy):
     """Send a request where its prompt prefix is probably cached, unless load is imbalanced.
 
@@ -212,14 +224,7 @@ class PrefixAware(RoutingPolicy):
         return len(self._index.get(replica_id, ()))
 
 
-POLICIES: dict[str, type[RoutingPolicy]] = {
-    cls.name: cls for cls in (RoundRobin, LeastOutstanding, KVUsage, PowerOfTwo, PrefixAware)
-}
-
-
 def make_policy(name: str) -> RoutingPolicy:
-    """A new policy instance by registry name; ``SpecError('policy', ...)`` for an unknown one."""
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise SpecError("policy", f"unknown policy {name!r}; allowed: {', '.join(sorted(POLICIES))}")
-    return cls()
+    """A new policy instance by registry name; :class:`~gigacluster.registry.UnknownName` (a
+    ``SpecError`` on ``policy``) for an unknown one."""
+    return POLICIES.lookup(name)()

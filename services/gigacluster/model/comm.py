@@ -9,9 +9,9 @@ another implementation of the same protocol.
 group spans several scale-up domains (reduce-scatter inside the domain, the cross-domain part on
 the NICs, all-gather inside the domain)::
 
-    t = steps x alpha + volume_factor(op, n) x bytes_ / bus_bandwidth
+    t = steps x alpha + bus_factor(op, n) x bytes_ / bus_bandwidth
 
-with ``volume_factor`` the nccl-tests bus-bandwidth factor (all-reduce 2(n-1)/n; reduce-scatter,
+with ``bus_factor`` the nccl-tests bus-bandwidth factor (all-reduce 2(n-1)/n; reduce-scatter,
 all-gather, all-to-all (n-1)/n; broadcast, send_recv 1) and the bus bandwidth the per-rank link
 rate times a measured bus fraction (catalog ``efficiency.comm``). ``bytes_`` is the per-rank
 message size as nccl-tests counts it (for all-gather, the gathered output).
@@ -27,6 +27,13 @@ from gigacluster.hw.catalog import Chip, _raw, get_system
 from gigacluster.model import SpecError
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+"""The collective operations, the one table every model and wire mapping is built from."""
+
+
+def check_op(op: str) -> None:
+    """Raise ``SpecError('op')`` listing :data:`OPS` unless ``op`` is one of them."""
+    if op not in OPS:
+        raise SpecError("op", f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,17 +69,25 @@ class CommModel(Protocol):
         ...
 
 
-def volume_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: bytes each rank moves per byte of message."""
-    if op not in OPS:
-        raise SpecError("op", f"allowed: {', '.join(OPS)}; got {op!r}")
-    if n <= 1:
-        return 0.0
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: busbw = algbw * bus_factor(op, n), and the bytes each
+    rank moves per byte of message in the ring model.
+
+    As nccl-tests defines it (src/*.cu ``*GetBw``): all-reduce 2(n-1)/n; reduce-scatter, all-gather,
+    all-to-all (n-1)/n; broadcast and send/recv 1 for every n, including n = 1.
+    """
+    check_op(op)
+    if n < 1:
+        raise SpecError("count", f"must be >= 1, got {n}")
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
     if op in ("reduce_scatter", "all_gather", "all_to_all"):
         return (n - 1) / n
     return 1.0
+
+
+volume_factor = bus_factor
+"""The same factor under the name the training model's docs use."""
 
 
 def ring_steps(op: str, n: int) -> int:
@@ -142,15 +157,15 @@ class AlphaBetaCommModel:
                 return p.scaleout_alpha_s + bytes_ / b_out
             return p.scaleup_alpha_s + bytes_ / b_up
         if d == 1:
-            return ring_steps(op, n) * p.scaleup_alpha_s + volume_factor(op, n) * bytes_ / b_up
+            return ring_steps(op, n) * p.scaleup_alpha_s + bus_factor(op, n) * bytes_ / b_up
         # Hierarchical: the inner reduce-scatter/all-gather on scale-up, then the cross-domain
         # ring on 1/r of the data per rank over the domain's r NICs.
         t_inner = 0.0
         if r > 1:
             inner_op = "all_reduce" if op == "all_reduce" else op
-            t_inner = ring_steps(inner_op, r) * p.scaleup_alpha_s + volume_factor(inner_op, r) * bytes_ / b_up
+            t_inner = ring_steps(inner_op, r) * p.scaleup_alpha_s + bus_factor(inner_op, r) * bytes_ / b_up
         outer_bytes = bytes_ / r
-        t_outer = ring_steps(op, d) * p.scaleout_alpha_s + volume_factor(op, d) * outer_bytes / b_out
+        t_outer = ring_steps(op, d) * p.scaleout_alpha_s + bus_factor(op, d) * outer_bytes / b_out
         if op == "all_to_all":
             # all-to-all: a fraction (n - r) / n of every rank's data leaves the domain.
             t_outer = (d - 1) * p.scaleout_alpha_s + bytes_ * (n - r) / n / b_out

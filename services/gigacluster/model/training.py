@@ -1,4 +1,6 @@
-"""Transformer training step model: work per rank, collectives per group, memory, step time.
+"""Transformer training estimate: the spec (:mod:`.train_spec`) through the step model (:mod:`.step`).
+
+This module keeps every name it had before the split (re-exported below), so importers are unchanged.
 
 One step is planned once (:func:`plan_step`) as the critical rank's list of :class:`Work` items
 plus the collectives each parallel group runs, then composed (:func:`compose_step`) from the
@@ -15,14 +17,10 @@ all-gather with the first forward) and all-gather-based context parallelism (CP,
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping
 from typing import Any
 
-from gigacluster.hw.catalog import CatalogError, Chip, default_system, facility, get_chip, get_system
-from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.arch import ModelArch, arch_from_dict
-from gigacluster.model.comm import CommModel, GroupLayout, default_comm_model, volume_factor
+from gigacluster.hw.catalog import get_chip
+from gigacluster.model.comm import CommModel, default_comm_model
 from gigacluster.model.cost import job_cost
 from gigacluster.model.power import (
     J_PER_MWH,
@@ -30,679 +28,28 @@ from gigacluster.model.power import (
     link_energy_j,
     works_energy_above_idle_j,
 )
-from gigacluster.model.roofline import Work, works_time_s
-from gigacluster.model.thermal import ThermalParams, steady_state_with_feedback
-
-RECOMPUTE = ("none", "selective", "full")
-TRAIN_PRECISIONS = ("bf16", "fp8")
-GRAD_DTYPES = {"fp32": 4, "bf16": 2}
-# Memory the framework cannot give to tensors: CUDA/Neuron context, NCCL buffers, allocator
-# fragmentation. Assumed: 2 GiB plus 5% of HBM (PyTorch caching allocator fragmentation).
-RESERVED_FIXED_BYTES = 2 * 2**30
-RESERVED_FRACTION = 0.05
-_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost")
-_PAR_KEYS = (
-    "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
-    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype",
+from gigacluster.model.roofline import works_time_s
+from gigacluster.model.step import (
+    RESERVED_FIXED_BYTES,
+    RESERVED_FRACTION,
+    CollectiveDemand,
+    MemoryBreakdown,
+    StepBreakdown,
+    StepPlan,
+    compose_step,
+    demand_times_s,
+    link_bytes,
+    model_flops_per_token,
+    plan_step,
 )
-
-
-# Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
-# so arithmetic on a spec never overflows or loses precision. Services bound tighter in config.
-MAX_SPEC_INT = 2**53
-
-
-def _show(v: Any) -> str:
-    """A value for an error message: at most a short prefix of whatever the caller sent."""
-    r = repr(v)
-    return r if len(r) <= 40 else r[:37] + "..."
-
-
-def _int(d: Mapping[str, Any], key: str, field: str, default: int | None) -> int | None:
-    v = d.get(key, default)
-    if v is None:
-        return None
-    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v or v < 1
-            or v > MAX_SPEC_INT):
-        raise SpecError(field, f"must be a positive integer <= 2^53, got {_show(v)}")
-    return int(v)
-
-
-def _first(keys: Any) -> str:
-    """The first unknown key, as a short string (keys may be any YAML scalar, of any length)."""
-    k = sorted(str(x) for x in keys)[0]
-    return k if len(k) <= 40 else k[:37] + "..."
-
-
-def _finite(v: Any, field: str, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise SpecError(field, f"must be {what}, got {_show(v)}")
-    return float(v)
-
-
-def _frac(d: Mapping[str, Any], key: str, field: str, default: float) -> float:
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
-        raise SpecError(field, f"must be a number in [0, 1], got {_show(v)}")
-    return float(v)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSpec:
-    """A training job: model, batch, parallelism, hardware and length. Validates itself."""
-
-    arch: ModelArch
-    chip: str
-    count: int
-    system: str
-    precision: str = "bf16"
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    microbatch_size: int = 1
-    recompute: str = "none"
-    global_batch: int = 1  # sequences per step
-    virtual_stages: int = 1  # interleaved 1F1B chunks per pipeline rank
-    tp_comm_overlap: float = 0.0  # fraction of TP collective time hidden behind GEMMs
-    cp_comm_overlap: float = 0.0
-    pp_comm_overlap: float = 0.0
-    distributed_optimizer: bool = True
-    grad_reduce_dtype: str = "fp32"
-    steps: int | None = None
-    tokens: int | None = None
-    pue: float = 1.1
-    energy_price_usd_per_kwh: float | None = None
-    price_per_chip_hour_usd: float | None = None
-    name: str = "train"
-
-    def __post_init__(self) -> None:
-        try:
-            chip = get_chip(self.chip)
-            sysd = get_system(self.system)
-        except CatalogError as exc:
-            field = "hardware.chip" if "chip" in str(exc) else "hardware.system"
-            raise SpecError(field, str(exc)) from exc
-        if chip.name not in sysd.chip_types:
-            raise SpecError(
-                "hardware.system", f"system {self.system} holds {', '.join(sysd.chip_types)}, not {self.chip}"
-            )
-        if self.precision not in TRAIN_PRECISIONS:
-            raise SpecError("precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {_show(self.precision)}")
-        if self.recompute not in RECOMPUTE:
-            raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
-        if self.grad_reduce_dtype not in GRAD_DTYPES:
-            raise SpecError("parallelism.grad_reduce_dtype", f"allowed: {', '.join(GRAD_DTYPES)}")
-        a = self.arch
-        if self.tp * self.pp * self.dp * self.cp != self.count:
-            raise SpecError(
-                "hardware.count",
-                f"must equal tp x pp x dp x cp = {self.tp}x{self.pp}x{self.dp}x{self.cp}"
-                f" = {self.tp * self.pp * self.dp * self.cp}, got {self.count}",
-            )
-        if a.heads % self.tp:
-            raise SpecError("parallelism.tp", f"must divide model.heads ({a.heads}); got {self.tp}")
-        if a.kv_heads % self.tp and self.tp % a.kv_heads:
-            raise SpecError("parallelism.tp", f"must divide or be a multiple of kv_heads ({a.kv_heads})")
-        if a.ffn_hidden % self.tp:
-            raise SpecError("parallelism.tp", f"must divide model.ffn_hidden ({a.ffn_hidden})")
-        if a.seq_len % (2 * self.cp) and self.cp > 1:
-            raise SpecError("parallelism.cp", f"2 x cp must divide model.seq_len ({a.seq_len}); got {self.cp}")
-        if a.layers < self.pp * self.virtual_stages:
-            raise SpecError(
-                "parallelism.pp", f"pp x virtual_stages ({self.pp}x{self.virtual_stages}) exceeds layers ({a.layers})"
-            )
-        if self.virtual_stages > 1 and self.pp == 1:
-            raise SpecError("parallelism.virtual_stages", "needs pp > 1")
-        if self.global_batch % (self.dp * self.microbatch_size):
-            raise SpecError(
-                "batch.global_batch",
-                f"must be a multiple of dp x microbatch_size = {self.dp * self.microbatch_size};"
-                f" got {self.global_batch}",
-            )
-        if self.steps is not None and self.tokens is not None:
-            raise SpecError("steps", "give either steps or tokens, not both")
-        if self.pue < 1.0:
-            raise SpecError("pue", f"must be >= 1.0, got {self.pue!r}")
-        for f in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
-            v = getattr(self, f)
-            if v is not None and v < 0:
-                raise SpecError(f"cost.{f}", f"must be >= 0, got {v!r}")
-
-    # --- derived ---------------------------------------------------------------------------
-    @property
-    def microbatches(self) -> int:
-        """Microbatches per pipeline per step."""
-        return self.global_batch // (self.dp * self.microbatch_size)
-
-    @property
-    def tokens_per_step(self) -> int:
-        """Tokens in one global batch."""
-        return self.global_batch * self.arch.seq_len
-
-    def total_steps(self) -> int | None:
-        """Steps of the job (from ``steps`` or ``tokens``), or None when neither is given."""
-        if self.steps is not None:
-            return self.steps
-        if self.tokens is not None:
-            return math.ceil(self.tokens / self.tokens_per_step)
-        return None
-
-    def chip_spec(self) -> Chip:
-        """The catalog chip, with the spec's price override."""
-        chip = get_chip(self.chip)
-        return chip.with_price(self.price_per_chip_hour_usd) if self.price_per_chip_hour_usd is not None else chip
-
-    def with_(self, **changes: Any) -> TrainSpec:
-        """A validated copy with fields replaced."""
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrainSpec:
-        """Build from the YAML layout of ``gigacluster estimate train``; raises SpecError naming the field."""
-        if not isinstance(d, Mapping):
-            raise SpecError("spec", "must be a mapping with model, batch, parallelism, hardware")
-        extra = set(d) - set(_TOP_KEYS)
-        if extra:
-            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
-        for req in ("model", "batch", "hardware"):
-            if req not in d:
-                raise SpecError(req, "required")
-        model = d["model"]
-        if isinstance(model, Mapping):
-            for k in set(model) & {"preset", "name", "mlp"}:
-                if not isinstance(model[k], str) or len(model[k]) > 64:
-                    raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
-            for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
-                _int(model, k, f"model.{k}", None)
-            extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
-                                                "ffn_hidden", "vocab", "seq_len"}
-            if extra:
-                raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
-                                "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
-        arch = arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
-        hw = d["hardware"]
-        if not isinstance(hw, Mapping) or "chip" not in hw:
-            raise SpecError("hardware.chip", "required (a catalog chip name)")
-        hw_extra = set(hw) - {"chip", "count", "system"}
-        if hw_extra:
-            raise SpecError(f"hardware.{_first(hw_extra)}", "unknown field; allowed: chip, count, system")
-        for k in ("chip", "system"):
-            v = hw.get(k)
-            if v is not None and (not isinstance(v, str) or len(v) > 64):
-                raise SpecError(f"hardware.{k}", f"must be a catalog name (a short string), got {_show(v)}")
-        chip = str(hw["chip"])
-        try:
-            get_chip(chip)
-            system = str(hw.get("system") or default_system(chip))
-        except CatalogError as exc:
-            raise SpecError("hardware.chip", str(exc)) from exc
-        par = d.get("parallelism", {}) or {}
-        if not isinstance(par, Mapping):
-            raise SpecError("parallelism", "must be a mapping")
-        p_extra = set(par) - set(_PAR_KEYS)
-        if p_extra:
-            raise SpecError(f"parallelism.{_first(p_extra)}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
-        tp = _int(par, "tp", "parallelism.tp", 1)
-        pp = _int(par, "pp", "parallelism.pp", 1)
-        cp = _int(par, "cp", "parallelism.cp", 1)
-        dp = _int(par, "dp", "parallelism.dp", None)
-        count = _int(hw, "count", "hardware.count", None)
-        assert tp is not None and pp is not None and cp is not None
-        if dp is None:
-            if count is None:
-                dp = 1
-            elif count % (tp * pp * cp):
-                raise SpecError("hardware.count", f"must be a multiple of tp x pp x cp = {tp * pp * cp}; got {count}")
-            else:
-                dp = count // (tp * pp * cp)
-        if count is None:
-            count = tp * pp * dp * cp
-        batch = d["batch"]
-        if not isinstance(batch, Mapping):
-            raise SpecError("batch", "must be a mapping with global_batch or global_batch_tokens")
-        b_extra = {str(k) for k in batch} - {"global_batch", "global_batch_tokens"}
-        if b_extra:
-            raise SpecError(f"batch.{_first(b_extra)}", "unknown field; allowed: global_batch, global_batch_tokens")
-        if ("global_batch" in batch) == ("global_batch_tokens" in batch):
-            raise SpecError("batch.global_batch", "give exactly one of global_batch (sequences) or global_batch_tokens")
-        if "global_batch" in batch:
-            gb = _int(batch, "global_batch", "batch.global_batch", None)
-        else:
-            gbt = _int(batch, "global_batch_tokens", "batch.global_batch_tokens", None)
-            assert gbt is not None
-            if gbt % arch.seq_len:
-                raise SpecError("batch.global_batch_tokens", f"must be a multiple of model.seq_len ({arch.seq_len})")
-            gb = gbt // arch.seq_len
-        precision = str(d.get("precision", "bf16")).lower()
-        rec = str(par.get("recompute", "none")).lower()
-        gdt = str(par.get("grad_reduce_dtype", "fp32")).lower()
-        cost = d.get("cost", {}) or {}
-        if not isinstance(cost, Mapping) or set(cost) - {"energy_price_usd_per_kwh", "price_per_chip_hour_usd"}:
-            raise SpecError("cost", "allowed fields: energy_price_usd_per_kwh, price_per_chip_hour_usd")
-        pue = _finite(d.get("pue", facility().pue_default), "pue", "a finite number >= 1.0")
-        for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
-            if cost.get(k) is not None:
-                _finite(cost[k], f"cost.{k}", "a finite number >= 0")
-        for k in ("precision", "name"):
-            if k in d and not isinstance(d[k], str):
-                raise SpecError(k, f"must be a string, got {_show(d[k])}")
-        for k in ("recompute", "grad_reduce_dtype"):
-            if k in par and not isinstance(par[k], str):
-                raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
-        dist = par.get("distributed_optimizer", True)
-        if not isinstance(dist, bool):
-            raise SpecError("parallelism.distributed_optimizer", "must be true or false")
-        return cls(
-            arch=arch,
-            chip=chip,
-            count=count,
-            system=system,
-            precision=precision,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=cp,
-            microbatch_size=_int(par, "microbatch_size", "parallelism.microbatch_size", 1) or 1,
-            recompute=rec,
-            global_batch=gb or 1,
-            virtual_stages=_int(par, "virtual_stages", "parallelism.virtual_stages", 1) or 1,
-            tp_comm_overlap=_frac(par, "tp_comm_overlap", "parallelism.tp_comm_overlap", 0.0),
-            cp_comm_overlap=_frac(par, "cp_comm_overlap", "parallelism.cp_comm_overlap", 0.0),
-            pp_comm_overlap=_frac(par, "pp_comm_overlap", "parallelism.pp_comm_overlap", 0.0),
-            distributed_optimizer=dist,
-            grad_reduce_dtype=gdt,
-            steps=_int(d, "steps", "steps", None),
-            tokens=_int(d, "tokens", "tokens", None),
-            pue=pue,
-            energy_price_usd_per_kwh=cost.get("energy_price_usd_per_kwh"),
-            price_per_chip_hour_usd=cost.get("price_per_chip_hour_usd"),
-            name=str(d.get("name", "train")),
-        )
-
-
-# --- the step plan -----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CollectiveDemand:
-    """One kind of collective a rank runs during a step (``count`` calls of ``bytes_`` each)."""
-
-    name: str
-    op: str
-    bytes_: float
-    layout: GroupLayout
-    count: int
-    hidden_fraction: float = 0.0  # inline collectives: share hidden behind compute
-    window: str = "inline"  # inline | grad (overlaps last backward) | param (overlaps first forward)
-
-    def __post_init__(self) -> None:
-        if self.count < 0 or self.bytes_ < 0:
-            raise SpecError(f"collective.{self.name}", "count and bytes must be >= 0")
-        if self.window not in ("inline", "grad", "param"):
-            raise SpecError(f"collective.{self.name}.window", "allowed: inline, grad, param")
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryBreakdown:
-    """HBM bytes per chip on the stage that needs the most."""
-
-    weights_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    other_bytes: float
-    reserved_bytes: float
-    stage: str
-
-    @property
-    def total_bytes(self) -> float:
-        """Everything the chip must hold."""
-        return (
-            self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-            + self.other_bytes + self.reserved_bytes
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        d = dataclasses.asdict(self)
-        d["total_bytes"] = self.total_bytes
-        return d
-
-
-@dataclasses.dataclass(frozen=True)
-class StepPlan:
-    """What one step asks of the critical rank and of each parallel group."""
-
-    compute: tuple[Work, ...]
-    collectives: tuple[CollectiveDemand, ...]
-    microbatches: int
-    pp: int
-    virtual_stages: int
-    pipelined_fraction: float  # share of compute time inside microbatch slots (rest: optimizer)
-    fwd_fraction: float  # of one microbatch slot: forward
-    bwd_fraction: float  # of one microbatch slot: backward (+ recompute)
-    critical_stage: str
-    layers_per_stage: tuple[int, ...]
-    model_flops_per_step: float  # whole job, 6N-style incl. causal attention, no recompute
-    critical_model_flops: float  # model FLOPs of the critical rank
-    memory: MemoryBreakdown
-
-
-@dataclasses.dataclass(frozen=True)
-class StepBreakdown:
-    """Step time and where it goes."""
-
-    step_time_s: float
-    compute_s: float
-    exposed_comm_s: float
-    bubble_s: float
-
-    def to_dict(self) -> dict[str, float]:
-        """JSON form."""
-        return dataclasses.asdict(self)
-
-
-def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
-    e = 1 if precision == "fp8" else 2
-    return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
-
-
-def _scale(w: Work, times: int) -> Work:
-    return dataclasses.replace(w, count=w.count * times)
-
-
-@dataclasses.dataclass(frozen=True)
-class _LayerWorks:
-    fwd: tuple[Work, ...]
-    bwd: tuple[Work, ...]
-    recompute: tuple[Work, ...]
-    model_flops: float  # per layer per microbatch, fwd + bwd, no recompute
-
-
-def _dims(spec: TrainSpec) -> tuple[int, int, int, int, int]:
-    """(tokens per rank per microbatch, q width per TP rank, kv width per TP rank, ffn per rank, head_dim)."""
-    a = spec.arch
-    t_mb = spec.microbatch_size * a.seq_len // spec.cp
-    q_t = a.hidden // spec.tp
-    kv_t = max(a.kv_dim // spec.tp, a.head_dim)  # KV heads replicate when kv_heads < tp
-    return t_mb, q_t, kv_t, a.ffn_hidden // spec.tp, a.head_dim
-
-
-def _layer_works(spec: TrainSpec) -> _LayerWorks:
-    a = spec.arch
-    tp, prec = spec.tp, spec.precision
-    T, q_t, kv_t, f_t, hd = _dims(spec)
-    h = a.hidden
-    mlp_in = 2 if a.mlp == "swiglu" else 1
-    gemms = [(T, q_t + 2 * kv_t, h), (T, h, q_t), (T, mlp_in * f_t, h), (T, h, f_t)]
-    fwd: list[Work] = [_gemm(m, n, k, prec) for m, n, k in gemms]
-    bwd: list[Work] = []
-    for m, n, k in gemms:
-        bwd.append(_gemm(m, k, n, prec))  # data gradient
-        bwd.append(_gemm(k, n, m, prec))  # weight gradient
-    # Causal attention, load balanced over CP ranks: each query sees seq_len / 2 keys on average.
-    s_eff = max(1, a.seq_len // 2)
-    attn_flops = 4.0 * T * s_eff * q_t
-    attn_bytes = 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t)
-    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
-    # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
-    # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens, RoPE on
-    # q and k, the MLP activation.
-    t_sp = T / tp
-    norm_b = 2 * (2.0 * t_sp * h * 2)
-    resid_b = 2 * (3.0 * t_sp * h * 2)
-    rope_b = 2.0 * T * (q_t + kv_t) * 2
-    act_b = (mlp_in + 1.0) * T * f_t * 2
-    elem_b = norm_b + resid_b + rope_b + act_b
-    elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + T * f_t)
-    fwd.append(Work(elem_f, elem_b, "bf16", "elementwise"))
-    bwd.append(Work(2 * elem_f, 2 * elem_b, "bf16", "elementwise"))
-    if spec.recompute == "full":
-        rec: tuple[Work, ...] = tuple(fwd)
-    elif spec.recompute == "selective":
-        rec = (Work(8.0 * (t_sp * h * 2 + T * f_t), norm_b + act_b, "bf16", "elementwise"),)
-    else:
-        rec = ()
-    model = 3.0 * (sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops)
-    return _LayerWorks(tuple(fwd), tuple(bwd), rec, model)
-
-
-def _head_works(spec: TrainSpec, first: bool, last: bool) -> tuple[list[Work], list[Work], float]:
-    """Embedding (first stage) and logits + loss (last stage) per microbatch: (fwd, bwd, model FLOPs)."""
-    a = spec.arch
-    T, _, _, _, _ = _dims(spec)
-    v_t = -(-a.vocab // spec.tp)
-    fwd: list[Work] = []
-    bwd: list[Work] = []
-    model = 0.0
-    if first:
-        fwd.append(Work(0.0, 2.0 * T * a.hidden * 2 / spec.tp, "bf16", "memory"))
-        bwd.append(Work(float(T * a.hidden), 3.0 * T * a.hidden * 4 / spec.tp, "bf16", "elementwise"))
-    if last:
-        g = (T, v_t, a.hidden)
-        fwd.append(_gemm(*g, spec.precision))
-        bwd.append(_gemm(T, a.hidden, v_t, spec.precision))
-        bwd.append(_gemm(a.hidden, v_t, T, spec.precision))
-        ce_b = 3.0 * T * v_t * 4  # fp32 logits: softmax read/write, loss
-        fwd.append(Work(5.0 * T * v_t, ce_b, "bf16", "elementwise"))
-        bwd.append(Work(3.0 * T * v_t, ce_b, "bf16", "elementwise"))
-        model = 3.0 * 2.0 * T * v_t * a.hidden
-    return fwd, bwd, model
-
-
-def _stage_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per pipeline rank: middle ranks take ceil(L/pp); first and last share the rest
-    (they also hold the embedding and the logits, as Llama 3 balanced its pipeline)."""
-    if pp == 1:
-        return (layers,)
-    k = -(-layers // pp)
-    rem = layers - k * (pp - 2)
-    if pp > 2 and 2 <= rem <= 2 * k:
-        first = rem // 2
-        return (first, *([k] * (pp - 2)), rem - first)
-    base, extra = divmod(layers, pp)
-    return tuple(base + (1 if i < extra else 0) for i in range(pp))
-
-
-def _layout(spec: TrainSpec, size: int, stride: int) -> GroupLayout:
-    """Layout of a group of ``size`` ranks spaced ``stride`` apart (Megatron order tp, cp, dp, pp)."""
-    dom = get_system(spec.system).chips
-    per_dom = max(1, min(size, dom // stride)) if stride <= dom else 1
-    sharing = max(1, min(dom, spec.count) // per_dom)
-    return GroupLayout(size, per_dom, sharing)
-
-
-def _stage_params(spec: TrainSpec, layers: int, first: bool, last: bool) -> float:
-    a = spec.arch
-    p = layers * a.params_per_layer + (a.vocab * a.hidden if first else 0) + (a.vocab * a.hidden if last else 0)
-    return p / spec.tp
-
-
-def _act_bytes_per_token_layer(spec: TrainSpec) -> float:
-    """Activation bytes kept for backward per token per layer on one TP rank (bf16)."""
-    a = spec.arch
-    _, q_t, kv_t, f_t, _ = _dims(spec)
-    h_sp = a.hidden / spec.tp
-    mlp_in = 2 if a.mlp == "swiglu" else 1
-    if spec.recompute == "full":
-        return 2.0 * h_sp
-    # Norm inputs, q, k, v, attention output, MLP up-projection output (+ norm outputs and the
-    # activation output unless selective recompute rebuilds them).
-    keep = 2 * h_sp + 2 * q_t + 2 * kv_t + mlp_in * f_t
-    if spec.recompute == "none":
-        keep += 2 * h_sp + f_t
-    return 2.0 * keep
-
-
-def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
-    chip = get_chip(spec.chip)
-    T, _, _, _, _ = _dims(spec)
-    m, pp, v = spec.microbatches, spec.pp, spec.virtual_stages
-    per_tok = _act_bytes_per_token_layer(spec)
-    grad_b = GRAD_DTYPES[spec.grad_reduce_dtype]
-    shard = spec.dp * spec.cp if spec.distributed_optimizer else 1
-    reserved = RESERVED_FIXED_BYTES + RESERVED_FRACTION * chip.hbm_bytes
-    best: MemoryBreakdown | None = None
-    for i in sorted({0, pp // 2, pp - 1}):
-        first, last = i == 0, i == pp - 1
-        params = _stage_params(spec, stage_layers[i], first, last)
-        in_flight = min(m, pp - i)
-        # Interleaving makes the first stage hold (1 + (pp-1)/(pp v)) x pp microbatches' worth.
-        in_flight_f = in_flight * (1 + (pp - 1) / (pp * v)) if v > 1 and i == 0 else float(in_flight)
-        acts = per_tok * T * stage_layers[i] * in_flight_f
-        if spec.recompute == "full":
-            acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none"))) * T
-        other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
-        mb = MemoryBreakdown(
-            weights_bytes=2.0 * params,
-            grads_bytes=float(grad_b) * params,
-            optimizer_bytes=12.0 * params / shard,
-            activations_bytes=acts,
-            other_bytes=other,
-            reserved_bytes=reserved,
-            stage="first" if first else ("last" if last else "middle"),
-        )
-        if best is None or mb.total_bytes > best.total_bytes:
-            best = mb
-    assert best is not None
-    return best
-
-
-def model_flops_per_token(arch: ModelArch) -> float:
-    """6N-style model FLOPs per token: 6 x (non-embedding params + logits) + causal attention."""
-    dense = 6.0 * (arch.layers * arch.params_per_layer + arch.vocab * arch.hidden)
-    return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
-
-
-def plan_step(spec: TrainSpec) -> StepPlan:
-    """The critical rank's work and every group's collectives for one step (see module docstring).
-
-    Raises DoesNotFitError when the most loaded stage needs more HBM than the chip has.
-    """
-    chip = get_chip(spec.chip)
-    a = spec.arch
-    m, pp, v, tp, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.tp, spec.cp, spec.dp
-    lw = _layer_works(spec)
-    stage_layers = _stage_layers(a.layers, pp)
-    # Choose the critical stage: the one with the longest nominal per-microbatch time.
-    candidates = []
-    for i in sorted({0, pp // 2, pp - 1}):
-        first, last = i == 0, i == pp - 1
-        hf, hb, hmodel = _head_works(spec, first, last)
-        L = stage_layers[i]
-        fwd = [_scale(w, L * m) for w in lw.fwd] + [_scale(w, m) for w in hf]
-        bwd = [_scale(w, L * m) for w in lw.bwd] + [_scale(w, m) for w in hb]
-        rec = [_scale(w, L * m) for w in lw.recompute]
-        t = works_time_s(chip, fwd + bwd + rec)
-        label = "first" if first else ("last" if last else "middle")
-        candidates.append((t, label, i, fwd, bwd, rec, (lw.model_flops * L + hmodel) * m))
-    _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
-    first, last = crit_i == 0, crit_i == pp - 1
-    params = _stage_params(spec, stage_layers[crit_i], first, last)
-    shard = dp * cp if spec.distributed_optimizer else 1
-    opt = [Work(12.0 * params / shard, 30.0 * params / shard, "bf16", "elementwise")]
-    t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
-    t_opt = works_time_s(chip, opt)
-    t_pipe = t_fwd + t_bwd + t_rec
-    compute = tuple(fwd + rec + bwd + opt)
-
-    T, _, kv_t, _, _ = _dims(spec)
-    L = stage_layers[crit_i]
-    demands: list[CollectiveDemand] = []
-    if tp > 1:
-        # Sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, 4 + 2 backward
-        # (re-gather of the sharded GEMM inputs), + 2 + 2 again under full recompute. RS and AG cost
-        # the same bus volume, so they are one demand.
-        per_layer = 4 + 6 + (4 if spec.recompute == "full" else 0)
-        demands.append(
-            CollectiveDemand(
-                "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), per_layer * L * m,
-                hidden_fraction=spec.tp_comm_overlap,
-            )
-        )
-    if cp > 1:
-        # All-gather of K and V forward; all-gather again and reduce-scatter of dK, dV backward.
-        per_layer = 3 + (1 if spec.recompute == "full" else 0)
-        demands.append(
-            CollectiveDemand(
-                "cp", "all_gather", 2.0 * 2 * a.seq_len * spec.microbatch_size * kv_t, _layout(spec, cp, tp),
-                per_layer * L * m, hidden_fraction=spec.cp_comm_overlap,
-            )
-        )
-    if pp > 1:
-        demands.append(
-            CollectiveDemand(
-                "pp", "send_recv", 2.0 * T * a.hidden / tp, _layout(spec, 2, tp * cp * dp), 2 * m * v,
-                hidden_fraction=spec.pp_comm_overlap,
-            )
-        )
-    if dp * cp > 1:
-        lay = _layout(spec, dp * cp, tp)
-        gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
-        if spec.distributed_optimizer:
-            demands.append(CollectiveDemand("dp_grad", "reduce_scatter", gbytes, lay, 1, window="grad"))
-            demands.append(CollectiveDemand("dp_param", "all_gather", 2.0 * params, lay, 1, window="param"))
-        else:
-            demands.append(CollectiveDemand("dp_grad", "all_reduce", gbytes, lay, 1, window="grad"))
-    memory = _memory(spec, stage_layers)
-    if memory.total_bytes > chip.hbm_bytes:
-        gib = 2**30
-        raise DoesNotFitError(
-            f"{spec.chip}: the {memory.stage} pipeline stage needs {memory.total_bytes / gib:.1f} GiB per chip"
-            f" (weights {memory.weights_bytes / gib:.1f}, grads {memory.grads_bytes / gib:.1f}, optimizer"
-            f" {memory.optimizer_bytes / gib:.1f}, activations {memory.activations_bytes / gib:.1f}, other"
-            f" {memory.other_bytes / gib:.1f}, reserved {memory.reserved_bytes / gib:.1f}) but has"
-            f" {chip.hbm_bytes / gib:.1f} GiB; raise tp/pp/cp, use recompute, or lower microbatch_size",
-            need_bytes=memory.total_bytes,
-            have_bytes=float(chip.hbm_bytes),
-        )
-    total = t_pipe + t_opt
-    return StepPlan(
-        compute=compute,
-        collectives=tuple(demands),
-        microbatches=m,
-        pp=pp,
-        virtual_stages=v,
-        pipelined_fraction=t_pipe / total if total > 0 else 1.0,
-        fwd_fraction=t_fwd / t_pipe if t_pipe > 0 else 0.0,
-        bwd_fraction=(t_bwd + t_rec) / t_pipe if t_pipe > 0 else 0.0,
-        critical_stage=label,
-        layers_per_stage=stage_layers,
-        model_flops_per_step=model_flops_per_token(a) * spec.tokens_per_step,
-        critical_model_flops=crit_model,
-        memory=memory,
-    )
-
-
-def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) -> StepBreakdown:
-    """Step time from the critical rank's compute seconds and each demand's total comm seconds.
-
-    Inline collectives (TP, CP, PP) sit inside microbatch slots, minus their hidden share; the
-    1F1B bubble is (pp - 1) / (virtual_stages x microbatches) of the slot time; the DP gradient
-    reduce-scatter hides behind the last microbatch's backward plus the cool-down half of the
-    bubble, the parameter all-gather behind the first forward plus the warm-up half.
-    """
-    if compute_s < 0:
-        raise SpecError("compute_s", f"must be >= 0, got {compute_s!r}")
-    for d in plan.collectives:
-        if d.name not in comm_s:
-            raise SpecError("comm_s", f"missing seconds for collective {d.name!r}")
-    pipe = compute_s * plan.pipelined_fraction
-    inline = sum((1.0 - d.hidden_fraction) * comm_s[d.name] for d in plan.collectives if d.window == "inline")
-    slots = pipe + inline
-    m = plan.microbatches
-    bubble = slots * (plan.pp - 1) / (plan.virtual_stages * m) if plan.pp > 1 else 0.0
-    windowed = 0.0
-    for d in plan.collectives:
-        if d.window == "grad":
-            windowed += max(0.0, comm_s[d.name] - (plan.bwd_fraction * pipe / m + bubble / 2))
-        elif d.window == "param":
-            windowed += max(0.0, comm_s[d.name] - (plan.fwd_fraction * pipe / m + bubble / 2))
-    exposed = inline + windowed
-    return StepBreakdown(compute_s + exposed + bubble, compute_s, exposed, bubble)
-
+from gigacluster.model.thermal import ThermalParams, steady_state_with_feedback
+from gigacluster.model.train_spec import (
+    GRAD_DTYPES,
+    MAX_SPEC_INT,
+    RECOMPUTE,
+    TRAIN_PRECISIONS,
+    TrainSpec,
+)
 
 # --- the estimate --------------------------------------------------------------------------------
 
@@ -783,27 +130,6 @@ class TrainEstimate:
         }
 
 
-def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str, float]:
-    """Total seconds per step of each collective demand under ``comm``."""
-    chip = get_chip(spec.chip)
-    return {
-        d.name: d.count * comm.collective_time_s(chip, spec.system, d.op, d.bytes_, d.layout)
-        for d in plan.collectives
-    }
-
-
-def link_bytes(plan: StepPlan) -> tuple[float, float]:
-    """(scale-up, scale-out) bytes one step's collectives move, for link energy."""
-    up = out = 0.0
-    for d in plan.collectives:
-        moved = d.count * d.bytes_ * max(volume_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
-        if d.layout.domains > 1:
-            out += moved
-        else:
-            up += moved
-    return up, out
-
-
 def estimate_train(
     spec: TrainSpec, comm: CommModel | None = None, *, energy_price_usd_per_kwh: float | None = None
 ) -> TrainEstimate:
@@ -866,3 +192,25 @@ def estimate_train(
         energy_cost_usd=costs[2],
         cost_usd_per_hour=hour.total_usd,
     )
+
+
+__all__ = [
+    "GRAD_DTYPES",
+    "MAX_SPEC_INT",
+    "RECOMPUTE",
+    "RESERVED_FIXED_BYTES",
+    "RESERVED_FRACTION",
+    "TRAIN_PRECISIONS",
+    "CollectiveDemand",
+    "MemoryBreakdown",
+    "StepBreakdown",
+    "StepPlan",
+    "TrainEstimate",
+    "TrainSpec",
+    "compose_step",
+    "demand_times_s",
+    "estimate_train",
+    "link_bytes",
+    "model_flops_per_token",
+    "plan_step",
+]

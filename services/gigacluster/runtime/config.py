@@ -16,7 +16,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from gigacluster import safeyaml
+from gigacluster import registry, safeyaml
+from gigacluster.errors import InvalidArgument
 from gigacluster.hw.catalog import chip_names, system_names
 
 T = TypeVar("T", bound="CommonConfig")
@@ -90,6 +91,15 @@ def _positive(cfg: CommonConfig, *names: str) -> None:
             raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
 
 
+def _registered(family: str, name: str) -> None:
+    """Fail fast unless ``name`` is a policy of ``family`` (registered, installed as an entry point,
+    or an import path ``pkg.module:Object``, which this imports and registers); see docs/extending.md."""
+    try:
+        registry.check(family, name)
+    except InvalidArgument as exc:
+        raise ConfigError(exc.message) from exc
+
+
 def _is_endpoint(s: str) -> bool:
     host, _, port = s.rpartition(":")
     return bool(host) and port.isdigit()
@@ -157,6 +167,7 @@ class FabricConfig(CommonConfig):
             raise ConfigError("count must be > 0")
         if self.inference_priority not in ("strict", "weighted"):
             raise ConfigError("inference_priority must be strict or weighted")
+        _registered("fabric_routing", self.routing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +210,8 @@ class BrokerConfig(CommonConfig):
 class SchedulerConfig(CommonConfig):
     service: typing.ClassVar[str] = "scheduler"
     port: int = _f(50054, "port to bind")
-    placement: str = _f("topology", "placement policy: binpack, spread or topology")
+    placement: str = _f("topology", "placement policy: binpack, spread, topology, an installed one or "
+                                    "pkg.module:Class (docs/extending.md)")
     progress_interval_steps: int = _f(1, "publish job progress every N steps")
     preemption: bool = _f(True, "higher-priority gangs evict lower-priority ones")
     backfill: bool = _f(True, "small jobs start in holes that do not delay the head job's reserved start")
@@ -216,6 +228,11 @@ class SchedulerConfig(CommonConfig):
     peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
     dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
     dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _registered("placement", self.placement)
+        _registered("failures", self.failure_model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +252,8 @@ class RouterConfig(CommonConfig):
     http_max_header_bytes: int = _f(64 * 1024, "longest HTTP request line or header value the parser reads; a longer "
                                                "one is refused by the HTTP parser itself, before any handler")
     heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
+    routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
+                                   "to register at start; a deployment names one by its path (docs/extending.md)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -247,6 +266,14 @@ class RouterConfig(CommonConfig):
             raise ConfigError("default_max_tokens must be <= max_tokens_limit")
         if not self.heal_backoff_max_s > 0:
             raise ConfigError("heal_backoff_max_s must be > 0")
+        for path in self.routing_policy_paths:
+            if ":" not in path:
+                raise ConfigError(f"routing_policies must be import paths pkg.module:Class, got {path[:64]!r}")
+            _registered("routing", path)
+
+    @property
+    def routing_policy_paths(self) -> list[str]:
+        return [s.strip() for s in self.routing_policies.split(",") if s.strip()]
 
 
 CONFIGS: dict[str, type[CommonConfig]] = {

@@ -9,6 +9,8 @@ import numpy as np
 
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
+from gigacluster.fabric.v1 import fabric_pb2
+from gigacluster.model.comm import OPS
 from gigacluster.model.roofline import KINDS, Work
 from gigacluster.runtime.errors import preview
 
@@ -19,6 +21,11 @@ PRECISION_NAMES: dict[int, str] = {
     common_pb2.PRECISION_FP8: "fp8",
 }
 PRECISION_ENUMS = {v: k for k, v in PRECISION_NAMES.items()}
+OP_ENUMS: dict[str, fabric_pb2.CollectiveOp] = {
+    op: fabric_pb2.CollectiveOp.Value("COLLECTIVE_OP_" + op.upper()) for op in OPS
+}
+"""Collective op name (model.comm.OPS, the one table) -> fabric proto enum value."""
+OP_NAMES: dict[fabric_pb2.CollectiveOp, str] = {v: k for k, v in OP_ENUMS.items()}
 MAX_FLOPS = 1e21  # one work item of more than a zettaFLOP is a caller bug, not a workload
 MAX_BYTES = 1e18
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
+
+from gigacluster.registry import Registry
 
 # Llama 3 paper, Table 5 (root-cause categories of the 419 unexpected interruptions): count, effect.
 LLAMA3_MIX: dict[str, tuple[int, str]] = {
@@ -73,6 +76,15 @@ class FailureModel:
         counts = np.array([n for _, n, _ in self.mix], dtype=float)
         i = int(rng.choice(len(self.mix), p=counts / counts.sum()))
         return self.mix[i][0], self.mix[i][2]
+
+
+FailureFactory = Callable[[float], "FailureModel | None"]
+FAILURE_MODELS: Registry[FailureFactory] = Registry("failure model", field="failure_model",
+                                                   group="gigacluster.failures")
+"""Failure models by name (scheduler config ``failure_model``): each a function of the config's
+``failure_rate_scale`` returning the model, or None for no injected interruptions."""
+FAILURE_MODELS.register("off", lambda scale: None)
+FAILURE_MODELS.register("llama3", FailureModel.llama3)
 
 
 def young_daly_interval_s(checkpoint_pause_s: float, mtbf_s: float) -> float:

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from gigacluster.errors import InvalidArgument
+from gigacluster.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,15 +81,13 @@ class PlacementStats:
 
 
 class PlacementPolicy:
-    """Base class: pick ``count`` free devices for a job with TP degree ``tp``."""
+    """Base class: pick ``count`` free devices for a job with TP degree ``tp``.
+
+    A subclass implements :meth:`choose` and is registered in :data:`PLACEMENTS` (see
+    docs/extending.md for one written in another package).
+    """
 
     name: ClassVar[str] = ""
-    registry: ClassVar[dict[str, type[PlacementPolicy]]] = {}
-
-    def __init_subclass__(cls, **kw: object) -> None:
-        super().__init_subclass__(**kw)
-        if cls.name:
-            PlacementPolicy.registry[cls.name] = cls
 
     def place(self, layout: Layout, free: np.ndarray, count: int, tp: int = 1) -> np.ndarray | None:
         """Device ids (global) in rank order, or None if the gang does not fit now.
@@ -120,6 +118,12 @@ class PlacementPolicy:
         raise NotImplementedError
 
 
+PLACEMENTS: Registry[type[PlacementPolicy]] = Registry(
+    "placement policy", field="placement", group="gigacluster.placement",
+    accepts=lambda o: isinstance(o, type) and issubclass(o, PlacementPolicy))
+"""The placement policies by name (config ``placement``)."""
+
+
 def _take_in_order(order: np.ndarray, slots: np.ndarray, need: int) -> tuple[np.ndarray | None, np.ndarray]:
     s = slots[order]
     cum = np.cumsum(s)
@@ -133,6 +137,7 @@ def _take_in_order(order: np.ndarray, slots: np.ndarray, need: int) -> tuple[np.
     return chosen[keep], take[keep]
 
 
+@PLACEMENTS.register("topology")
 class TopologyPolicy(PlacementPolicy):
     """Fewest leaf groups (best fit), whole free domains first, domains ordered by leaf group."""
 
@@ -164,6 +169,7 @@ class TopologyPolicy(PlacementPolicy):
         return _take_in_order(order, slots, need)
 
 
+@PLACEMENTS.register("binpack")
 class BinpackPolicy(PlacementPolicy):
     """Most-used domains (and leaf groups) first, leaving whole domains free for big gangs."""
 
@@ -176,6 +182,7 @@ class BinpackPolicy(PlacementPolicy):
         return _take_in_order(order, slots, need)
 
 
+@PLACEMENTS.register("spread")
 class SpreadPolicy(PlacementPolicy):
     """Domains dealt round-robin over leaf groups (first free domain of each group, then the second)."""
 
@@ -192,12 +199,8 @@ class SpreadPolicy(PlacementPolicy):
 
 
 def get_policy(name: str) -> PlacementPolicy:
-    """The registered policy ``name`` (config ``placement``)."""
-    cls = PlacementPolicy.registry.get(name)
-    if cls is None:
-        raise InvalidArgument("placement", f"unknown placement policy {name!r}; allowed: "
-                              f"{', '.join(sorted(PlacementPolicy.registry))}")
-    return cls()
+    """A new instance of the registered policy ``name`` (config ``placement``); else UnknownName."""
+    return PLACEMENTS.lookup(name)()
 
 
 def placement_stats(layout: Layout, devices: np.ndarray, *, tp: int, cp: int, dp: int, pp: int) -> PlacementStats:

@@ -30,14 +30,7 @@ from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
 
-OPS = {
-    "all_reduce": fabric_pb2.COLLECTIVE_OP_ALL_REDUCE,
-    "reduce_scatter": fabric_pb2.COLLECTIVE_OP_REDUCE_SCATTER,
-    "all_gather": fabric_pb2.COLLECTIVE_OP_ALL_GATHER,
-    "all_to_all": fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL,
-    "broadcast": fabric_pb2.COLLECTIVE_OP_BROADCAST,
-    "send_recv": fabric_pb2.COLLECTIVE_OP_SEND_RECV,
-}
+OPS = convert.OP_ENUMS
 
 
 class StepFailed(Exception):

@@ -1,0 +1,325 @@
+"""A training job's spec: parsing and validation of the user's mapping into :class:`TrainSpec`.
+
+The spec is the input of the step model (:mod:`gigacluster.model.step`); both are re-exported by
+:mod:`gigacluster.model.training`, which composes them into :func:`estimate_train`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from gigacluster.hw.catalog import CatalogError, Chip, default_system, facility, get_chip, get_system
+from gigacluster.model import SpecError
+from gigacluster.model.arch import ModelArch, arch_from_dict
+
+RECOMPUTE = ("none", "selective", "full")
+TRAIN_PRECISIONS = ("bf16", "fp8")
+GRAD_DTYPES = {"fp32": 4, "bf16": 2}
+_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost")
+_PAR_KEYS = (
+    "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
+    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype",
+)
+
+
+# Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
+# so arithmetic on a spec never overflows or loses precision. Services bound tighter in config.
+MAX_SPEC_INT = 2**53
+
+
+def _show(v: Any) -> str:
+    """A value for an error message: at most a short prefix of whatever the caller sent."""
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _int(d: Mapping[str, Any], key: str, field: str, default: int | None) -> int | None:
+    v = d.get(key, default)
+    if v is None:
+        return None
+    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v or v < 1
+            or v > MAX_SPEC_INT):
+        raise SpecError(field, f"must be a positive integer <= 2^53, got {_show(v)}")
+    return int(v)
+
+
+def _first(keys: Any) -> str:
+    """The first unknown key, as a short string (keys may be any YAML scalar, of any length)."""
+    k = sorted(str(x) for x in keys)[0]
+    return k if len(k) <= 40 else k[:37] + "..."
+
+
+def _finite(v: Any, field: str, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise SpecError(field, f"must be {what}, got {_show(v)}")
+    return float(v)
+
+
+def _frac(d: Mapping[str, Any], key: str, field: str, default: float) -> float:
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
+        raise SpecError(field, f"must be a number in [0, 1], got {_show(v)}")
+    return float(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """A training job: model, batch, parallelism, hardware and length. Validates itself."""
+
+    arch: ModelArch
+    chip: str
+    count: int
+    system: str
+    precision: str = "bf16"
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    microbatch_size: int = 1
+    recompute: str = "none"
+    global_batch: int = 1  # sequences per step
+    virtual_stages: int = 1  # interleaved 1F1B chunks per pipeline rank
+    tp_comm_overlap: float = 0.0  # fraction of TP collective time hidden behind GEMMs
+    cp_comm_overlap: float = 0.0
+    pp_comm_overlap: float = 0.0
+    distributed_optimizer: bool = True
+    grad_reduce_dtype: str = "fp32"
+    steps: int | None = None
+    tokens: int | None = None
+    pue: float = 1.1
+    energy_price_usd_per_kwh: float | None = None
+    price_per_chip_hour_usd: float | None = None
+    name: str = "train"
+
+    def __post_init__(self) -> None:
+        try:
+            chip = get_chip(self.chip)
+            sysd = get_system(self.system)
+        except CatalogError as exc:
+            field = "hardware.chip" if "chip" in str(exc) else "hardware.system"
+            raise SpecError(field, str(exc)) from exc
+        if chip.name not in sysd.chip_types:
+            raise SpecError(
+                "hardware.system", f"system {self.system} holds {', '.join(sysd.chip_types)}, not {self.chip}"
+            )
+        if self.precision not in TRAIN_PRECISIONS:
+            raise SpecError("precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {_show(self.precision)}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
+        if self.grad_reduce_dtype not in GRAD_DTYPES:
+            raise SpecError("parallelism.grad_reduce_dtype", f"allowed: {', '.join(GRAD_DTYPES)}")
+        a = self.arch
+        if self.tp * self.pp * self.dp * self.cp != self.count:
+            raise SpecError(
+                "hardware.count",
+                f"must equal tp x pp x dp x cp = {self.tp}x{self.pp}x{self.dp}x{self.cp}"
+                f" = {self.tp * self.pp * self.dp * self.cp}, got {self.count}",
+            )
+        if a.heads % self.tp:
+            raise SpecError("parallelism.tp", f"must divide model.heads ({a.heads}); got {self.tp}")
+        if a.kv_heads % self.tp and self.tp % a.kv_heads:
+            raise SpecError("parallelism.tp", f"must divide or be a multiple of kv_heads ({a.kv_heads})")
+        if a.ffn_hidden % self.tp:
+            raise SpecError("parallelism.tp", f"must divide model.ffn_hidden ({a.ffn_hidden})")
+        if a.seq_len % (2 * self.cp) and self.cp > 1:
+            raise SpecError("parallelism.cp", f"2 x cp must divide model.seq_len ({a.seq_len}); got {self.cp}")
+        if a.layers < self.pp * self.virtual_stages:
+            raise SpecError(
+                "parallelism.pp", f"pp x virtual_stages ({self.pp}x{self.virtual_stages}) exceeds layers ({a.layers})"
+            )
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise SpecError("parallelism.virtual_stages", "needs pp > 1")
+        if self.global_batch % (self.dp * self.microbatch_size):
+            raise SpecError(
+                "batch.global_batch",
+                f"must be a multiple of dp x microbatch_size = {self.dp * self.microbatch_size};"
+                f" got {self.global_batch}",
+            )
+        if self.steps is not None and self.tokens is not None:
+            raise SpecError("steps", "give either steps or tokens, not both")
+        if self.pue < 1.0:
+            raise SpecError("pue", f"must be >= 1.0, got {self.pue!r}")
+        for f in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
+            v = getattr(self, f)
+            if v is not None and v < 0:
+                raise SpecError(f"cost.{f}", f"must be >= 0, got {v!r}")
+
+    # --- derived ---------------------------------------------------------------------------
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per pipeline per step."""
+        return self.global_batch // (self.dp * self.microbatch_size)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens in one global batch."""
+        return self.global_batch * self.arch.seq_len
+
+    def total_steps(self) -> int | None:
+        """Steps of the job (from ``steps`` or ``tokens``), or None when neither is given."""
+        if self.steps is not None:
+            return self.steps
+        if self.tokens is not None:
+            return math.ceil(self.tokens / self.tokens_per_step)
+        return None
+
+    def chip_spec(self) -> Chip:
+        """The catalog chip, with the spec's price override."""
+        chip = get_chip(self.chip)
+        return chip.with_price(self.price_per_chip_hour_usd) if self.price_per_chip_hour_usd is not None else chip
+
+    def with_(self, **changes: Any) -> TrainSpec:
+        """A validated copy with fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainSpec:
+        """Build from the YAML layout of ``gigacluster estimate train``; raises SpecError naming the field."""
+        if not isinstance(d, Mapping):
+            raise SpecError("spec", "must be a mapping with model, batch, parallelism, hardware")
+        extra = set(d) - set(_TOP_KEYS)
+        if extra:
+            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
+        for req in ("model", "batch", "hardware"):
+            if req not in d:
+                raise SpecError(req, "required")
+        arch = _parse_model(d["model"])
+        chip, system = _parse_hardware(d["hardware"])
+        par = d.get("parallelism", {}) or {}
+        tp, pp, cp, dp, count = _parse_degrees(par, d["hardware"])
+        gb = _parse_batch(d["batch"], arch)
+        precision = str(d.get("precision", "bf16")).lower()
+        rec = str(par.get("recompute", "none")).lower()
+        gdt = str(par.get("grad_reduce_dtype", "fp32")).lower()
+        cost, pue, dist = _parse_costs(d, par)
+        return cls(
+            arch=arch,
+            chip=chip,
+            count=count,
+            system=system,
+            precision=precision,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            microbatch_size=_int(par, "microbatch_size", "parallelism.microbatch_size", 1) or 1,
+            recompute=rec,
+            global_batch=gb or 1,
+            virtual_stages=_int(par, "virtual_stages", "parallelism.virtual_stages", 1) or 1,
+            tp_comm_overlap=_frac(par, "tp_comm_overlap", "parallelism.tp_comm_overlap", 0.0),
+            cp_comm_overlap=_frac(par, "cp_comm_overlap", "parallelism.cp_comm_overlap", 0.0),
+            pp_comm_overlap=_frac(par, "pp_comm_overlap", "parallelism.pp_comm_overlap", 0.0),
+            distributed_optimizer=dist,
+            grad_reduce_dtype=gdt,
+            steps=_int(d, "steps", "steps", None),
+            tokens=_int(d, "tokens", "tokens", None),
+            pue=pue,
+            energy_price_usd_per_kwh=cost.get("energy_price_usd_per_kwh"),
+            price_per_chip_hour_usd=cost.get("price_per_chip_hour_usd"),
+            name=str(d.get("name", "train")),
+        )
+
+
+def _parse_model(model: Any) -> ModelArch:
+    """The ``model`` section: a preset name or a mapping of architecture fields."""
+    if isinstance(model, Mapping):
+        for k in set(model) & {"preset", "name", "mlp"}:
+            if not isinstance(model[k], str) or len(model[k]) > 64:
+                raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
+        for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
+            _int(model, k, f"model.{k}", None)
+        extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
+                                            "ffn_hidden", "vocab", "seq_len"}
+        if extra:
+            raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
+                            "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
+    return arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
+
+
+def _parse_hardware(hw: Any) -> tuple[str, str]:
+    """(chip, system) of the ``hardware`` section."""
+    if not isinstance(hw, Mapping) or "chip" not in hw:
+        raise SpecError("hardware.chip", "required (a catalog chip name)")
+    hw_extra = set(hw) - {"chip", "count", "system"}
+    if hw_extra:
+        raise SpecError(f"hardware.{_first(hw_extra)}", "unknown field; allowed: chip, count, system")
+    for k in ("chip", "system"):
+        v = hw.get(k)
+        if v is not None and (not isinstance(v, str) or len(v) > 64):
+            raise SpecError(f"hardware.{k}", f"must be a catalog name (a short string), got {_show(v)}")
+    chip = str(hw["chip"])
+    try:
+        get_chip(chip)
+        system = str(hw.get("system") or default_system(chip))
+    except CatalogError as exc:
+        raise SpecError("hardware.chip", str(exc)) from exc
+    return chip, system
+
+
+def _parse_degrees(par: Any, hw: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(tp, pp, cp, dp, count): parallel degrees, dp inferred from ``hardware.count`` when absent."""
+    if not isinstance(par, Mapping):
+        raise SpecError("parallelism", "must be a mapping")
+    p_extra = set(par) - set(_PAR_KEYS)
+    if p_extra:
+        raise SpecError(f"parallelism.{_first(p_extra)}", f"unknown field; allowed: {', '.join(_PAR_KEYS)}")
+    tp = _int(par, "tp", "parallelism.tp", 1)
+    pp = _int(par, "pp", "parallelism.pp", 1)
+    cp = _int(par, "cp", "parallelism.cp", 1)
+    dp = _int(par, "dp", "parallelism.dp", None)
+    count = _int(hw, "count", "hardware.count", None)
+    assert tp is not None and pp is not None and cp is not None
+    if dp is None:
+        if count is None:
+            dp = 1
+        elif count % (tp * pp * cp):
+            raise SpecError("hardware.count", f"must be a multiple of tp x pp x cp = {tp * pp * cp}; got {count}")
+        else:
+            dp = count // (tp * pp * cp)
+    if count is None:
+        count = tp * pp * dp * cp
+    return tp, pp, cp, dp, count
+
+
+def _parse_batch(batch: Any, arch: ModelArch) -> int | None:
+    """Global batch in sequences, from ``global_batch`` or ``global_batch_tokens``."""
+    if not isinstance(batch, Mapping):
+        raise SpecError("batch", "must be a mapping with global_batch or global_batch_tokens")
+    b_extra = {str(k) for k in batch} - {"global_batch", "global_batch_tokens"}
+    if b_extra:
+        raise SpecError(f"batch.{_first(b_extra)}", "unknown field; allowed: global_batch, global_batch_tokens")
+    if ("global_batch" in batch) == ("global_batch_tokens" in batch):
+        raise SpecError("batch.global_batch", "give exactly one of global_batch (sequences) or global_batch_tokens")
+    if "global_batch" in batch:
+        gb = _int(batch, "global_batch", "batch.global_batch", None)
+    else:
+        gbt = _int(batch, "global_batch_tokens", "batch.global_batch_tokens", None)
+        assert gbt is not None
+        if gbt % arch.seq_len:
+            raise SpecError("batch.global_batch_tokens", f"must be a multiple of model.seq_len ({arch.seq_len})")
+        gb = gbt // arch.seq_len
+    return gb
+
+
+def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[str, Any], float, bool]:
+    """(cost section, pue, distributed_optimizer), with the string fields' types checked."""
+    cost = d.get("cost", {}) or {}
+    if not isinstance(cost, Mapping) or set(cost) - {"energy_price_usd_per_kwh", "price_per_chip_hour_usd"}:
+        raise SpecError("cost", "allowed fields: energy_price_usd_per_kwh, price_per_chip_hour_usd")
+    pue = _finite(d.get("pue", facility().pue_default), "pue", "a finite number >= 1.0")
+    for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
+        if cost.get(k) is not None:
+            _finite(cost[k], f"cost.{k}", "a finite number >= 0")
+    for k in ("precision", "name"):
+        if k in d and not isinstance(d[k], str):
+            raise SpecError(k, f"must be a string, got {_show(d[k])}")
+    for k in ("recompute", "grad_reduce_dtype"):
+        if k in par and not isinstance(par[k], str):
+            raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
+    dist = par.get("distributed_optimizer", True)
+    if not isinstance(dist, bool):
+        raise SpecError("parallelism.distributed_optimizer", "must be true or false")
+    return cost, pue, dist
