@@ -220,3 +220,19 @@ async def test_prefix_aware_does_no_harm_on_a_uniform_burst_live(tenant: Client)
     assert pa["ttft_p50_s"] <= 1.10 * rr["ttft_p50_s"], r
     assert pa["hit_rate"] == 0.0 and rr["hit_rate"] == 0.0
     print(f"\nuniform live: {r}")
+
+
+async def test_concurrent_deletes_of_one_deployment_both_succeed(tenant: Client) -> None:
+    """Deleting is idempotent while under way: two DeleteDeployment calls at once both answer OK (DELETING), neither
+    UNAVAILABLE (found by the chaos fuzzer), and the deployment is then NOT_FOUND with its instance released."""
+    gc = tenant
+    await gc.router.DeployModel(router_pb2.DeployModelRequest(
+        deployment_id="twice", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm", replicas=1),
+        metadata=gc.md)
+    req = router_pb2.DeleteDeploymentRequest(name="deployments/twice")
+    a, b = await asyncio.gather(gc.router.DeleteDeployment(req, metadata=gc.md),
+                                gc.router.DeleteDeployment(req, metadata=gc.md))
+    assert a.deployment.state == b.deployment.state == router_pb2.Deployment.STATE_DELETING
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await gc.router.GetDeployment(router_pb2.GetDeploymentRequest(name="deployments/twice"), metadata=gc.md)
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND

@@ -169,6 +169,7 @@ class RouterService(Service[RouterConfig]):
         self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
                                limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
         self.deployments: dict[str, LiveDeployment] = {}  # by DeploymentStore.key(tenant, id)
+        self._deleting: dict[str, asyncio.Future[None]] = {}  # deletions under way, by the same key
         self.store = DeploymentStore(pathlib.Path(config.state_dir) / "router.db" if config.state_dir else None)
         self.reconciled = asyncio.Event()
         self._restoring: dict[str, tuple[DeploySpec, tuple[str, ...]]] = {}
@@ -580,6 +581,16 @@ class RouterService(Service[RouterConfig]):
                  replaced=len(dep.leases) - len(alive))
 
     async def undeploy(self, dep: LiveDeployment) -> None:
+        """Delete ``dep``; a second delete while one is under way waits for it (deleting is idempotent), and a
+        caller that goes away does not cut the deletion short."""
+        key = DeploymentStore.key(dep.tenant, dep.deployment_id)
+        fut = self._deleting.get(key)
+        if fut is None:
+            fut = self._deleting[key] = asyncio.ensure_future(self._undeploy(dep))
+            fut.add_done_callback(lambda _f: self._deleting.pop(key, None))
+        await asyncio.shield(fut)
+
+    async def _undeploy(self, dep: LiveDeployment) -> None:
         dep.state = "deleting"
         await dep.close()
         self.store.delete(dep.tenant, dep.deployment_id)  # first: an instance left behind is an orphan now
@@ -780,9 +791,8 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def DeleteDeployment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         p = await self._tenant(context)
         dep = self.svc.visible(p, request.name)
-        if not self.svc.reconciled.is_set() or dep.state == "deleting":
-            raise Unavailable(f"{dep.name} is {'being deleted' if dep.state == 'deleting' else 'being restored'}; "
-                              "retry")
+        if not self.svc.reconciled.is_set():
+            raise Unavailable(f"{dep.name} is being restored after a router restart; retry")
         msg = deployment_msg(dep)
         await self.svc.undeploy(dep)
         msg.state = router_pb2.Deployment.STATE_DELETING
