@@ -28,6 +28,8 @@ from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.errors import error_info
 from gigacluster.stack import Stack
 
+from .test_status_codes import work
+
 pytestmark = [pytest.mark.contract, pytest.mark.integration]
 IA, RE, NF = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
@@ -40,12 +42,6 @@ HUGE = "x" * 1_000_000
 
 def dev(a: int, b: int) -> common_pb2.DeviceRange:
     return R(start=BASE[0] + a, end=BASE[0] + b)
-
-
-def work(**kw: Any) -> chip_pb2.WorkItem:
-    base = {"kind": "matmul", "flops": 1e12, "bytes": 1e9, "precision": common_pb2.PRECISION_BF16, "count": 1}
-    base.update(kw)
-    return chip_pb2.WorkItem(**base)
 
 
 def coll(**kw: Any) -> fabric_pb2.StartCollectiveRequest:
