@@ -239,7 +239,7 @@ class BrokerCore:
             devices = DeviceSet(np.asarray(r.starts, np.int64), np.asarray(r.stops, np.int64))
             try:
                 alloc = self.allocator.allocate_exact(r.tenant, r.instance_id, r.chip_type, devices)
-            except (SecurityError, DomainError) as exc:  # the shards changed under the database: keep the row
+            except DomainError as exc:  # the shards changed under the database: keep the row
                 log.error("stored instance does not fit the chip shards; not loaded", instance=r.instance_id,
                           error=str(exc))
                 continue
