@@ -54,6 +54,7 @@ from gigacluster.router.deployment import (
     ReplicaFailed,
     Stream,
 )
+from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
@@ -194,8 +195,6 @@ class RouterService(Service[RouterConfig]):
         self.spawn(self._reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
         if self.config.http_port >= 0:
-            from gigacluster.router.http import OpenAIServer
-
             self.http = OpenAIServer(self)
             port = await self.http.start(self.config.host, self.config.http_port)
             log.info("openai endpoint", url=f"http://{self.config.host}:{port}/v1")
