@@ -41,9 +41,9 @@ from gigacluster.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from gigacluster.runtime.auth import Principal
 from gigacluster.security import SecurityError, apikeys
 from gigacluster.security.allocator import DeviceAllocator, InstanceAllocation, Shard, Topology
+from gigacluster.security.apikeys import Principal
 from gigacluster.security.audit import Anchor, AuditLog
 from gigacluster.security.capability import (
     ACTION_COMPUTE_RUN,
