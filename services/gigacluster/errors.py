@@ -1,8 +1,11 @@
 """Domain errors shared by every service, with no gRPC import.
 
-Each class names the canonical status it maps to; ``runtime.errors`` turns any of them (and the
-model and security packages' errors) into a gRPC status with a ``google.rpc.ErrorInfo`` in one
-place. Messages say what to fix.
+The root of the one error tree: the model package's errors (``ModelError``, ``SpecError`` an
+``InvalidArgument``, ``DoesNotFitError`` a ``FailedPrecondition``, the fabric errors) and the security
+package's (``SecurityError``, each also the class of its status below, ``RateLimited`` a
+``ResourceExhausted``) subclass these. Each class names the canonical status it maps to;
+``runtime.errors`` turns any of them into a gRPC status with a ``google.rpc.ErrorInfo`` and
+``router.http`` into an HTTP status, in one place each. Messages say what to fix.
 
     DomainError
     ├── InvalidArgument      INVALID_ARGUMENT  (``field`` names the bad request field)
@@ -13,6 +16,9 @@ place. Messages say what to fix.
     ├── ResourceExhausted    RESOURCE_EXHAUSTED (``retry_after_s`` when known)
     ├── FailedPrecondition   FAILED_PRECONDITION
     └── Unavailable          UNAVAILABLE (a dependency is down; retry)
+
+A ``DomainError`` whose code stays INTERNAL (e.g. a fabric ``NoPathError``) is ours, not the
+caller's: it is logged and answered INTERNAL with no detail.
 """
 
 from __future__ import annotations

@@ -40,12 +40,11 @@ T = TypeVar("T")
 MAX_NAME_CHARS = 64  # of an unknown name quoted back in an error
 
 
-class UnknownName(InvalidArgument, SpecError):
+class UnknownName(SpecError):
     """A name no policy of the family is registered under; the message lists the allowed names.
 
-    One class for every family. It is an ``InvalidArgument`` (INVALID_ARGUMENT on the wire, the
-    field named) and, until the model errors join the domain tree, also a model ``SpecError`` so
-    code that catches either keeps working.
+    One class for every family. A model ``SpecError``, so an ``InvalidArgument`` (INVALID_ARGUMENT
+    on the wire, the field named): code that catches either keeps working.
     """
 
     def __init__(self, field: str, family: str, name: str, allowed: list[str]) -> None:

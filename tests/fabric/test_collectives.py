@@ -13,9 +13,9 @@ from gigacluster.fabric.collectives import (
     ALGORITHMS,
     bus_factor,
     collective_constants,
-    estimate_collective,
     plan_collective,
 )
+from gigacluster.fabric.estimate import estimate_collective
 from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
 

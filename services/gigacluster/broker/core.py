@@ -41,9 +41,9 @@ from gigacluster.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from gigacluster.runtime.auth import Principal
 from gigacluster.security import SecurityError, apikeys
-from gigacluster.security.allocator import DeviceAllocator, InstanceAllocation, Shard, Topology
+from gigacluster.security.allocator import DeviceAllocator, InstanceAllocation, PlacementConstraint, Shard
+from gigacluster.security.apikeys import Principal
 from gigacluster.security.audit import Anchor, AuditLog
 from gigacluster.security.capability import (
     ACTION_COMPUTE_RUN,
@@ -239,11 +239,11 @@ class BrokerCore:
             devices = DeviceSet(np.asarray(r.starts, np.int64), np.asarray(r.stops, np.int64))
             try:
                 alloc = self.allocator.allocate_exact(r.tenant, r.instance_id, r.chip_type, devices)
-            except (SecurityError, DomainError) as exc:  # the shards changed under the database: keep the row
+            except DomainError as exc:  # the shards changed under the database: keep the row
                 log.error("stored instance does not fit the chip shards; not loaded", instance=r.instance_id,
                           error=str(exc))
                 continue
-            alloc = dataclasses.replace(alloc, topology=Topology(r.topology))
+            alloc = dataclasses.replace(alloc, topology=PlacementConstraint(r.topology))
             rec = InstanceRecord(alloc, r.created_s, r.purpose, r.nic_share)
             (self.releasing if r.releasing else self.instances)[r.instance_id] = rec
         log.info("broker state loaded", tenants=len(self.tenants), instances=len(self.instances),
@@ -424,7 +424,8 @@ class BrokerCore:
             raise InvalidArgument("purpose", f"at most {self.limits.max_text_chars} characters, got {len(purpose)}")
         if self.allocator is None:
             raise NotFound("shards", "this broker has no chip shards")
-        topo = {0: Topology.NONE, 1: Topology.NONE, 2: Topology.SAME_DOMAIN, 3: Topology.CONTIGUOUS}.get(topology)
+        pc = PlacementConstraint
+        topo = {0: pc.NONE, 1: pc.NONE, 2: pc.SAME_DOMAIN, 3: pc.CONTIGUOUS}.get(topology)
         if topo is None:
             raise InvalidArgument("topology", "allowed: TOPOLOGY_CONSTRAINT_NONE, _SAME_DOMAIN, _CONTIGUOUS")
         if devices is not None and len(devices) != count:

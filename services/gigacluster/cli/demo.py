@@ -21,13 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.cli.up import DEFAULT_MODEL, bring_up, stack_config
+from gigacluster.cli.up import DEFAULT_MODEL, add_stack_args, bring_up, stack_config
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.hw.catalog import facility
 from gigacluster.report import ChipTotals, cluster_it_energy_j
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.logging import configure
 from gigacluster.scheduler.v1 import scheduler_pb2
 from gigacluster.stack import Stack
 
@@ -108,6 +109,21 @@ async def chip_totals(stack: Stack) -> ChipTotals:
 
 def _pct(s: Any) -> str:
     return f"{s.p50_s * 1e3:.0f} / {s.p90_s * 1e3:.0f} / {s.p99_s * 1e3:.0f} ms"
+
+
+def register(subparsers: Any) -> None:
+    d = subparsers.add_parser("demo", help="start the stack, run a training job and an inference burst, report")
+    add_stack_args(d)
+    d.set_defaults(handler=run_demo)
+    d.add_argument("--requests", type=int, default=48, help="inference requests in the burst (default 48)")
+    d.add_argument("--job", default="", help="job file (default: examples/demo-train-h100.yaml)")
+    d.add_argument("--record", default="", metavar="DIR",
+                   help="also record the run's telemetry and write plots and report.html into DIR")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    configure("demo", fmt="console", level="warning")
+    return asyncio.run(demo(args))
 
 
 async def demo(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """``gigacluster estimate collective``: time one collective on an idle fabric, nccl-tests style.
 
-Runs :func:`gigacluster.fabric.collectives.estimate_collective` (the same FlowSim the live fabric
+Runs :func:`gigacluster.fabric.estimate.estimate_collective` (the same FlowSim the live fabric
 service runs) and prints time, algbw and busbw (GB/s = 1e9 B/s). Bad input exits with code 2 and
 a message naming the field.
 """
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the estimate; exit code 2 with the field's message on bad input."""
-    from gigacluster.fabric.collectives import estimate_collective
+    from gigacluster.fabric.estimate import estimate_collective
 
     try:
         size = parse_bytes(args.bytes_)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from gigacluster.cli import (
     client_cmds,
+    demo,
     estimate_collective,
     estimate_infer,
     estimate_train,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.register(sub)
     serve.register(sub)
     up.register(sub)
+    demo.register(sub)  # after up: the help lists up, then demo
     client_cmds.register(sub)
     report_cmds.register(sub)
     trace_cmds.register(sub)

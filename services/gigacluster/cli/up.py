@@ -1,4 +1,4 @@
-"""``gigacluster up``: the local stack; ``gigacluster demo``: the stack plus a scenario and report."""
+"""``gigacluster up``: the local stack (``gigacluster demo``, in cli/demo.py, builds on it)."""
 
 from __future__ import annotations
 
@@ -81,13 +81,6 @@ def register(subparsers: Any) -> None:
     add_stack_args(p)
     p.add_argument("--no-model", action="store_true", help="do not deploy the default model")
     p.set_defaults(handler=run_up)
-    d = subparsers.add_parser("demo", help="start the stack, run a training job and an inference burst, report")
-    add_stack_args(d)
-    d.set_defaults(handler=run_demo)
-    d.add_argument("--requests", type=int, default=48, help="inference requests in the burst (default 48)")
-    d.add_argument("--job", default="", help="job file (default: examples/demo-train-h100.yaml)")
-    d.add_argument("--record", default="", metavar="DIR",
-                   help="also record the run's telemetry and write plots and report.html into DIR")
 
 
 async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = False) -> str:
@@ -190,10 +183,3 @@ def run_up(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
     return 0
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from gigacluster.cli.demo import demo
-
-    configure("demo", fmt="console", level="warning")
-    return asyncio.run(demo(args))

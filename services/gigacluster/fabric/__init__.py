@@ -12,12 +12,14 @@ Modules::
     maxmin       weighted max-min fair rates by vectorised progressive filling (+ a pure-Python baseline)
     collectives  collective algorithms as phases of flows, a selection policy, nccl-tests algbw/busbw
     sim          FlowSim: event-driven flow simulator in virtual seconds, with faults and traffic classes
+    estimate     estimate_collective: one collective on an idle fabric (FlowSim), nccl-tests style
     comm_model   FabricCommModel: collective time for the training model, contention included
 
-Exceptions (``SpecError`` is the model package's; the rest are this package's)::
+Exceptions (``SpecError`` is the model package's; the rest are this package's), in the one tree
+rooted in :mod:`gigacluster.errors` (a fabric error is INTERNAL on the wire: it is ours, not the caller's)::
 
-    ValueError
-    └── ModelError                     gigacluster.model
+    DomainError
+    └── ModelError (also ValueError)   gigacluster.model
         ├── SpecError                  bad user input; names the field and the allowed values
         └── FabricError                the fabric cannot do what was asked
             ├── NoPathError            no live path between two chips (after link or switch faults)

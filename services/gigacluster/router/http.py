@@ -51,7 +51,6 @@ from aiohttp import web
 
 from gigacluster.errors import DomainError, InvalidArgument, NotFound, ResourceExhausted
 from gigacluster.model import ModelError
-from gigacluster.security import RateLimited, SecurityError
 
 if TYPE_CHECKING:
     from gigacluster.router.deployment import LiveDeployment
@@ -227,24 +226,24 @@ def _retry_headers(retry_after_s: float) -> dict[str, str]:
             "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000)))}
 
 
-def domain_error_response(exc: Exception) -> web.Response:
-    """One place mapping domain (and security) errors to HTTP (as runtime/errors.py does for gRPC)."""
+def domain_error_response(exc: DomainError) -> web.Response:
+    """The one place mapping the error tree to HTTP (as runtime/errors.py does for gRPC).
+
+    A model error (``SpecError``, ``DoesNotFitError``, the security ``InvalidArgument``) is a bad
+    request spec: 400 ``invalid_value``. Any other error answers the status of its code, with
+    ``Retry-After`` when a ``ResourceExhausted`` (the per-tenant ``RateLimited`` included) says
+    when, or for a 503.
+    """
     if isinstance(exc, ModelError):
         return error_response(400, str(exc), param=getattr(exc, "field", None), code="invalid_value")
     headers = None
-    if isinstance(exc, SecurityError):  # e.g. the per-tenant rate limit (RateLimited)
-        status, message, reason, param = STATUS.get(exc.code, 500), str(exc), exc.reason, None
-        if isinstance(exc, RateLimited):
-            headers = _retry_headers(exc.retry_after_s)
-    else:
-        assert isinstance(exc, DomainError)
-        status, message, reason, param = STATUS.get(exc.code, 500), exc.message, exc.reason, getattr(exc, "field", None)
-        if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
-            headers = _retry_headers(exc.retry_after_s)
-        elif status == 503:  # chips restarting or the router restoring: worth retrying soon
-            headers = _retry_headers(UNAVAILABLE_RETRY_S)
-    code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, reason.lower())
-    return error_response(status, message, param=param, code=code, headers=headers)
+    status = STATUS.get(exc.code, 500)
+    if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
+        headers = _retry_headers(exc.retry_after_s)
+    elif status == 503:  # chips restarting or the router restoring: worth retrying soon
+        headers = _retry_headers(UNAVAILABLE_RETRY_S)
+    code = {404: "model_not_found", 429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, exc.reason.lower())
+    return error_response(status, exc.message, param=getattr(exc, "field", None), code=code, headers=headers)
 
 
 class _Headers:
@@ -300,7 +299,7 @@ class OpenAIServer:
         structlog.contextvars.clear_contextvars()
         try:
             return await handler(request)
-        except (DomainError, ModelError, SecurityError) as exc:
+        except DomainError as exc:  # the one tree: model and security errors included
             return domain_error_response(exc)
         except web.HTTPRequestEntityTooLarge as exc:
             return error_response(413, f"request body exceeds {self.svc.config.http_max_body_bytes:,} bytes "
@@ -428,7 +427,7 @@ class OpenAIServer:
             if include_usage:
                 await resp.write(fmt.sse(fmt.usage_chunk(last)))
             await resp.write(b"data: [DONE]\n\n")
-        except (DomainError, ModelError) as exc:  # after the headers went out: an error event, then close
+        except DomainError as exc:  # after the headers went out: an error event, then close
             err = json.loads(domain_error_response(exc).text or "{}")
             await resp.write(fmt.sse(err))
         await resp.write_eof()

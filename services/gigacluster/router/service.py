@@ -42,7 +42,7 @@ from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.outputs import MAX_STOP_SEQUENCES, eos_after, find_stop
 from gigacluster.inference.policies import POLICIES, make_policy
 from gigacluster.inference.tokenizer import Tokenizer
-from gigacluster.model import DoesNotFitError, ModelError
+from gigacluster.model import DoesNotFitError
 from gigacluster.model.arch import arch_from_dict
 from gigacluster.router.deployment import (
     Binding,
@@ -54,6 +54,7 @@ from gigacluster.router.deployment import (
     ReplicaFailed,
     Stream,
 )
+from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
@@ -194,8 +195,6 @@ class RouterService(Service[RouterConfig]):
         self.spawn(self._reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
         if self.config.http_port >= 0:
-            from gigacluster.router.http import OpenAIServer
-
             self.http = OpenAIServer(self)
             port = await self.http.start(self.config.host, self.config.http_port)
             log.info("openai endpoint", url=f"http://{self.config.host}:{port}/v1")
@@ -477,7 +476,7 @@ class RouterService(Service[RouterConfig]):
             try:
                 req = router_pb2.DeployModelRequest.FromString(sd.request)
                 spec = self._spec(req)
-            except (DecodeError, DomainError, ModelError) as exc:
+            except (DecodeError, DomainError) as exc:
                 # Written under other bounds or by another version: keep its instances (never release
                 # what a client was told about), and say why it is not served.
                 log.error("stored deployment unreadable; its instances stay held", deployment=sd.deployment_id,
@@ -516,7 +515,7 @@ class RouterService(Service[RouterConfig]):
             dep = next(d for d in self.deployments.values() if d.qualified_name == qname)
             try:
                 await self._restore(dep, spec, instances, inv)
-            except (DomainError, ModelError, grpc.aio.AioRpcError) as exc:
+            except (DomainError, grpc.aio.AioRpcError) as exc:
                 if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE:
                     # Start this deployment over on the next attempt, from every instance it holds now.
                     self._restoring[qname] = (spec, tuple(dict.fromkeys([*instances, *dep.leases])))

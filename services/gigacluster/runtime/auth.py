@@ -12,7 +12,6 @@ Two credentials travel in call metadata:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import time
 from collections import OrderedDict
@@ -24,23 +23,12 @@ import structlog
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.errors import PermissionDenied, Unauthenticated, Unavailable
 from gigacluster.runtime.channels import open_channel
+from gigacluster.security.apikeys import Principal  # the one Principal; services import it from here too
 from gigacluster.security.capability import Capability, CapabilityVerifier, DeviceSet
 from gigacluster.security.ratelimit import BucketSpec, RateLimitSpec, TenantRateLimiter
 
 CAPABILITY_HEADER = "x-gigacluster-capability"
 log = structlog.get_logger()
-
-
-@dataclasses.dataclass(frozen=True)
-class Principal:
-    """Who is calling: ``admin``, ``service`` (another gigacluster service) or a tenant."""
-
-    kind: str
-    tenant: str = ""
-
-    @property
-    def privileged(self) -> bool:
-        return self.kind in ("admin", "service")
 
 
 def rate_limiter(ops_per_s: float, burst: float = 0.0, bytes_per_s: float = 0.0) -> TenantRateLimiter | None:

@@ -1,9 +1,10 @@
 """Map every domain error to a gRPC status, in one place.
 
-``grpc_errors`` wraps each RPC method of a servicer class: a :class:`gigacluster.errors.DomainError`,
-a model ``SpecError``/``DoesNotFitError`` or a security error becomes its canonical status code
-with a ``google.rpc.ErrorInfo`` (reason, domain, metadata) in the status details; anything else is
-logged with its traceback and answered INTERNAL, so no request crashes the process.
+``grpc_errors`` wraps each RPC method of a servicer class: a :class:`gigacluster.errors.DomainError`
+(the one tree: the model and security packages' errors are part of it) becomes its canonical status
+code with a ``google.rpc.ErrorInfo`` (reason, domain, metadata) in the status details; anything
+else, and a domain error whose code is INTERNAL (e.g. a fabric model error: ours, not the
+caller's), is logged with its traceback and answered INTERNAL, so no request crashes the process.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from gigacluster import errors as E
-from gigacluster.model import DoesNotFitError, SpecError
 
 log = structlog.get_logger()
 DOMAIN = "gigacluster.dev"
@@ -30,12 +30,6 @@ DOMAIN = "gigacluster.dev"
 MAX_MESSAGE_CHARS = 400
 MAX_METADATA_CHARS = 200
 C = TypeVar("C", bound=type)
-
-
-def _security_code(exc: Exception) -> str | None:
-    """Security package errors carry their status name in ``code`` (duck-typed: no import cycle)."""
-    code = getattr(exc, "grpc_code", None) or getattr(exc, "code", None)
-    return code if isinstance(code, str) and hasattr(code_pb2, code) else None
 
 
 def preview(text: str, limit: int = MAX_METADATA_CHARS) -> str:
@@ -47,27 +41,8 @@ def preview(text: str, limit: int = MAX_METADATA_CHARS) -> str:
 
 def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
     """(status code name, reason, message, metadata) for an exception."""
-    if isinstance(exc, E.DomainError):
+    if isinstance(exc, E.DomainError) and exc.code != "INTERNAL":
         return exc.code, exc.reason, exc.message, exc.metadata
-    if isinstance(exc, SpecError):
-        return "INVALID_ARGUMENT", "INVALID_FIELD", str(exc), {"field": exc.field}
-    if isinstance(exc, DoesNotFitError):
-        return (
-            "FAILED_PRECONDITION",
-            "DOES_NOT_FIT",
-            str(exc),
-            {"need_bytes": f"{exc.need_bytes:.0f}", "have_bytes": f"{exc.have_bytes:.0f}"},
-        )
-    if isinstance(exc, Exception):
-        code = _security_code(exc)
-        if code is not None:
-            meta = {}
-            for attr in ("field", "retry_after_s"):
-                v = getattr(exc, attr, None)
-                if v is not None:
-                    meta[attr] = f"{v:.3f}" if isinstance(v, float) else str(v)
-            reason = getattr(exc, "reason", "") or type(exc).__name__.upper()
-            return code, str(reason), str(exc), meta
     return "INTERNAL", "INTERNAL", f"internal error ({type(exc).__name__}); see the service log", {}
 
 

@@ -5,7 +5,7 @@ domains of the catalog system's size). State is numpy arrays indexed by device i
 owning instance, chip type, domain), so every decision is a few vectorised passes even for a
 million devices.
 
-Topology constraints:
+Placement constraints (:class:`PlacementConstraint`, the proto's ``topology`` field):
 
 - ``none``: the lowest-numbered free devices of the chip type;
 - ``same_domain``: all devices inside one scale-up domain (best fit: the domain with the fewest
@@ -31,12 +31,16 @@ from gigacluster.security.capability import DeviceSet, check_name
 FREE = -1
 
 
-class Topology(enum.StrEnum):
-    """Placement constraint of an instance's devices."""
+class PlacementConstraint(enum.StrEnum):
+    """Placement constraint of an instance's devices (the fabric's ``Topology`` is the one topology)."""
 
     NONE = "none"
     SAME_DOMAIN = "same_domain"
     CONTIGUOUS = "contiguous"
+
+
+#: The former name, kept importable; a topology is the fabric's ``gigacluster.fabric.topology.Topology``.
+Topology = PlacementConstraint
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class InstanceAllocation:
     tenant: str
     chip_type: str
     devices: DeviceSet
-    topology: Topology
+    topology: PlacementConstraint
 
 
 class DeviceAllocator:
@@ -118,7 +122,8 @@ class DeviceAllocator:
         return int(np.count_nonzero(self.free_mask(chip_type)))
 
     def allocate(
-        self, tenant: str, instance: str, chip_type: str, count: int, topology: Topology | str = Topology.NONE
+        self, tenant: str, instance: str, chip_type: str, count: int,
+        topology: PlacementConstraint | str = PlacementConstraint.NONE,
     ) -> InstanceAllocation:
         """Give ``tenant`` ``count`` free devices of ``chip_type`` under ``topology`` as ``instance``.
 
@@ -128,9 +133,9 @@ class DeviceAllocator:
         check_name("tenant", tenant)
         check_name("instance", instance)
         try:
-            topo = Topology(topology)
+            topo = PlacementConstraint(topology)
         except ValueError as exc:
-            raise InvalidArgument("topology", f"allowed: {', '.join(t.value for t in Topology)}") from exc
+            raise InvalidArgument("topology", f"allowed: {', '.join(t.value for t in PlacementConstraint)}") from exc
         if not isinstance(count, int | np.integer) or count < 1:
             raise InvalidArgument("count", f"must be an integer >= 1, got {count!r}")
         if instance in self._instances:
@@ -142,10 +147,10 @@ class DeviceAllocator:
                 f"need {count} {chip_type} devices, {free} free", requested=count, available=free,
                 reason="NOT_ENOUGH_DEVICES",
             )
-        if topo is Topology.NONE:
+        if topo is PlacementConstraint.NONE:
             ids = np.flatnonzero(mask)[:count]
             devices = DeviceSet.from_ids(ids)
-        elif topo is Topology.SAME_DOMAIN:
+        elif topo is PlacementConstraint.SAME_DOMAIN:
             devices = self._same_domain(mask, chip_type, count, free)
         else:
             devices = self._contiguous(mask, chip_type, count, free)
@@ -244,8 +249,8 @@ class DeviceAllocator:
         self._next_instance += 1
         self.owner[ids] = t_idx
         self.instance_of[ids] = i_idx
-        alloc = InstanceAllocation(instance, tenant, chip_type, devices, Topology.CONTIGUOUS
-                                   if devices.n_ranges == 1 else Topology.NONE)
+        alloc = InstanceAllocation(instance, tenant, chip_type, devices, PlacementConstraint.CONTIGUOUS
+                                   if devices.n_ranges == 1 else PlacementConstraint.NONE)
         self._instances[instance] = alloc
         self._instance_idx[instance] = i_idx
         return alloc

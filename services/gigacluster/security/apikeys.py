@@ -78,14 +78,32 @@ class Role(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller; for a tenant, ``name`` is the tenant id."""
+    """Who is calling: the one principal class of every service (``runtime.auth`` re-exports it).
 
-    role: Role
-    name: str
+    ``kind`` is a :class:`Role` value (``admin``, ``tenant`` or ``service``); ``tenant`` is the
+    tenant's name for a tenant (the services use the resource name, ``tenants/<id>``) and may name
+    the admin or a service (:class:`IdentityStore` does; the services leave it empty).
+    """
+
+    kind: str
+    tenant: str = ""
 
     def __post_init__(self) -> None:
-        check_name("name", self.name)
-        object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "kind", Role(self.kind).value)  # a plain str; ValueError if unknown
+
+    @property
+    def role(self) -> Role:
+        return Role(self.kind)
+
+    @property
+    def name(self) -> str:
+        """The principal's name: for a tenant, the tenant."""
+        return self.tenant
+
+    @property
+    def privileged(self) -> bool:
+        """The admin or an internal service (may see every tenant's records where a service allows it)."""
+        return self.kind in (Role.ADMIN, Role.SERVICE)
 
 
 #: What the admin may do: manage tenants and instances, read the audit log. Nothing else.
@@ -144,6 +162,7 @@ class IdentityStore:
         return list(self._by_key_id.values())
 
     def _add(self, principal: Principal) -> str:
+        check_name("name", principal.name)
         key = new_api_key()
         rec = KeyRecord(api_key_id(key), hash_api_key(key, hasher=self._hasher), principal)
         self._by_key_id[rec.key_id] = rec
