@@ -65,12 +65,12 @@ class SchedulerService(Service[SchedulerConfig]):
         path = pathlib.Path(config.state_dir) / "scheduler.db" if config.state_dir else None
         self.book = JobBook(JobStore(path), self.clock, self.telemetry, config.max_queued_per_tenant)
         self.cluster = ClusterView(config, self.auth, self.book)
+        policy = get_policy(config.placement)
         # The config load checked the name; a model installed as an entry point is built the same way.
         failure_model = FAILURE_MODELS.lookup(config.failure_model)(config.failure_rate_scale)
         self.supervisor = JobSupervisor(config, self.clock, self.telemetry, self.book, self.cluster, failure_model,
                                         np.random.default_rng(config.failure_seed))
-        self.dispatcher = Dispatcher(config, self.clock, self.book, self.cluster, self.supervisor,
-                                     get_policy(config.placement))
+        self.dispatcher = Dispatcher(config, self.clock, self.book, self.cluster, self.supervisor, policy)
 
     def rpc_limiter(self) -> TenantRateLimiter | None:
         return self.auth.limiter
@@ -237,7 +237,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         p = await self.svc.auth.principal(context)
         return scheduler_pb2.CancelJobResponse(job=self._msg(await self.svc.cancel(p, request.name)))
 
-    async def WatchJob(self, request: scheduler_pb2.WatchJobRequest,  # type: ignore[override]  # a server stream
+    async def WatchJob(self, request: scheduler_pb2.WatchJobRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[scheduler_pb2.WatchJobResponse]:
         p = await self.svc.auth.principal(context)
         job = self.book.visible(p, request.name)
