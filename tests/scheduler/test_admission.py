@@ -129,11 +129,11 @@ def test_queued_jobs_per_tenant_are_bounded() -> None:
     svc = SchedulerService(SchedulerConfig(max_queued_per_tenant=1))
     job = running_job(svc)
     job.state = State.QUEUED
-    svc.index(job, State.RUNNING)
+    svc.book.index(job, State.RUNNING)
     with pytest.raises(ResourceExhausted) as err:
-        svc.admit("tenants/a")
+        svc.book.admit("tenants/a")
     assert err.value.reason == "TOO_MANY_QUEUED_JOBS"
-    svc.admit("tenants/b")
-    svc.set_state(job, State.CANCELLED, "test")
-    svc.admit("tenants/a")
-    assert svc._queued == {} and svc._state_counts[State.CANCELLED] == 1
+    svc.book.admit("tenants/b")
+    svc.book.set_state(job, State.CANCELLED, "test")
+    svc.book.admit("tenants/a")
+    assert svc.book.queued == {} and svc.book.state_counts[State.CANCELLED] == 1

@@ -13,7 +13,8 @@ from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.core import JobRecord, State, parse_spec
 from gigacluster.scheduler.runner import CapabilityRejected, StepFailed
-from gigacluster.scheduler.service import PeerLost, SchedulerService
+from gigacluster.scheduler.service import SchedulerService
+from gigacluster.scheduler.supervise import PeerLost
 from tests.scheduler.test_spec_strict import SPEC
 
 
@@ -28,9 +29,9 @@ def running_job(svc: SchedulerService, step: int = 25, durable: int = 20) -> Job
     job = JobRecord(job_id="j-1", tenant="tenants/a", display_name="j", queue="default", priority=0, spec_dict=SPEC,
                     spec=spec, plan=plan_step(spec), steps_total=100, checkpoint_interval_steps=10, max_restarts=2,
                     created_s=0.0, state=State.RUNNING, step=step, last_checkpoint_step=durable)
-    svc.jobs[job.job_id] = job
-    svc.seq[job.job_id] = 1
-    svc.index(job, None)
+    svc.book.jobs[job.job_id] = job
+    svc.book.seq[job.job_id] = 1
+    svc.book.index(job, None)
     return job
 
 
@@ -54,9 +55,9 @@ async def test_unavailable_peer_delays_the_step_and_says_so() -> None:
     svc = service()
     job = running_job(svc)
     seen: list[str] = []
-    svc.notify = lambda j, kind, msg="": seen.append(msg)  # type: ignore[method-assign]
+    svc.book.notify = lambda j, kind, msg="": seen.append(msg)  # type: ignore[method-assign]
     runner = FlakyRunner(*(Unavailable("fabric restarting") for _ in range(5)))
-    assert await svc._step_with_retry(runner, job, 0.0, "i-1", {}) == "ok"  # type: ignore[arg-type]
+    assert await svc.supervisor.step_with_retry(runner, job, 0.0, "i-1", {}) == "ok"  # type: ignore[arg-type]
     assert runner.calls == 6 and job.restarts == 0 and job.failures == 0 and job.reason == ""
     assert any("waiting for an unavailable service" in m and "restarts not charged" in m for m in seen)
     assert "services back" in seen[-1]
@@ -73,11 +74,11 @@ async def test_a_peer_down_past_the_wait_bound_requeues_without_a_restart() -> N
             raise Unavailable("broker down")
 
     with pytest.raises(PeerLost) as err:
-        await svc._step_with_retry(Down(), job, 0.0, "i-1", {})  # type: ignore[arg-type]
-    svc._requeue_after_peer_loss(job, err.value, checkpoint.AsyncCheckpoints(durable_step=20))
+        await svc.supervisor.step_with_retry(Down(), job, 0.0, "i-1", {})  # type: ignore[arg-type]
+    svc.supervisor.requeue_after_peer_loss(job, err.value, checkpoint.AsyncCheckpoints(durable_step=20))
     assert job.state == State.QUEUED and job.step == 20 and job.lost_steps == 5
     assert job.restarts == 0 and job.failures == 0 and job.resume_pending
-    assert "restarts not charged" in job.reason and "j-1" in svc._queued
+    assert "restarts not charged" in job.reason and "j-1" in svc.book.queued
 
 
 async def test_a_rejected_capability_is_refreshed_then_the_step_runs() -> None:
@@ -89,24 +90,24 @@ async def test_a_rejected_capability_is_refreshed_then_the_step_runs() -> None:
     async def refresh(j: JobRecord, instance: str, cap: dict[str, Any]) -> None:
         refreshed.append(instance)
 
-    svc._refresh = refresh  # type: ignore[method-assign]
+    svc.supervisor.refresh = refresh  # type: ignore[method-assign]
     runner = FlakyRunner(CapabilityRejected("UNAUTHENTICATED: bad token"))
-    assert await svc._step_with_retry(runner, job, 0.0, "i-7", {}) == "ok"  # type: ignore[arg-type]
+    assert await svc.supervisor.step_with_retry(runner, job, 0.0, "i-7", {}) == "ok"  # type: ignore[arg-type]
     assert refreshed == ["i-7"] and job.restarts == 0
     twice = FlakyRunner(CapabilityRejected("x"), CapabilityRejected("x"))
     with pytest.raises(PeerLost):
-        await svc._step_with_retry(twice, job, 0.0, "i-7", {})  # type: ignore[arg-type]
+        await svc.supervisor.step_with_retry(twice, job, 0.0, "i-7", {})  # type: ignore[arg-type]
 
 
 async def test_only_a_job_fault_uses_a_restart() -> None:
     """A chip fault (StepFailed) is the job's own failure: one restart used, lost steps counted."""
     svc = service()
     job = running_job(svc, step=25, durable=20)
-    svc.notify = lambda j, kind, msg="": None  # type: ignore[method-assign]
+    svc.book.notify = lambda j, kind, msg="": None  # type: ignore[method-assign]
     import numpy as np
 
-    await svc._on_failure(job, np.arange(8), StepFailed("chip failed", [3], modelled=True),
-                          checkpoint.AsyncCheckpoints(durable_step=20))
+    await svc.supervisor.on_failure(job, np.arange(8), StepFailed("chip failed", [3], modelled=True),
+                                    checkpoint.AsyncCheckpoints(durable_step=20))
     assert job.restarts == 1 and job.failures == 1 and job.lost_steps == 5 and job.state == State.QUEUED
 
 

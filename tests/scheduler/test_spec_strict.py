@@ -158,5 +158,5 @@ def test_job_names_in_errors_are_short() -> None:
     p = Principal(kind="tenant", tenant="tenants/a")
     for name in ("jobs/" + "x" * 100_000, "y" * 100_000):
         with pytest.raises(InvalidArgument) as err:
-            svc.visible(p, name)
+            svc.book.visible(p, name)
         assert len(str(err.value)) < 120

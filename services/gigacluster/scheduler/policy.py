@@ -210,116 +210,166 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
     """One dispatch pass. ``free`` masks are per layout device (False = held or unhealthy);
     ``usage`` is each tenant's chip-seconds run so far (without what running gangs have committed:
     this function adds that, once). The masks are not modified."""
-    out = Decision()
-    free = {c: m.copy() for c, m in free.items()}
-    quota = _Quota(queues, running)
-    fits = _Fits(policy)
-    # Shapes that found neither victims nor a reservation (chip, tp) -> (smallest count, highest priority).
-    hopeless: dict[tuple[str, int], tuple[int, int]] = {}
-    # per chip type: (head job, reserved start, reserved device mask)
-    reservation: dict[str, tuple[str, float, np.ndarray]] = {}
-    live = [r for r in running if not r.draining]
-    draining = [r for r in running if r.draining]
-    evicted: set[str] = set()
-
+    dp = _Pass(now, running, layouts=layouts, free=free, policy=policy, queues=queues, preemption=preemption,
+               backfill=backfill)
     for job in _order(pending, committed_usage(now, usage, running), weights):
-        lay = layouts.get(job.chip)
+        dp.consider(job)
+    return dp.out
+
+
+class _Pass:
+    """One pass's working state, and the steps each queued job goes through in priority and fair-share
+    order: quota (held, or reclaim from borrowers), place now (or backfill around the reservation),
+    wait for draining gangs, preempt lower priorities, or reserve from running gangs' estimated ends."""
+
+    def __init__(self, now: float, running: list[Running], *, layouts: dict[str, Layout],
+                 free: dict[str, np.ndarray], policy: PlacementPolicy, queues: dict[tuple[str, str], QueueSpec],
+                 preemption: bool, backfill: bool) -> None:
+        self.now = now
+        self.running = running
+        self.layouts = layouts
+        self.policy = policy
+        self.queues = queues
+        self.preemption = preemption
+        self.backfill = backfill
+        self.out = Decision()
+        self.free = {c: m.copy() for c, m in free.items()}
+        self.quota = _Quota(queues, running)
+        self.fits = _Fits(policy)
+        # Shapes that found neither victims nor a reservation (chip, tp) -> (smallest count, highest priority).
+        self.hopeless: dict[tuple[str, int], tuple[int, int]] = {}
+        # per chip type: (head job, reserved start, reserved device mask)
+        self.reservation: dict[str, tuple[str, float, np.ndarray]] = {}
+        self.live = [r for r in running if not r.draining]
+        self.draining = [r for r in running if r.draining]
+        self.evicted: set[str] = set()
+
+    def consider(self, job: Pending) -> None:
+        """Decide one queued job: placed, preempting, reserved, or waiting with a reason."""
+        out = self.out
+        lay = self.layouts.get(job.chip)
         if lay is None:
             out.reasons[job.job_id] = f"no {job.chip} chips in this cluster"
-            continue
-        verdict, borrowing, reclaim = quota.check(job.tenant, job.queue, job.chip, job.count)
+            return
+        verdict, borrowing, reclaim = self.quota.check(job.tenant, job.queue, job.chip, job.count)
         if verdict == "held":
-            out.reasons[job.job_id] = quota.reason(job.tenant, job.queue, job.chip, job.count)
-            continue
+            out.reasons[job.job_id] = self.quota.reason(job.tenant, job.queue, job.chip, job.count)
+            return
         if verdict == "reclaim":
-            cohort = queues[(job.tenant, job.queue)].cohort
-            lenders = sorted((r for r in live if r.borrowing and r.chip == job.chip and r.job_id not in evicted
-                              and _key(queues.get((r.tenant, r.queue))) == cohort),
-                             key=lambda r: (r.priority, -r.started_s))
-            reclaimed = 0
-            for r in lenders:
-                if reclaimed >= reclaim:
-                    break
-                out.preempt.append((r.job_id, f"quota reclaimed by {job.job_id} (cohort {cohort})"))
-                evicted.add(r.job_id)
-                reclaimed += int(r.devices.size)
-            out.reasons[job.job_id] = (f"reclaiming {reclaim} {job.chip} of its nominal quota from borrowers in "
-                                       f"cohort {cohort}" if reclaimed >= reclaim else
-                                       f"cohort {cohort} quota is in use by non-borrowing jobs")
-            continue
-        mask = free[job.chip]
-        res = reservation.get(job.chip)
+            self._reclaim(job, reclaim)
+            return
+        if self._place_now(job, lay, borrowing):
+            return
+        seen = self.hopeless.get((job.chip, job.tp))
+        if seen is not None and job.count >= seen[0] and job.priority <= seen[1]:
+            out.reasons[job.job_id] = seen_reason(job, self.free, self.running)
+            return
+        # The job does not fit now: preempt, or reserve.
+        hyp = self.free[job.chip].copy()
+        if self._after_draining(job, lay, hyp):
+            return
+        if self.preemption and self._preempt(job, lay, hyp):
+            return
+        self._reserve_at_ends(job, lay, hyp)
+
+    def _reclaim(self, job: Pending, reclaim: int) -> None:
+        """Within its nominal quota but the cohort's chips are lent out: evict borrowers to get them back."""
+        cohort = self.queues[(job.tenant, job.queue)].cohort
+        lenders = sorted((r for r in self.live if r.borrowing and r.chip == job.chip and r.job_id not in self.evicted
+                          and _key(self.queues.get((r.tenant, r.queue))) == cohort),
+                         key=lambda r: (r.priority, -r.started_s))
+        reclaimed = 0
+        for r in lenders:
+            if reclaimed >= reclaim:
+                break
+            self.out.preempt.append((r.job_id, f"quota reclaimed by {job.job_id} (cohort {cohort})"))
+            self.evicted.add(r.job_id)
+            reclaimed += int(r.devices.size)
+        self.out.reasons[job.job_id] = (f"reclaiming {reclaim} {job.chip} of its nominal quota from borrowers in "
+                                        f"cohort {cohort}" if reclaimed >= reclaim else
+                                        f"cohort {cohort} quota is in use by non-borrowing jobs")
+
+    def _place_now(self, job: Pending, lay: Layout, borrowing: bool) -> bool:
+        """Place on free devices (around the chip's reservation, by backfill); True if the job is decided
+        (placed, or waiting behind the reservation)."""
+        mask = self.free[job.chip]
+        res = self.reservation.get(job.chip)
         devs: np.ndarray | None
         if res is not None:
             head, start, rmask = res
-            devs = fits.place("hole", job, lay, mask & ~rmask) if backfill else None
-            if devs is None and backfill and now + job.duration_s <= start:
-                devs = fits.place("free", job, lay, mask)
+            devs = self.fits.place("hole", job, lay, mask & ~rmask) if self.backfill else None
+            if devs is None and self.backfill and self.now + job.duration_s <= start:
+                devs = self.fits.place("free", job, lay, mask)
             if devs is None:
                 # No moving figures in a waiting job's reason: it is re-published only when it changes,
                 # and thousands of jobs behind one reservation must not change on every pass.
-                out.reasons[job.job_id] = (f"waiting behind {head}, which holds the reservation; "
-                                           f"no backfill hole for {job.count} {job.chip}")
-                continue
+                self.out.reasons[job.job_id] = (f"waiting behind {head}, which holds the reservation; "
+                                                f"no backfill hole for {job.count} {job.chip}")
+                return True
         else:
-            devs = fits.place("free", job, lay, mask)
-        if devs is not None:
-            mask[devs - lay.offset] = False
-            quota.add(job.tenant, job.queue, job.chip, job.count)
-            out.place.append((job.job_id, devs, borrowing))
-            continue
-        seen = hopeless.get((job.chip, job.tp))
-        if seen is not None and job.count >= seen[0] and job.priority <= seen[1]:
-            out.reasons[job.job_id] = seen_reason(job, free, running)
-            continue
-        # The job does not fit now: preempt, or reserve.
-        hyp = mask.copy()
-        ends = sorted(draining, key=lambda r: r.end_s)
+            devs = self.fits.place("free", job, lay, mask)
+        if devs is None:
+            return False
+        mask[devs - lay.offset] = False
+        self.quota.add(job.tenant, job.queue, job.chip, job.count)
+        self.out.place.append((job.job_id, devs, borrowing))
+        return True
+
+    def _after_draining(self, job: Pending, lay: Layout, hyp: np.ndarray) -> bool:
+        """Reserve where the job fits once the gangs being preempted have released (adds their devices to ``hyp``)."""
+        ends = sorted(self.draining, key=lambda r: r.end_s)
         for r in ends:
             if r.chip == job.chip:
                 hyp[r.devices - lay.offset] = True
-        later = policy.place(lay, hyp, job.count, job.tp) if ends else None
-        if later is not None:
-            start = max(r.end_s for r in ends if r.chip == job.chip)
-            out.reasons[job.job_id] = "waiting for preempted gangs to checkpoint and release their chips"
-            _reserve(reservation, out, job, start, later, lay)
-            continue
-        if preemption:
-            victims = _victims(job, [r for r in live if r.job_id not in evicted], hyp, lay, policy)
-            if victims:
-                for r in victims:
-                    out.preempt.append((r.job_id, f"preempted by {job.job_id} (priority {job.priority} > "
-                                                  f"{r.priority})"))
-                    evicted.add(r.job_id)
-                vmask = hyp.copy()
-                for r in victims:
-                    vmask[r.devices - lay.offset] = True
-                taken = policy.place(lay, vmask, job.count, job.tp)
-                start = now + max(r.restart_s for r in victims)
-                out.reasons[job.job_id] = (f"preempting {', '.join(r.job_id for r in victims)}; starts when they "
-                                           f"have checkpointed")
-                if taken is not None:
-                    _reserve(reservation, out, job, start, taken, lay)
-                continue
-        # reservation from estimated ends of running gangs
+        later = self.policy.place(lay, hyp, job.count, job.tp) if ends else None
+        if later is None:
+            return False
+        start = max(r.end_s for r in ends if r.chip == job.chip)
+        self.out.reasons[job.job_id] = "waiting for preempted gangs to checkpoint and release their chips"
+        _reserve(self.reservation, self.out, job, start, later, lay)
+        return True
+
+    def _preempt(self, job: Pending, lay: Layout, hyp: np.ndarray) -> bool:
+        """Evict a minimal set of lower-priority gangs the job fits in place of; True if there is one."""
+        victims = _victims(job, [r for r in self.live if r.job_id not in self.evicted], hyp, lay, self.policy)
+        if not victims:
+            return False
+        for r in victims:
+            self.out.preempt.append((r.job_id, f"preempted by {job.job_id} (priority {job.priority} > "
+                                               f"{r.priority})"))
+            self.evicted.add(r.job_id)
+        vmask = hyp.copy()
+        for r in victims:
+            vmask[r.devices - lay.offset] = True
+        taken = self.policy.place(lay, vmask, job.count, job.tp)
+        start = self.now + max(r.restart_s for r in victims)
+        self.out.reasons[job.job_id] = (f"preempting {', '.join(r.job_id for r in victims)}; starts when they "
+                                        f"have checkpointed")
+        if taken is not None:
+            _reserve(self.reservation, self.out, job, start, taken, lay)
+        return True
+
+    def _reserve_at_ends(self, job: Pending, lay: Layout, hyp: np.ndarray) -> None:
+        """Reserve from the estimated ends of running gangs, or say the cluster cannot hold the job."""
+        out = self.out
         start_at: float | None = None
         got = None
-        for r in sorted((r for r in live if r.chip == job.chip and r.job_id not in evicted), key=lambda r: r.end_s):
+        for r in sorted((r for r in self.live if r.chip == job.chip and r.job_id not in self.evicted),
+                        key=lambda r: r.end_s):
             hyp[r.devices - lay.offset] = True
-            got = policy.place(lay, hyp, job.count, job.tp)
+            got = self.policy.place(lay, hyp, job.count, job.tp)
             if got is not None:
-                start_at = max(r.end_s, now)
+                start_at = max(r.end_s, self.now)
                 break
         if got is None or start_at is None:
-            out.reasons[job.job_id] = seen_reason(job, free, running)
-            if not draining:
-                prev = hopeless.get((job.chip, job.tp), (1 << 62, -(1 << 62)))
-                hopeless[(job.chip, job.tp)] = (min(prev[0], job.count), max(prev[1], job.priority))
-            continue
+            out.reasons[job.job_id] = seen_reason(job, self.free, self.running)
+            if not self.draining:
+                prev = self.hopeless.get((job.chip, job.tp), (1 << 62, -(1 << 62)))
+                self.hopeless[(job.chip, job.tp)] = (min(prev[0], job.count), max(prev[1], job.priority))
+            return
         out.reasons[job.job_id] = (f"waiting for {job.count} {job.chip} chips; reserved start t={start_at:.0f}s "
                                    f"(when {r.job_id} ends)")
-        _reserve(reservation, out, job, start_at, got, lay)
-    return out
+        _reserve(self.reservation, out, job, start_at, got, lay)
 
 
 def seen_reason(job: Pending, free: dict[str, np.ndarray], running: list[Running]) -> str:
