@@ -81,6 +81,10 @@ def preset(name: str) -> ModelArch:
     return PRESETS[name]
 
 
+# The architecture fields a spec or a deployment may give instead of (or on top of) a preset.
+ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+
+
 def arch_from_dict(d: dict[str, Any], *, field: str = "model") -> ModelArch:
     """A preset (with optional overrides, e.g. ``seq_len``) or an explicit architecture."""
     if not isinstance(d, dict):

@@ -43,7 +43,7 @@ from gigacluster.inference.outputs import MAX_STOP_SEQUENCES, eos_after, find_st
 from gigacluster.inference.policies import POLICIES, make_policy
 from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model import DoesNotFitError
-from gigacluster.model.arch import arch_from_dict
+from gigacluster.model.arch import ARCH_FIELDS, arch_from_dict
 from gigacluster.router.deployment import (
     Binding,
     KvTransport,
@@ -64,7 +64,6 @@ from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.scheduler.spec import ARCH_FIELDS
 from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()

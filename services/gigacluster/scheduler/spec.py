@@ -14,11 +14,11 @@ from typing import Any
 
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
+from gigacluster.model.arch import ARCH_FIELDS
 from gigacluster.runtime.convert import PRECISION_ENUMS, precision_name
 from gigacluster.scheduler.v1 import scheduler_pb2
 
 JOB_FIELDS = ("name", "queue", "priority", "checkpoint_interval_steps", "max_restarts")
-ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
 # What a TrainingSpec message carries, per section: a job file may hold nothing else.
 SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue"),
