@@ -54,7 +54,8 @@ from gigacluster.model import ModelError
 
 if TYPE_CHECKING:
     from gigacluster.router.deployment import LiveDeployment
-    from gigacluster.router.service import Chunk, Generation, RouterService
+    from gigacluster.router.generation import Chunk, Generation
+    from gigacluster.router.service import RouterService
 
 log = structlog.get_logger()
 UNAVAILABLE_RETRY_S = 1.0  # Retry-After of a 503 (replicas heal, or the router restores, in about a second)
