@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from gigacluster.hw.catalog import Chip, UnknownHardwareError, get_chip
 from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape
@@ -135,3 +136,10 @@ class ReplicaConfig:
         """HBM bound of batch-1 decode: bandwidth over bytes read per token (weights + KV)."""
         s = self.shard
         return self.chip_spec.hbm_Bps / (s.weight_read_bytes + context_tokens * s.kv_bytes_per_token)
+
+    def describe(self) -> dict[str, Any]:
+        """Static facts of a replica of this config, for logs and the estimate command."""
+        return {
+            "kv_blocks": self.kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens,
+            "kv_cache_bytes": self.kv_cache_bytes, "weight_bytes": self.weight_bytes,
+        }

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from gigacluster.inference.config import FIRST_WORD_TOKEN, ROLES, WATERMARK_FRAC, ReplicaConfig
+from gigacluster.inference.cost import iteration_energy_j, iteration_time_s, iteration_work, queue_wait_s
 from gigacluster.inference.errors import AdmissionError, EngineStateError
 from gigacluster.inference.hashing import token_ids
 from gigacluster.inference.kvcache import BlockPool
@@ -50,10 +51,7 @@ from gigacluster.inference.request import (
     TokenEvent,
 )
 from gigacluster.inference.waiting import WaitingQueue
-from gigacluster.inference.work import allreduce_bytes, batch_work
 from gigacluster.model import SpecError
-from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
-from gigacluster.model.roofline import works_time_s
 
 __all__ = ["FIRST_WORD_TOKEN", "ROLES", "WATERMARK_FRAC", "CompletionBatch", "Handoff", "Iteration", "ReplicaConfig",
            "ReplicaEngine", "ReplicaStats", "Request", "RequestSummary", "TokenEvent"]
@@ -168,18 +166,7 @@ class ReplicaEngine:
             return self._retry_cache[1]  # unchanged state: a saturated replica rejects cheaply
         out = self._queue.out_tokens + int((self._max - self._gen)[act].sum())
         ctx = (self._queue.prompt_tokens + int(self._length[act].sum())) / n
-        chunk = max(1, min(cfg.max_prefill_tokens, self._queue.prompt_tokens))
-        prefill_s = 0.0
-        if self._queue.prompt_tokens:
-            per_chunk = works_time_s(self._chip, batch_work(
-                self._shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
-                prefill_kv_tokens=chunk, logits=1))
-            prefill_s = per_chunk * self._queue.prompt_tokens / chunk
-        batch = min(cfg.max_batch, n)
-        step_s = works_time_s(self._chip, batch_work(
-            self._shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
-        waves = math.ceil(n / cfg.max_batch)
-        est = max(1e-3, prefill_s + waves * (out / n) * step_s)
+        est = queue_wait_s(self._chip, self._shape, cfg, self._queue.prompt_tokens, out, ctx, n)
         self._retry_cache = (key, est)
         return est
 
@@ -380,26 +367,9 @@ class ReplicaEngine:
 
     def _build(self, now_s: float, slots: np.ndarray, new: np.ndarray) -> Iteration:
         c = self._computed[slots]
-        is_pre = new > 1
-        pre_n, pre_c = new[is_pre], c[is_pre]
-        dec_c = c[~is_pre]
-        logits = int(((c + new) == self._length[slots]).sum())
-        prefill_tokens = int(pre_n.sum())
-        decode_seqs = int(dec_c.size)
-        work = batch_work(
-            self._shape,
-            prefill_tokens=prefill_tokens,
-            prefill_pairs=float((pre_n * pre_c).sum() + (pre_n * (pre_n + 1)).sum() / 2.0),
-            prefill_kv_tokens=float((pre_c + pre_n).sum()),
-            prefill_seqs=int(pre_n.size),
-            decode_seqs=decode_seqs,
-            decode_kv_tokens=float((dec_c + 1).sum()),
-            logits=logits,
-        )
-        compute_s = works_time_s(self._chip, work)
-        ar = allreduce_bytes(self._shape, prefill_tokens + decode_seqs)
-        tp = self.cfg.tp
-        comm_s = 2.0 * (tp - 1) / tp * ar / self._chip.scaleup_Bps if tp > 1 else 0.0
+        work, prefill_tokens, decode_seqs = iteration_work(self._shape, c, self._length[slots], new)
+        compute_s, comm_s, ar = iteration_time_s(self._chip, self._shape, self.cfg.tp, work,
+                                                 prefill_tokens + decode_seqs)
         self._iter_seq += 1
         ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
         return Iteration(
@@ -412,20 +382,8 @@ class ReplicaEngine:
     # ----------------------------------------------------------------------------- completion
     def iteration_energy_j(self, it: Iteration, *, duration_s: float | None = None,
                            above_idle_j: float | None = None) -> float:
-        """IT energy of one batch iteration on the replica's ``tp`` chips, joules.
-
-        The terms of a training step's (``scheduler.runner.step_energy_it_j``): every chip at idle
-        power plus its host share for the iteration's duration, the energy its work draws above
-        idle (:mod:`gigacluster.model.power`), and the scale-up link energy of the tensor-parallel
-        all-reduces (a ring moves ``2 (tp - 1)`` times the per-shard bytes over the links). Offline
-        the duration is ``predicted_s`` and the work runs at full clock; the live router passes
-        what the chip service measured (``duration_s``, ``above_idle_j`` for all ``tp`` chips).
-        """
-        chip, tp = self._chip, self.cfg.tp
-        dur = it.predicted_s if duration_s is None else duration_s
-        above = tp * works_energy_above_idle_j(chip, it.work) if above_idle_j is None else above_idle_j
-        return (tp * (chip.idle_w + host_overhead_w()) * dur + above
-                + link_energy_j(2.0 * (tp - 1) * it.allreduce_bytes, 0.0))
+        """IT energy of one batch iteration on the replica's ``tp`` chips, joules (:func:`.cost.iteration_energy_j`)."""
+        return iteration_energy_j(self._chip, self.cfg.tp, it, duration_s=duration_s, above_idle_j=above_idle_j)
 
     def complete(self, it: Iteration, end_s: float, *, energy_j: float | None = None) -> list[TokenEvent]:
         """Apply a finished iteration; returns one TokenEvent per token produced."""
@@ -485,15 +443,7 @@ class ReplicaEngine:
                 self._release_slot(slot, keep_kv=handoff)
                 del self._by_id[seq.req.id]
                 self._finished += 1
-                summaries.append(RequestSummary(
-                    request_id=seq.req.id, tenant=seq.req.tenant, priority=int(seq.req.priority),
-                    arrival_s=float(seq.req.arrival_s), first_scheduled_s=seq.first_sched_s,
-                    first_token_s=seq.first_tok_s, finish_s=end_s, prompt_tokens=seq.prompt_len,
-                    output_tokens=seq.gen, cached_tokens=seq.cached, preemptions=seq.preemptions,
-                    finish_reason="prefilled" if handoff else "stop" if eos_hit[k] else "length",
-                    kv_transfer_s=seq.req.handoff.kv_transfer_s if seq.req.handoff is not None else 0.0,
-                    energy_j=seq.energy_j,
-                ))
+                summaries.append(seq.summary(end_s, "prefilled" if handoff else "stop" if eos_hit[k] else "length"))
         return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
 
     # ----------------------------------------------------------------------------- control
@@ -546,8 +496,4 @@ class ReplicaEngine:
 
     def describe(self) -> dict[str, Any]:
         """Static facts of the replica, for logs and the estimate command."""
-        cfg = self.cfg
-        return {
-            "kv_blocks": cfg.kv_blocks, "kv_capacity_tokens": cfg.kv_capacity_tokens,
-            "kv_cache_bytes": cfg.kv_cache_bytes, "weight_bytes": cfg.weight_bytes,
-        }
+        return self.cfg.describe()

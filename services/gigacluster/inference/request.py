@@ -240,3 +240,16 @@ class Seq:
 
     def out_tokens(self) -> int:
         return self.max_out - self.gen
+
+    def summary(self, end_s: float, finish_reason: str) -> RequestSummary:
+        """The finished request's summary, as it ended at ``end_s`` for ``finish_reason``."""
+        req = self.req
+        return RequestSummary(
+            request_id=req.id, tenant=req.tenant, priority=int(req.priority),
+            arrival_s=float(req.arrival_s), first_scheduled_s=self.first_sched_s,
+            first_token_s=self.first_tok_s, finish_s=end_s, prompt_tokens=self.prompt_len,
+            output_tokens=self.gen, cached_tokens=self.cached, preemptions=self.preemptions,
+            finish_reason=finish_reason,
+            kv_transfer_s=req.handoff.kv_transfer_s if req.handoff is not None else 0.0,
+            energy_j=self.energy_j,
+        )
