@@ -9,13 +9,8 @@ class, so it shares links max-min with training traffic), waits for the flow to 
 prefill replica's blocks and admits the request to the decode replica, which continues from the
 second token. The first token reaches the client when its KV cache has landed.
 
-Replicas heal themselves. Each broker instance's capability lives in a :class:`Lease` that is
-refreshed in the background once two thirds of its lifetime have passed (and at once when a chip
-refuses it, after which the call is retried on the new token). When a replica's chips stop
-answering (a chip-shard restart), its in-flight requests end with a retryable UNAVAILABLE, the
-replica starts afresh (a restarted chip holds no KV cache) and probes the shard's health with
-backoff; it serves again as soon as the shard answers. Meanwhile the deployment reports DEGRADED.
-The replica itself, its lease and its request streams live in :mod:`.replica`.
+The replica itself, its capability lease and its request streams live in :mod:`.replica`, which
+also says how replicas heal themselves; while one heals, the deployment reports DEGRADED.
 """
 
 from __future__ import annotations
