@@ -22,6 +22,7 @@ from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
+from gigacluster.router.messages import deploy_spec
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
@@ -93,7 +94,7 @@ def test_prompt_bytes_are_checked_before_tokenising(monkeypatch: pytest.MonkeyPa
     def boom(vocab: int) -> Any:
         raise AssertionError("tokenised")
 
-    monkeypatch.setattr(svc, "tokenizer", boom)
+    monkeypatch.setattr(svc.admission, "tokenizer", boom)
     for kw in ({"text": "x" * 1001}, {"text": "é" * 501}, {"token_ids": [1] * 251}):
         with pytest.raises(InvalidArgument) as ei:
             svc.generate(ALICE, "m", max_tokens=4, **kw)  # type: ignore[arg-type]
@@ -134,7 +135,7 @@ def test_deploy_bounds(field: str, value: int) -> None:
     req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"),
                                         chip="h100-sxm", **{field: value})
     with pytest.raises(InvalidArgument) as ei:
-        _svc()._spec(req)
+        deploy_spec(req, _svc().config)
     assert ei.value.field == field
 
 
@@ -217,7 +218,7 @@ def test_long_names_are_refused_without_echo() -> None:
     req = router_pb2.DeployModelRequest(deployment_id="m", model=common_pb2.ModelArchitecture(preset="x" * 1_000_000),
                                         chip="h100-sxm")
     with pytest.raises(InvalidArgument) as ei:
-        _svc()._spec(req)
+        deploy_spec(req, _svc().config)
     assert ei.value.field == "model.preset" and len(ei.value.message) < 100
 
 
@@ -349,7 +350,7 @@ async def test_reconcile_restores_replaces_and_releases(tmp_path: pathlib.Path) 
                       "instances/i-9": "tenants/alice/deployments/ghost/d-99", "instances/i-5": "jobs/j-1"})
     svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
     svc.auth._stub = broker  # type: ignore[assignment]
-    await svc._reconcile()
+    await svc.manager.reconcile()
     try:
         dep = svc.visible(ALICE, "m")
         assert dep.health() == ("ready", "")
@@ -386,7 +387,7 @@ async def test_reconcile_retried_mid_deployment_builds_each_replica_once(tmp_pat
     broker = _FlakyBroker({"instances/i-1": f"tenants/alice/deployments/m/d-{seq}"})
     svc = RouterService(RouterConfig(state_dir=str(tmp_path)))
     svc.auth._stub = broker  # type: ignore[assignment]
-    await svc._reconcile()
+    await svc.manager.reconcile()
     dep = svc.visible(ALICE, "m")
     try:
         assert broker.failed and dep.health() == ("ready", "")

@@ -22,375 +22,39 @@ token, then finishes the request with ``finish_reason="prefilled"`` and HOLDS it
 the caller has sent them elsewhere (:meth:`ReplicaEngine.release_kv`); a ``decode`` engine takes
 requests that carry a :class:`Handoff` (their KV cache and first token arrived from a prefill
 replica) and only decodes them. A preempted handed-off sequence is recomputed locally.
+
+The request types live in :mod:`.request`, the configuration in :mod:`.config`, the waiting
+queue in :mod:`.waiting`; this module re-exports their names.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from gigacluster.hw.catalog import Chip, UnknownHardwareError, get_chip
+from gigacluster.inference.config import FIRST_WORD_TOKEN, ROLES, WATERMARK_FRAC, ReplicaConfig
+from gigacluster.inference.cost import iteration_energy_j, iteration_time_s, iteration_work, queue_wait_s
 from gigacluster.inference.errors import AdmissionError, EngineStateError
-from gigacluster.inference.hashing import block_hashes, stable_u64, token_ids
+from gigacluster.inference.hashing import token_ids
 from gigacluster.inference.kvcache import BlockPool
-from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape, allreduce_bytes, batch_work
-from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.arch import ModelArch
-from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
-from gigacluster.model.roofline import Work, works_time_s
+from gigacluster.inference.request import (
+    CompletionBatch,
+    Handoff,
+    Iteration,
+    ReplicaStats,
+    Request,
+    RequestSummary,
+    Seq,
+    TokenEvent,
+)
+from gigacluster.inference.waiting import WaitingQueue
+from gigacluster.model import SpecError
 
-# Token ids below this are the tokenizer's raw bytes; synthetic output stays above them so it
-# decodes to words (see tokenizer.py).
-FIRST_WORD_TOKEN = 256
-# vLLM keeps 1% of KV blocks free when admitting a prompt, so running decodes can grow.
-WATERMARK_FRAC = 0.01
-ROLES = ("both", "prefill", "decode")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplicaConfig:
-    """One model replica: a model, a chip type, a tensor-parallel degree and engine limits.
-
-    ``kv_fraction`` is vLLM's ``gpu_memory_utilization``: the share of each chip's HBM the engine
-    may use. Weights and an activation workspace come out of it first; the rest is KV cache.
-    ``max_prefill_tokens`` is vLLM's ``max_num_batched_tokens``: new tokens per iteration (the
-    chunk budget with chunked prefill; a cap on batched prompts without it).
-
-    Raises ``SpecError`` for a bad field and ``DoesNotFitError`` when the weights plus the KV cache
-    of one full-length sequence (``arch.seq_len`` tokens, vLLM's start-up check) do not fit.
-    """
-
-    arch: ModelArch
-    chip: str
-    tp: int = 1
-    precision: str = "bf16"
-    max_batch: int = 256
-    kv_fraction: float = 0.9
-    block_size: int = 16
-    chunked_prefill: bool = False
-    max_prefill_tokens: int = 8192
-    max_queue: int = 1024
-    role: str = "both"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.arch, ModelArch):
-            raise SpecError("model", f"must be a ModelArch, got {type(self.arch).__name__}")
-        try:
-            chip = get_chip(self.chip)
-        except UnknownHardwareError as exc:
-            raise SpecError("chip", str(exc)) from exc
-        for f, lo in (("tp", 1), ("max_batch", 1), ("block_size", 1), ("max_prefill_tokens", 1),
-                      ("max_queue", 0)):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                raise SpecError(f, f"must be an integer >= {lo}, got {v!r}")
-        if self.role not in ROLES:
-            raise SpecError("role", f"allowed: {', '.join(ROLES)}; got {self.role!r}")
-        if self.arch.heads % self.tp:
-            raise SpecError("tp", f"must divide the model's {self.arch.heads} attention heads, got {self.tp}")
-        if self.precision not in BYTES_PER_PARAM or self.precision not in chip.peak_tflops:
-            allowed = sorted(set(BYTES_PER_PARAM) & set(chip.peak_tflops))
-            raise SpecError("precision", f"allowed on {self.chip}: {', '.join(allowed)}; got {self.precision!r}")
-        if not (isinstance(self.kv_fraction, float | int) and 0.0 < self.kv_fraction <= 1.0):
-            raise SpecError("kv_fraction", f"must be in (0, 1], got {self.kv_fraction!r}")
-        if self.block_size & (self.block_size - 1) or self.block_size > 1024:
-            raise SpecError("block_size", f"must be a power of two <= 1024, got {self.block_size}")
-        shape = ShardShape(self.arch, self.tp, self.precision)
-        usable = chip.hbm_bytes * float(self.kv_fraction)
-        kv_bytes = usable - shape.weight_bytes - self.workspace_bytes
-        block_bytes = self.block_size * shape.kv_bytes_per_token
-        blocks = int(kv_bytes // block_bytes) if kv_bytes > 0 else 0
-        min_blocks = math.ceil(self.arch.seq_len / self.block_size)
-        if blocks < min_blocks:
-            need = shape.weight_bytes + self.workspace_bytes + min_blocks * block_bytes
-            raise DoesNotFitError(
-                f"{self.arch.name} at {self.precision} with tp={self.tp} needs {need / 1e9:.2f} GB per "
-                f"{self.chip} (weights {shape.weight_bytes / 1e9:.2f} GB, workspace "
-                f"{self.workspace_bytes / 1e9:.2f} GB, KV for one {self.arch.seq_len}-token sequence "
-                f"{min_blocks * block_bytes / 1e9:.2f} GB) but kv_fraction={self.kv_fraction} of HBM is "
-                f"{usable / 1e9:.2f} GB; raise tp or lower seq_len",
-                need_bytes=need,
-                have_bytes=usable,
-            )
-        object.__setattr__(self, "_chip", chip)
-        object.__setattr__(self, "_shape", shape)
-        object.__setattr__(self, "_blocks", blocks)
-
-    @property
-    def chip_spec(self) -> Chip:
-        return self._chip  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def shard(self) -> ShardShape:
-        return self._shape  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def workspace_bytes(self) -> float:
-        """Activation workspace per shard: one max-size batch of activations plus fp32 logits."""
-        act = ACT_BYTES[self.precision]
-        a = self.arch
-        return self.max_prefill_tokens * (4 * a.hidden + 2 * a.ffn_hidden / self.tp) * act + (
-            self.max_batch * a.vocab / self.tp * 4.0
-        )
-
-    @property
-    def kv_blocks(self) -> int:
-        """KV blocks per replica (each block holds ``block_size`` tokens on every shard)."""
-        return self._blocks  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self.kv_blocks * self.block_size
-
-    @property
-    def kv_cache_bytes(self) -> float:
-        """KV-cache bytes of the whole replica (all shards)."""
-        return self.kv_capacity_tokens * self.shard.kv_bytes_per_token * self.tp
-
-    @property
-    def weight_bytes(self) -> float:
-        """Weight bytes of the whole replica (all shards; KV heads replicated when tp > kv_heads)."""
-        return self.shard.weight_bytes * self.tp
-
-    def max_batch_fit(self, tokens_per_seq: int) -> int:
-        """Sequences of ``tokens_per_seq`` tokens whose KV fits at once (not capped by max_batch)."""
-        return self.kv_blocks // max(1, math.ceil(tokens_per_seq / self.block_size))
-
-    def decode_roofline_tokens_per_s(self, context_tokens: int) -> float:
-        """HBM bound of batch-1 decode: bandwidth over bytes read per token (weights + KV)."""
-        s = self.shard
-        return self.chip_spec.hbm_Bps / (s.weight_read_bytes + context_tokens * s.kv_bytes_per_token)
-
-
-@dataclasses.dataclass(frozen=True)
-class Handoff:
-    """What a decode replica receives with a request whose prompt was computed elsewhere.
-
-    The prompt's KV cache arrived at ``first_token_s`` (the end of its transfer), with the first
-    output token ``first_token_id``; the other fields carry the prefill side's timings into the
-    request's summary.
-    """
-
-    first_token_id: int
-    first_scheduled_s: float
-    first_token_s: float
-    cached_tokens: int = 0
-    kv_transfer_s: float = 0.0
-    energy_j: float = 0.0  # the prefill side's share of its batch iterations
-
-
-@dataclasses.dataclass(eq=False)
-class Request:
-    """A generation request. ``prompt_tokens`` are token ids (a list or an int numpy array).
-
-    ``handoff`` is set on requests sent to a ``decode`` replica (see :class:`Handoff`).
-    """
-
-    id: str
-    prompt_tokens: Sequence[int] | np.ndarray
-    max_tokens: int
-    priority: int = 0
-    arrival_s: float = 0.0
-    tenant: str = ""
-    handoff: Handoff | None = None
-    # Prefix-cache salt (vLLM's cache_salt): blocks are shared only between requests with equal salts.
-    # Empty = the tenant. The router salts with the caller, so not even the admin can probe a tenant's cache.
-    cache_salt: str = ""
-    # The output ends with an end-of-sequence after this many tokens (finish_reason "stop") unless
-    # max_tokens ends it first ("length"); 0 = no end-of-sequence (every request runs to max_tokens).
-    eos_after: int = 0
-    _hash_cache: dict[int, list[int]] = dataclasses.field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise SpecError("id", "must be a non-empty string")
-        if len(self.prompt_tokens) < 1:
-            raise SpecError("prompt_tokens", "must hold at least one token")
-        if not isinstance(self.max_tokens, int | np.integer) or self.max_tokens < 1:
-            raise SpecError("max_tokens", f"must be an integer >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.priority, int | np.integer):
-            raise SpecError("priority", f"must be an integer, got {self.priority!r}")
-        if not isinstance(self.eos_after, int | np.integer) or self.eos_after < 0:
-            raise SpecError("eos_after", f"must be an integer >= 0, got {self.eos_after!r}")
-
-    def block_hashes(self, block_size: int) -> list[int]:
-        """Chained hashes of the full prompt blocks, salted by tenant (computed once per size)."""
-        h = self._hash_cache.get(block_size)
-        if h is None:
-            h = block_hashes(self.prompt_tokens, block_size, salt=self.cache_salt or self.tenant)
-            self._hash_cache[block_size] = h
-        return h
-
-
-@dataclasses.dataclass(frozen=True)
-class RequestSummary:
-    """Timings and counts of a finished request (carried by its last TokenEvent)."""
-
-    request_id: str
-    tenant: str
-    priority: int
-    arrival_s: float
-    first_scheduled_s: float
-    first_token_s: float
-    finish_s: float
-    prompt_tokens: int
-    output_tokens: int
-    cached_tokens: int
-    preemptions: int
-    finish_reason: str
-    kv_transfer_s: float = 0.0
-    # IT energy of the request's share of every batch iteration it took part in (see iteration_energy_j).
-    energy_j: float = 0.0
-
-    @property
-    def queue_s(self) -> float:
-        return self.first_scheduled_s - self.arrival_s
-
-    @property
-    def ttft_s(self) -> float:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> float:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> float:
-        """Mean time per output token after the first (0 for one-token outputs)."""
-        if self.output_tokens <= 1:
-            return 0.0
-        return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """One generated token. ``index`` counts from 0; the last event has ``finished`` and a summary."""
-
-    request_id: str
-    index: int
-    token_id: int
-    time_s: float
-    finished: bool
-    finish_reason: str = ""
-    summary: RequestSummary | None = None
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Iteration:
-    """One scheduled batch. ``work`` is per shard; every chip of the replica runs it.
-
-    ``predicted_s = compute_s + comm_s``: ``compute_s`` is ``works_time_s(chip, work)``; ``comm_s``
-    the ring all-reduce of ``allreduce_bytes`` over the scale-up link (0 when tp = 1).
-    """
-
-    seq: int
-    start_s: float
-    work: tuple[Work, ...]
-    predicted_s: float
-    compute_s: float
-    comm_s: float
-    allreduce_bytes: float
-    prefill_tokens: int
-    decode_tokens: int
-    request_ids: tuple[str, ...]
-    slots: np.ndarray
-    new_tokens: np.ndarray
-    epochs: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CompletionBatch:
-    """The tokens of one completed iteration, as arrays (the simulator's fast path)."""
-
-    time_s: float
-    request_ids: tuple[str, ...]
-    indices: np.ndarray
-    token_ids: np.ndarray
-    finished: np.ndarray
-    itl_s: np.ndarray  # gap since the request's previous token; NaN for a first token
-    summaries: tuple[RequestSummary, ...]
-
-    def events(self) -> list[TokenEvent]:
-        by_id = {s.request_id: s for s in self.summaries}
-        out = []
-        for rid, idx, tok, fin in zip(
-            self.request_ids, self.indices.tolist(), self.token_ids.tolist(), self.finished.tolist(), strict=True
-        ):
-            summ = by_id.get(rid) if fin else None
-            out.append(TokenEvent(rid, idx, tok, self.time_s, fin, summ.finish_reason if summ else "", summ))
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplicaStats:
-    """What a replica reports to the router and to metrics."""
-
-    queue_depth: int
-    running: int
-    kv_used_frac: float
-    kv_blocks_total: int
-    kv_blocks_used: int
-    kv_blocks_cached: int
-    prefix_hit_tokens: int
-    prefix_lookup_tokens: int
-    outstanding_requests: int
-    outstanding_tokens: int
-    preemptions: int
-    rejected: int
-    shed: int
-    finished: int
-    iterations: int
-
-    @property
-    def prefix_hit_rate(self) -> float:
-        return self.prefix_hit_tokens / self.prefix_lookup_tokens if self.prefix_lookup_tokens else 0.0
-
-
-class _Seq:
-    """Per-request state that survives preemption."""
-
-    __slots__ = ("cached", "energy_j", "first_sched_s", "first_tok_s", "gen", "hashes", "held", "kv_ready",
-                 "last_tok_s", "matched", "max_out", "order", "preemptions", "prompt_len", "registered", "req",
-                 "seed")
-
-    def __init__(self, req: Request, order: int, *, max_out: int) -> None:
-        self.req = req
-        self.order = order
-        self.prompt_len = len(req.prompt_tokens)
-        self.max_out = max_out
-        self.gen = 0
-        self.hashes: list[int] | None = None
-        self.held: list[int] = []
-        self.matched = 0
-        self.registered = False
-        self.cached = 0
-        self.preemptions = 0
-        self.first_sched_s = math.nan
-        self.first_tok_s = math.nan
-        self.last_tok_s = math.nan
-        self.seed = stable_u64(req.id)
-        self.energy_j = 0.0
-        h = req.handoff
-        # A handed-off sequence arrives with its prompt's KV and its first token.
-        self.kv_ready = h is not None
-        if h is not None:
-            self.gen = 1
-            self.cached = h.cached_tokens
-            self.first_sched_s = h.first_scheduled_s
-            self.first_tok_s = self.last_tok_s = h.first_token_s
-            self.energy_j = h.energy_j
-
-    def prefill_tokens(self) -> int:
-        """Tokens to (re)compute when started: the prompt plus any output before a preemption."""
-        return 0 if self.kv_ready else self.prompt_len + self.gen
-
-    def out_tokens(self) -> int:
-        return self.max_out - self.gen
+__all__ = ["FIRST_WORD_TOKEN", "ROLES", "WATERMARK_FRAC", "CompletionBatch", "Handoff", "Iteration", "ReplicaConfig",
+           "ReplicaEngine", "ReplicaStats", "Request", "RequestSummary", "TokenEvent"]
 
 
 class ReplicaEngine:
@@ -408,7 +72,7 @@ class ReplicaEngine:
         self._pool = BlockPool(cfg.kv_blocks)
         self._watermark = int(WATERMARK_FRAC * cfg.kv_blocks)
         n = cfg.max_batch
-        self._seqs: list[_Seq | None] = [None] * n
+        self._seqs: list[Seq | None] = [None] * n
         self._free_slots = list(range(n - 1, -1, -1))
         self._active = np.zeros(n, dtype=bool)
         self._epoch = np.zeros(n, dtype=np.int64)
@@ -424,11 +88,8 @@ class ReplicaEngine:
         self._last_tok = np.zeros(n, dtype=np.float64)
         self._eos = np.zeros(n, dtype=np.int64)  # end-of-sequence output length (0 = none)
         self._energy = np.zeros(n, dtype=np.float64)  # joules booked to the slot's request so far
-        self._waiting: dict[int, deque[_Seq]] = {}
-        self._queued = 0
-        self._queued_prompt = 0
-        self._queued_out = 0
-        self._by_id: dict[str, _Seq] = {}
+        self._queue = WaitingQueue()
+        self._by_id: dict[str, Seq] = {}
         self._slot_of: dict[str, int] = {}
         # prefill role: KV blocks of finished prompts, held until sent (request id -> (shared, private))
         self._held_kv: dict[str, tuple[list[int], int]] = {}
@@ -465,71 +126,27 @@ class ReplicaEngine:
                 f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds the model's context of "
                 f"{cfg.arch.seq_len} tokens",
             )
-        if self._queued >= cfg.max_queue and req.handoff is None:
-            victim = self._shed_candidate(req.priority)
+        if self._queue.count >= cfg.max_queue and req.handoff is None:
+            victim = self._queue.shed_candidate(req.priority)
             if victim is None:
                 self._rejected += 1
                 raise AdmissionError(self.retry_after_s(), reason="queue_full",
-                                     detail=f"queue holds {self._queued} of {cfg.max_queue}")
-            self._remove_waiting(victim)
+                                     detail=f"queue holds {self._queue.count} of {cfg.max_queue}")
+            self._queue.remove(victim)
             del self._by_id[victim.req.id]
             self._shed_count += 1
             self._shed.append((victim.req, AdmissionError(self.retry_after_s(), reason="shed",
                                                           detail=f"priority {victim.req.priority} shed")))
-        seq = _Seq(req, self._order_seq, max_out=1 if cfg.role == "prefill" else int(req.max_tokens))
+        seq = Seq(req, self._order_seq, max_out=1 if cfg.role == "prefill" else int(req.max_tokens))
         self._order_seq += 1
         self._by_id[req.id] = seq
-        self._push_waiting(seq, front=False)
+        self._queue.push(seq, front=False)
 
     def drain_shed(self) -> list[tuple[Request, AdmissionError]]:
         """Requests evicted from the queue since the last call (bounded to ``max_queue``)."""
         out = list(self._shed)
         self._shed.clear()
         return out
-
-    def _shed_candidate(self, priority: int) -> _Seq | None:
-        for prio in sorted(self._waiting):
-            if prio >= priority:
-                return None
-            dq = self._waiting[prio]
-            for seq in reversed(dq):
-                if seq.gen == 0:  # never shed work already done (preempted sequences)
-                    return seq
-        return None
-
-    def _push_waiting(self, seq: _Seq, *, front: bool) -> None:
-        dq = self._waiting.get(seq.req.priority)
-        if dq is None:
-            dq = self._waiting[seq.req.priority] = deque()
-        if front:
-            dq.appendleft(seq)
-        else:
-            dq.append(seq)
-        self._queued += 1
-        self._queued_prompt += seq.prefill_tokens()
-        self._queued_out += seq.out_tokens()
-
-    def _remove_waiting(self, seq: _Seq) -> None:
-        dq = self._waiting[seq.req.priority]
-        dq.remove(seq)
-        if not dq:
-            del self._waiting[seq.req.priority]
-        self._queued -= 1
-        self._queued_prompt -= seq.prefill_tokens()
-        self._queued_out -= seq.out_tokens()
-
-    def _pop_waiting(self) -> _Seq | None:
-        if not self._waiting:
-            return None
-        prio = max(self._waiting)
-        seq = self._waiting[prio][0]
-        self._remove_waiting(seq)
-        return seq
-
-    def _peek_waiting(self) -> _Seq | None:
-        if not self._waiting:
-            return None
-        return self._waiting[max(self._waiting)][0]
 
     def retry_after_s(self) -> float:
         """Estimated seconds until the work ahead of a new arrival has been served.
@@ -541,26 +158,15 @@ class ReplicaEngine:
         cfg = self.cfg
         act = self._active
         running = cfg.max_batch - len(self._free_slots)
-        n = self._queued + running
+        n = self._queue.count + running
         if n == 0:
             return 0.0
-        key = (self._iter_seq, self._queued, running)
+        key = (self._iter_seq, self._queue.count, running)
         if self._retry_cache[0] == key:
             return self._retry_cache[1]  # unchanged state: a saturated replica rejects cheaply
-        out = self._queued_out + int((self._max - self._gen)[act].sum())
-        ctx = (self._queued_prompt + int(self._length[act].sum())) / n
-        chunk = max(1, min(cfg.max_prefill_tokens, self._queued_prompt))
-        prefill_s = 0.0
-        if self._queued_prompt:
-            per_chunk = works_time_s(self._chip, batch_work(
-                self._shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
-                prefill_kv_tokens=chunk, logits=1))
-            prefill_s = per_chunk * self._queued_prompt / chunk
-        batch = min(cfg.max_batch, n)
-        step_s = works_time_s(self._chip, batch_work(
-            self._shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
-        waves = math.ceil(n / cfg.max_batch)
-        est = max(1e-3, prefill_s + waves * (out / n) * step_s)
+        out = self._queue.out_tokens + int((self._max - self._gen)[act].sum())
+        ctx = (self._queue.prompt_tokens + int(self._length[act].sum())) / n
+        est = queue_wait_s(self._chip, self._shape, cfg, self._queue.prompt_tokens, out, ctx, n)
         self._retry_cache = (key, est)
         return est
 
@@ -574,10 +180,7 @@ class ReplicaEngine:
         arrived; ``inf`` when idle. A live driver starts at ``max(end of the last iteration,
         min(now, ready_since_s()))``, so its own wake-up latency does not stretch virtual time.
         """
-        t = -math.inf
-        for dq in self._waiting.values():
-            for seq in dq:
-                t = max(t, seq.first_tok_s if seq.kv_ready else float(seq.req.arrival_s))
+        t = self._queue.latest_ready_s()
         if t == -math.inf and not self._active.any():
             return math.inf
         return t
@@ -662,14 +265,14 @@ class ReplicaEngine:
         seq.registered = False
         seq.kv_ready = False  # recomputed here from its prompt and output (vLLM's recompute mode)
         self._preemptions += 1
-        self._push_waiting(seq, front=True)
+        self._queue.push(seq, front=True)
 
     def _start_waiting(self, now_s: float, budget: int, *, require_all_prompt: bool) -> dict[int, int]:
         """Move waiting requests into the batch while slots, blocks and the token budget allow."""
         out: dict[int, int] = {}
         pool, bs = self._pool, self.cfg.block_size
         while self._free_slots and budget > 0:
-            seq = self._peek_waiting()
+            seq = self._queue.peek()
             if seq is None:
                 break
             if seq.kv_ready:
@@ -692,7 +295,7 @@ class ReplicaEngine:
             reserve = self._watermark if self._active.any() else 0
             if pool.available - n_private < reserve or not pool.acquire(seq.hashes[:matched], n_private):
                 break
-            self._pop_waiting()
+            self._queue.pop()
             pool.lookup_tokens += seq.prompt_len
             pool.hit_tokens += matched * bs
             seq.matched = matched
@@ -700,30 +303,13 @@ class ReplicaEngine:
             seq.cached = max(seq.cached, matched * bs)
             if math.isnan(seq.first_sched_s):
                 seq.first_sched_s = now_s
-            slot = self._free_slots.pop()
-            self._seqs[slot] = seq
-            self._slot_of[seq.req.id] = slot
-            self._active[slot] = True
-            self._epoch[slot] += 1
-            self._computed[slot] = matched * bs
-            self._length[slot] = total
-            self._gen[slot] = seq.gen
-            self._max[slot] = seq.max_out
-            self._blocks[slot] = n_blocks
-            self._private[slot] = n_private
-            self._prio[slot] = seq.req.priority
-            self._order[slot] = self._order_seq
-            self._order_seq += 1
-            self._seed[slot] = seq.seed
-            self._last_tok[slot] = seq.last_tok_s
-            self._eos[slot] = seq.req.eos_after
-            self._energy[slot] = seq.energy_j
+            slot = self._seat(seq, computed=matched * bs, length=total, blocks=n_blocks, private=n_private)
             n = new_tokens if require_all_prompt else min(new_tokens, budget)
             out[slot] = n
             budget -= n
         return out
 
-    def _start_handed_off(self, seq: _Seq) -> int | None:
+    def _start_handed_off(self, seq: Seq) -> int | None:
         """Put a sequence whose prompt KV arrived from a prefill replica into the batch (decode only)."""
         bs = self.cfg.block_size
         total = seq.prompt_len + seq.gen
@@ -731,19 +317,25 @@ class ReplicaEngine:
         reserve = self._watermark if self._active.any() else 0
         if self._pool.available - n_blocks < reserve or not self._pool.acquire([], n_blocks):
             return None
-        self._pop_waiting()
+        self._queue.pop()
         seq.registered = True  # its blocks are not entered in this replica's prefix cache
+        # The first token's K and V are computed by the next decode step.
+        slot = self._seat(seq, computed=total - 1, length=total, blocks=n_blocks, private=n_blocks)
+        return slot
+
+    def _seat(self, seq: Seq, *, computed: int, length: int, blocks: int, private: int) -> int:
+        """Put ``seq`` in a free batch slot with ``computed`` of its ``length`` tokens' KV in place; the slot."""
         slot = self._free_slots.pop()
         self._seqs[slot] = seq
         self._slot_of[seq.req.id] = slot
         self._active[slot] = True
         self._epoch[slot] += 1
-        self._computed[slot] = total - 1  # the first token's K and V are computed by the next decode step
-        self._length[slot] = total
+        self._computed[slot] = computed
+        self._length[slot] = length
         self._gen[slot] = seq.gen
         self._max[slot] = seq.max_out
-        self._blocks[slot] = n_blocks
-        self._private[slot] = n_blocks
+        self._blocks[slot] = blocks
+        self._private[slot] = private
         self._prio[slot] = seq.req.priority
         self._order[slot] = self._order_seq
         self._order_seq += 1
@@ -775,26 +367,9 @@ class ReplicaEngine:
 
     def _build(self, now_s: float, slots: np.ndarray, new: np.ndarray) -> Iteration:
         c = self._computed[slots]
-        is_pre = new > 1
-        pre_n, pre_c = new[is_pre], c[is_pre]
-        dec_c = c[~is_pre]
-        logits = int(((c + new) == self._length[slots]).sum())
-        prefill_tokens = int(pre_n.sum())
-        decode_seqs = int(dec_c.size)
-        work = batch_work(
-            self._shape,
-            prefill_tokens=prefill_tokens,
-            prefill_pairs=float((pre_n * pre_c).sum() + (pre_n * (pre_n + 1)).sum() / 2.0),
-            prefill_kv_tokens=float((pre_c + pre_n).sum()),
-            prefill_seqs=int(pre_n.size),
-            decode_seqs=decode_seqs,
-            decode_kv_tokens=float((dec_c + 1).sum()),
-            logits=logits,
-        )
-        compute_s = works_time_s(self._chip, work)
-        ar = allreduce_bytes(self._shape, prefill_tokens + decode_seqs)
-        tp = self.cfg.tp
-        comm_s = 2.0 * (tp - 1) / tp * ar / self._chip.scaleup_Bps if tp > 1 else 0.0
+        work, prefill_tokens, decode_seqs = iteration_work(self._shape, c, self._length[slots], new)
+        compute_s, comm_s, ar = iteration_time_s(self._chip, self._shape, self.cfg.tp, work,
+                                                 prefill_tokens + decode_seqs)
         self._iter_seq += 1
         ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
         return Iteration(
@@ -807,20 +382,8 @@ class ReplicaEngine:
     # ----------------------------------------------------------------------------- completion
     def iteration_energy_j(self, it: Iteration, *, duration_s: float | None = None,
                            above_idle_j: float | None = None) -> float:
-        """IT energy of one batch iteration on the replica's ``tp`` chips, joules.
-
-        The terms of a training step's (``scheduler.runner.step_energy_it_j``): every chip at idle
-        power plus its host share for the iteration's duration, the energy its work draws above
-        idle (:mod:`gigacluster.model.power`), and the scale-up link energy of the tensor-parallel
-        all-reduces (a ring moves ``2 (tp - 1)`` times the per-shard bytes over the links). Offline
-        the duration is ``predicted_s`` and the work runs at full clock; the live router passes
-        what the chip service measured (``duration_s``, ``above_idle_j`` for all ``tp`` chips).
-        """
-        chip, tp = self._chip, self.cfg.tp
-        dur = it.predicted_s if duration_s is None else duration_s
-        above = tp * works_energy_above_idle_j(chip, it.work) if above_idle_j is None else above_idle_j
-        return (tp * (chip.idle_w + host_overhead_w()) * dur + above
-                + link_energy_j(2.0 * (tp - 1) * it.allreduce_bytes, 0.0))
+        """IT energy of one batch iteration on the replica's ``tp`` chips, joules (:func:`.cost.iteration_energy_j`)."""
+        return iteration_energy_j(self._chip, self.cfg.tp, it, duration_s=duration_s, above_idle_j=above_idle_j)
 
     def complete(self, it: Iteration, end_s: float, *, energy_j: float | None = None) -> list[TokenEvent]:
         """Apply a finished iteration; returns one TokenEvent per token produced."""
@@ -880,15 +443,7 @@ class ReplicaEngine:
                 self._release_slot(slot, keep_kv=handoff)
                 del self._by_id[seq.req.id]
                 self._finished += 1
-                summaries.append(RequestSummary(
-                    request_id=seq.req.id, tenant=seq.req.tenant, priority=int(seq.req.priority),
-                    arrival_s=float(seq.req.arrival_s), first_scheduled_s=seq.first_sched_s,
-                    first_token_s=seq.first_tok_s, finish_s=end_s, prompt_tokens=seq.prompt_len,
-                    output_tokens=seq.gen, cached_tokens=seq.cached, preemptions=seq.preemptions,
-                    finish_reason="prefilled" if handoff else "stop" if eos_hit[k] else "length",
-                    kv_transfer_s=seq.req.handoff.kv_transfer_s if seq.req.handoff is not None else 0.0,
-                    energy_j=seq.energy_j,
-                ))
+                summaries.append(seq.summary(end_s, "prefilled" if handoff else "stop" if eos_hit[k] else "length"))
         return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
 
     # ----------------------------------------------------------------------------- control
@@ -916,7 +471,7 @@ class ReplicaEngine:
         if slot is not None:
             self._release_slot(slot)
         else:
-            self._remove_waiting(seq)
+            self._queue.remove(seq)
         return True
 
     @property
@@ -930,19 +485,15 @@ class ReplicaEngine:
         out_tok = int(((self._length - self._computed) + (self._max - self._gen))[act].sum())
         pool = self._pool
         return ReplicaStats(
-            queue_depth=self._queued, running=running, kv_used_frac=pool.used / pool.total_blocks,
+            queue_depth=self._queue.count, running=running, kv_used_frac=pool.used / pool.total_blocks,
             kv_blocks_total=pool.total_blocks, kv_blocks_used=pool.used, kv_blocks_cached=pool.cached,
             prefix_hit_tokens=pool.hit_tokens, prefix_lookup_tokens=pool.lookup_tokens,
-            outstanding_requests=self._queued + running,
-            outstanding_tokens=out_tok + self._queued_prompt + self._queued_out,
+            outstanding_requests=self._queue.count + running,
+            outstanding_tokens=out_tok + self._queue.prompt_tokens + self._queue.out_tokens,
             preemptions=self._preemptions, rejected=self._rejected, shed=self._shed_count,
             finished=self._finished, iterations=self._iter_seq,
         )
 
     def describe(self) -> dict[str, Any]:
         """Static facts of the replica, for logs and the estimate command."""
-        cfg = self.cfg
-        return {
-            "kv_blocks": cfg.kv_blocks, "kv_capacity_tokens": cfg.kv_capacity_tokens,
-            "kv_cache_bytes": cfg.kv_cache_bytes, "weight_bytes": cfg.weight_bytes,
-        }
+        return self.cfg.describe()

@@ -87,6 +87,22 @@ class ShardShape:
         return self.arch.layers * self.kv_bytes_per_token_layer
 
 
+def _attention(shape: ShardShape, graph: bool, *, pairs: float, kv_tokens: float, q_tokens: int, seqs: int,
+               rows: int) -> Work:
+    """Attention of ``q_tokens`` queries over ``pairs`` (query, key) pairs, reading ``kv_tokens`` of K and V
+    (``seqs`` sequences; the kernel's tile is ``rows`` by the mean context)."""
+    arch, prec = shape.arch, shape.precision
+    return Work(
+        flops=4.0 * arch.head_dim * (arch.heads // shape.tp) * pairs,
+        bytes_=kv_tokens * shape.kv_bytes_per_token_layer + q_tokens * 2 * shape.q_dim * ACT_BYTES[prec],
+        precision=prec,
+        graph=graph,
+        kind="attention",
+        count=arch.layers,
+        shape=(rows, max(1, round(kv_tokens / max(1, seqs))), arch.head_dim),
+    )
+
+
 def batch_work(
     shape: ShardShape,
     *,
@@ -109,7 +125,7 @@ def batch_work(
     if tokens <= 0:
         return ()
     bpp, act = BYTES_PER_PARAM[prec], ACT_BYTES[prec]
-    h, q, ffn, layers = arch.hidden, shape.q_dim, shape.ffn, arch.layers
+    h, ffn, layers = arch.hidden, shape.ffn, arch.layers
     items: list[Work] = []
     # vLLM replays decode-only batches from captured CUDA graphs (prefill runs eagerly).
     graph = prefill_tokens == 0
@@ -127,33 +143,14 @@ def batch_work(
                 shape=(m, n_out, k_in),
             )
         )
-    attn_flops_per_pair = 4.0 * arch.head_dim * (arch.heads // shape.tp)
     kv_layer = shape.kv_bytes_per_token_layer
     if prefill_tokens:
-        items.append(
-            Work(
-                flops=attn_flops_per_pair * prefill_pairs,
-                bytes_=prefill_kv_tokens * kv_layer + prefill_tokens * 2 * q * act,
-                precision=prec,
-            graph=graph,
-                kind="attention",
-                count=layers,
-                shape=(prefill_tokens, max(1, round(prefill_kv_tokens / max(1, prefill_seqs))), arch.head_dim),
-            )
-        )
+        items.append(_attention(shape, graph, pairs=prefill_pairs, kv_tokens=prefill_kv_tokens,
+                                q_tokens=prefill_tokens, seqs=prefill_seqs, rows=prefill_tokens))
     if decode_seqs:
-        items.append(
-            Work(
-                flops=attn_flops_per_pair * decode_kv_tokens,
-                bytes_=decode_kv_tokens * kv_layer + decode_seqs * 2 * q * act,
-                precision=prec,
-            graph=graph,
-                kind="attention",
-                count=layers,
-                # Decode kernels (FlashDecoding) pack the query heads sharing a KV head into one tile.
-                shape=(arch.heads // arch.kv_heads, max(1, round(decode_kv_tokens / decode_seqs)), arch.head_dim),
-            )
-        )
+        # Decode kernels (FlashDecoding) pack the query heads sharing a KV head into one tile.
+        items.append(_attention(shape, graph, pairs=decode_kv_tokens, kv_tokens=decode_kv_tokens,
+                                q_tokens=decode_seqs, seqs=decode_seqs, rows=arch.heads // arch.kv_heads))
     # Norms, rotary embedding, residual adds, activation function, and writing the new K and V.
     items.append(
         Work(

@@ -9,36 +9,42 @@ class, so it shares links max-min with training traffic), waits for the flow to 
 prefill replica's blocks and admits the request to the decode replica, which continues from the
 second token. The first token reaches the client when its KV cache has landed.
 
-Replicas heal themselves. Each broker instance's capability lives in a :class:`Lease` that is
-refreshed in the background once two thirds of its lifetime have passed (and at once when a chip
-refuses it, after which the call is retried on the new token). When a replica's chips stop
-answering (a chip-shard restart), its in-flight requests end with a retryable UNAVAILABLE, the
-replica starts afresh (a restarted chip holds no KV cache) and probes the shard's health with
-backoff; it serves again as soon as the shard answers. Meanwhile the deployment reports DEGRADED.
+The replica itself, its capability lease and its request streams live in :mod:`.replica`, which
+also says how replicas heal themselves; while one heals, the deployment reports DEGRADED.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import grpc
 import numpy as np
 import structlog
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.errors import DomainError
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
-from gigacluster.inference.engine import Handoff, ReplicaConfig, ReplicaEngine, Request, TokenEvent
+from gigacluster.inference.engine import Handoff, ReplicaConfig, Request, TokenEvent
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.metrics import ServingMetrics
-from gigacluster.inference.policies import ReplicaView, RoutingPolicy
+from gigacluster.inference.policies import RoutingPolicy
+from gigacluster.router.replica import (  # noqa: F401  (re-exported: the deployment's parts)
+    HEAL_FIRST_PROBE_S,
+    REFRESH_FRACTION,
+    REFRESH_MARGIN_MAX_S,
+    SLOW_EWMA,
+    SLOW_THRESHOLD,
+    SLOW_WINDOW,
+    TOKEN_REFUSED,
+    Binding,
+    Lease,
+    ReacquireFn,
+    RefreshFn,
+    Replica,
+    ReplicaFailed,
+    Stream,
+    replica_memory_bytes,
+)
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
@@ -46,368 +52,6 @@ from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.metrics import BucketHistogram
 
 log = structlog.get_logger()
-
-
-SLOW_EWMA = 0.2  # weight of the newest KV transfer in the transport's slowdown average
-SLOW_WINDOW = 64  # batch iterations a replica's slowdown is measured over
-SLOW_THRESHOLD = 0.05  # flag a deployment more than 5% slower than its model
-
-
-REFRESH_FRACTION = 2 / 3  # refresh a capability once this share of its lifetime has passed
-REFRESH_MARGIN_MAX_S = 120.0  # ... and never later than this before it expires
-HEAL_FIRST_PROBE_S = 0.05  # first wait before probing a failed replica's chips (doubles up to the config cap)
-TOKEN_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-
-
-class ReplicaFailed(Exception):
-    """The replica's chips (or the fabric under a KV transfer) failed under a request."""
-
-
-RefreshFn = Callable[[str], Awaitable[tuple[str, float]]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Binding:
-    """Where a replica runs: its broker instance, devices, shard endpoint and capability lease."""
-
-    instance: str
-    devices: list[tuple[int, int]]
-    endpoint: str
-    lease: Lease
-
-
-# Allocates a new instance for a replica whose instance the broker no longer knows.
-ReacquireFn = Callable[["Replica"], Awaitable[Binding]]
-
-
-class Lease:
-    """The capability token of one broker instance, kept fresh.
-
-    Calling the lease gives the current token. :meth:`run` refreshes it in the background once
-    :data:`REFRESH_FRACTION` of its lifetime has passed, so an idle deployment never holds an
-    expired token; :meth:`refresh` fetches a new one now (one broker call however many wait).
-    """
-
-    def __init__(self, instance: str, token: str, expires_s: float, refresh: RefreshFn) -> None:
-        self.instance = instance
-        self.token = token
-        self.expires_s = expires_s
-        self._lifetime_s = max(expires_s - time.time(), 1e-3)
-        self._refresh = refresh
-        self._inflight: asyncio.Future[None] | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.refreshes = 0
-        # The broker no longer knows the instance (released behind our back, or a broker that lost it).
-        self.lost = False
-        self.on_lost: list[Callable[[], None]] = []
-
-    def __call__(self) -> str:
-        return self.token
-
-    def due_in_s(self) -> float:
-        """Wall seconds until the token should be refreshed (0 when it is due or expired)."""
-        margin = min(self._lifetime_s * (1 - REFRESH_FRACTION), REFRESH_MARGIN_MAX_S)
-        return max(0.0, self.expires_s - margin - time.time())
-
-    async def refresh(self) -> None:
-        if self._inflight is None or self._inflight.done():
-            self._inflight = asyncio.ensure_future(self._fetch())
-        await asyncio.shield(self._inflight)
-
-    async def _fetch(self) -> None:
-        try:
-            token, expires_s = await self._refresh(self.instance)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.NOT_FOUND and not self.lost:
-                self.lost = True
-                log.warning("instance lost", instance=self.instance, error=(err.details() or "")[:200])
-                for cb in self.on_lost:
-                    cb()
-            raise
-        self._lifetime_s = max(expires_s - time.time(), 1e-3)
-        self.token, self.expires_s = token, expires_s
-        self.refreshes += 1
-
-    async def run(self, backoff_max_s: float = 5.0) -> None:
-        """Refresh before every expiry, forever; a failed refresh is retried with backoff."""
-        delay = 0.1
-        while True:
-            await asyncio.sleep(self.due_in_s())
-            try:
-                await self.refresh()
-                delay = 0.1
-            except grpc.aio.AioRpcError as err:
-                if self.lost:
-                    return  # nothing left to refresh: the replicas re-acquire an instance
-                log.warning("capability refresh failed; retrying", instance=self.instance, code=err.code().name,
-                            retry_in_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, backoff_max_s)
-
-    def start(self) -> None:
-        if self.task is None:
-            self.task = asyncio.ensure_future(self.run())
-
-    async def close(self) -> None:
-        for t in (self.task, self._inflight):
-            if t is not None and not t.done():
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                    await t
-
-
-@dataclasses.dataclass(eq=False)
-class Stream:
-    """Where a request's tokens go, and what the router recorded for it."""
-
-    queue: asyncio.Queue[TokenEvent | Exception]
-    req: Request
-    owner: Replica
-    last_token_s: float = float("nan")
-    itl: list[float] = dataclasses.field(default_factory=list)
-    closed: bool = False
-    prefill_replica: int = -1
-    kv_transfer_bytes: float = 0.0
-
-    def close(self) -> None:
-        """The client went away: drop the request wherever it is."""
-        self.closed = True
-        self.owner.engine.cancel(self.req.id)
-        self.owner.streams.pop(self.req.id, None)
-
-
-def replica_memory_bytes(engine: ReplicaEngine) -> int:
-    """HBM one chip of a replica holds: its weight shard plus its share of the KV blocks in use."""
-    cfg = engine.cfg
-    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.tp)
-
-
-class Replica:
-    def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
-                 endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5) -> None:
-        self.index = index
-        self.engine = ReplicaEngine(cfg)
-        self.instance = instance
-        self.devices = devices
-        self.endpoint = endpoint
-        self.lease = lease
-        self.clock = clock
-        self.heal_backoff_max_s = heal_backoff_max_s
-        self.heals = 0
-        self._probe_s = HEAL_FIRST_PROBE_S
-        self.streams: dict[str, Stream] = {}
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-        self.failed = ""
-        self.channel = open_channel(endpoint)
-        self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
-        self.energy_j = 0.0
-        self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
-        self.on_dropped: Callable[[Replica, Stream], None] | None = None
-        self.reacquire: ReacquireFn | None = None
-        self.reacquires = 0
-        lease.on_lost.append(self.wake.set)
-        # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
-        self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
-        self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
-
-    @property
-    def role(self) -> str:
-        return self.engine.cfg.role
-
-    @property
-    def first_device(self) -> int:
-        return self.devices[0][0]
-
-    def hand_over(self, stream: Stream) -> None:
-        """Take a request already admitted to this replica's engine (its KV cache has landed)."""
-        stream.owner = self
-        self.streams[stream.req.id] = stream
-        self.wake.set()
-
-    async def _execute(self, it: Any, ranges: Any) -> Any:
-        """ExecuteWork for one batch iteration; a refused token is refreshed and the call retried once.
-
-        None when the token was refused because the broker no longer knows the instance.
-        """
-        req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=convert.work_msgs(it.work),
-                                          not_before_s=it.start_s, tag=self.instance,
-                                          memory_in_use_bytes=replica_memory_bytes(self.engine))
-        self._reported_memory = req.memory_in_use_bytes
-        try:
-            return await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            self._reported_memory = -1
-            if err.code() not in TOKEN_REFUSED:
-                raise
-            log.info("capability refused; refreshing", replica=self.index, instance=self.instance,
-                     error=err.details())
-            try:
-                await self.lease.refresh()
-            except grpc.aio.AioRpcError:
-                if self.lease.lost:
-                    return None
-                raise err from None
-        resp = await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
-        self._reported_memory = req.memory_in_use_bytes
-        return resp
-
-    async def _report_memory(self, ranges: Any) -> None:
-        """Tell the chips what the idle replica holds (its weights and any KV cache still in use), once
-        per change; the last ExecuteWork carried the value of the iteration before it."""
-        mem = replica_memory_bytes(self.engine)
-        if mem == self._reported_memory:
-            return
-        try:
-            await self.stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=ranges, bytes_per_device=mem),
-                                           metadata=call_metadata(capability=self.lease()), timeout=2)
-            self._reported_memory = mem
-        except grpc.aio.AioRpcError as err:  # telemetry only: the next iteration reports it again
-            log.info("memory report failed", replica=self.index, code=err.code().name)
-
-    def _drop_all(self, why: str) -> None:
-        """End every request this replica holds with a retryable error and start from an empty engine
-        (the chips that held their KV caches are gone)."""
-        for s in list(self.streams.values()):
-            s.queue.put_nowait(ReplicaFailed(why))
-            if self.on_dropped is not None:
-                self.on_dropped(self, s)
-        self.streams.clear()
-        self.engine = ReplicaEngine(self.engine.cfg)
-        self._timing.clear()
-
-    async def _heal(self) -> None:
-        """Probe the shard's health with backoff until it serves again, then reopen the channel.
-
-        The backoff carries over until an iteration succeeds, so chips that answer health but keep
-        failing work are retried at ``heal_backoff_max_s``, not in a tight loop.
-        """
-        while True:
-            await asyncio.sleep(self._probe_s)
-            self._probe_s = min(self._probe_s * 2, self.heal_backoff_max_s)
-            channel = open_channel(self.endpoint)  # a fresh channel: no inherited reconnect backoff
-            try:
-                r = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if r.status != health_pb2.HealthCheckResponse.SERVING:
-                    raise ReplicaFailed("not serving yet")
-                if self.lease.due_in_s() == 0:
-                    await self.lease.refresh()  # re-acquire a token that lapsed while the chips were away
-            except (grpc.aio.AioRpcError, ReplicaFailed):
-                await channel.close()
-                if self.lease.lost:
-                    return  # the instance itself is gone: run() re-acquires one
-                continue
-            old, self.channel = self.channel, channel
-            self.stub = chip_pb2_grpc.ChipServiceStub(channel)
-            await old.close()
-            return
-
-    async def _rebind(self) -> None:
-        """Move to a new instance (devices, shard, lease) after the broker lost ours; retried with backoff."""
-        old = self.instance
-        self.failed = f"replica {self.index}: its instance {old} is gone; acquiring a new one"
-        self._drop_all(f"{self.failed}; the request was dropped: retry it")
-        if self.reacquire is None:  # e.g. disaggregated replicas sharing one instance: redeploy
-            self.failed = f"replica {self.index}: its instance {old} is gone; delete and redeploy"
-            await asyncio.Event().wait()
-        assert self.reacquire is not None
-        delay = 0.1
-        while True:
-            try:
-                b = await self.reacquire(self)
-                break
-            except (grpc.aio.AioRpcError, DomainError) as err:
-                log.warning("re-acquire failed; retrying", replica=self.index, error=str(err)[:200], retry_in_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        self.instance, self.devices, self.lease = b.instance, b.devices, b.lease
-        b.lease.on_lost.append(self.wake.set)
-        if b.endpoint != self.endpoint:
-            self.endpoint = b.endpoint
-            old_ch, self.channel = self.channel, open_channel(b.endpoint)
-            self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
-            await old_ch.close()
-        self.reacquires += 1
-        self.failed = ""
-        log.info("replica re-acquired", replica=self.index, old=old, instance=self.instance)
-
-    async def run(self, on_finish: Callable[[TokenEvent, Stream], None]) -> None:
-        t_free = self.clock.now()
-        ranges = convert.range_msgs(self.devices)
-        while True:
-            if self.lease.lost:
-                await self._rebind()
-                ranges = convert.range_msgs(self.devices)
-                t_free = self.clock.now()
-                continue
-            # In virtual time the next iteration starts when the last one ended or when work arrived,
-            # never later because this task woke late (the chip service backdates the call to it).
-            start = max(t_free, min(self.clock.now(), self.engine.ready_since_s()))
-            it = self.engine.next_iteration(start)
-            if it is None:
-                self.wake.clear()
-                await self._report_memory(ranges)
-                await self.wake.wait()
-                continue
-            try:
-                resp = await self._execute(it, ranges)
-            except grpc.aio.AioRpcError as err:
-                detail = (err.details() or "")[:200]
-                self.failed = f"replica {self.index} lost its chips ({err.code().name}: {detail})"
-                log.error("replica failed; healing", replica=self.index, code=err.code().name, error=detail)
-                self._drop_all(f"{self.failed}; the request was dropped: retry it")
-                await self._heal()
-                t_free = self.clock.now()
-                if not self.lease.lost:  # else the top of the loop re-acquires an instance
-                    self.failed = ""
-                    self.heals += 1
-                    log.info("replica healed", replica=self.index, heals=self.heals)
-                continue
-            if resp is None:  # the instance is gone: re-acquire at the top of the loop
-                continue
-            self._probe_s = HEAL_FIRST_PROBE_S
-            self.energy_j += resp.energy_j
-            if it.compute_s > 0:
-                self._timing.append((resp.end_s - resp.start_s, it.compute_s))
-            end = resp.end_s + it.comm_s
-            await self.clock.sleep_until(end)
-            # The iteration's energy as the chips drew it (their clock, their measured time), shared by its requests.
-            energy = self.engine.iteration_energy_j(it, duration_s=end - resp.start_s, above_idle_j=resp.energy_j)
-            for ev in self.engine.complete(it, end, energy_j=energy):
-                st = self.streams.get(ev.request_id)
-                if st is None:
-                    continue
-                if ev.finish_reason == "prefilled":
-                    del self.streams[ev.request_id]
-                    if self.on_prefilled is not None:
-                        self.on_prefilled(self, ev, st)
-                    continue
-                if st.last_token_s == st.last_token_s:  # not NaN
-                    st.itl.append(ev.time_s - st.last_token_s)
-                st.last_token_s = ev.time_s
-                st.queue.put_nowait(ev)
-                if ev.finished:
-                    on_finish(ev, st)
-                    del self.streams[ev.request_id]
-            t_free = end
-
-    @property
-    def slow_ratio(self) -> float:
-        """Live over roofline time of the recent iterations, weighted by their length (1.0 = on model)."""
-        predicted = sum(p for _, p in self._timing)
-        return sum(a for a, _ in self._timing) / predicted if predicted > 0 else 1.0
-
-    def view(self) -> ReplicaView:
-        return ReplicaView.from_stats(self.index, self.engine.stats(), self.engine.cfg.block_size)
-
-    async def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        for s in self.streams.values():
-            s.queue.put_nowait(ReplicaFailed("deployment deleted"))
-        await self.channel.close()
 
 
 class KvTransport:

@@ -1,0 +1,84 @@
+"""The roofline cost of a replica engine's work: one batch iteration's work, time and energy, and the
+time the work queued ahead of a new arrival will take (its retry-after).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gigacluster.hw.catalog import Chip
+from gigacluster.inference.config import ReplicaConfig
+from gigacluster.inference.request import Iteration
+from gigacluster.inference.work import ShardShape, allreduce_bytes, batch_work
+from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
+from gigacluster.model.roofline import Work, works_time_s
+
+
+def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
+                   new: np.ndarray) -> tuple[tuple[Work, ...], int, int]:
+    """Per-shard work of one iteration over slots with ``computed`` of ``length`` tokens and ``new`` to run;
+    also its prefill tokens and decode sequences."""
+    c = computed
+    is_pre = new > 1
+    pre_n, pre_c = new[is_pre], c[is_pre]
+    dec_c = c[~is_pre]
+    logits = int(((c + new) == length).sum())
+    prefill_tokens = int(pre_n.sum())
+    decode_seqs = int(dec_c.size)
+    work = batch_work(
+        shape,
+        prefill_tokens=prefill_tokens,
+        prefill_pairs=float((pre_n * pre_c).sum() + (pre_n * (pre_n + 1)).sum() / 2.0),
+        prefill_kv_tokens=float((pre_c + pre_n).sum()),
+        prefill_seqs=int(pre_n.size),
+        decode_seqs=decode_seqs,
+        decode_kv_tokens=float((dec_c + 1).sum()),
+        logits=logits,
+    )
+    return work, prefill_tokens, decode_seqs
+
+
+def iteration_time_s(chip: Chip, shape: ShardShape, tp: int, work: tuple[Work, ...],
+                     tokens: int) -> tuple[float, float, float]:
+    """(compute seconds, all-reduce seconds, all-reduce bytes) of one iteration over ``tokens`` tokens."""
+    compute_s = works_time_s(chip, work)
+    ar = allreduce_bytes(shape, tokens)
+    comm_s = 2.0 * (tp - 1) / tp * ar / chip.scaleup_Bps if tp > 1 else 0.0
+    return compute_s, comm_s, ar
+
+
+def iteration_energy_j(chip: Chip, tp: int, it: Iteration, *, duration_s: float | None = None,
+                       above_idle_j: float | None = None) -> float:
+    """IT energy of one batch iteration on a replica's ``tp`` chips, joules.
+
+    The terms of a training step's (``scheduler.runner.step_energy_it_j``): every chip at idle
+    power plus its host share for the iteration's duration, the energy its work draws above
+    idle (:mod:`gigacluster.model.power`), and the scale-up link energy of the tensor-parallel
+    all-reduces (a ring moves ``2 (tp - 1)`` times the per-shard bytes over the links). Offline
+    the duration is ``predicted_s`` and the work runs at full clock; the live router passes
+    what the chip service measured (``duration_s``, ``above_idle_j`` for all ``tp`` chips).
+    """
+    dur = it.predicted_s if duration_s is None else duration_s
+    above = tp * works_energy_above_idle_j(chip, it.work) if above_idle_j is None else above_idle_j
+    return (tp * (chip.idle_w + host_overhead_w()) * dur + above
+            + link_energy_j(2.0 * (tp - 1) * it.allreduce_bytes, 0.0))
+
+
+def queue_wait_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_prompt: int, out: int, ctx: float,
+                 n: int) -> float:
+    """Seconds to serve ``n`` sequences owing ``out`` output tokens at mean context ``ctx``, after prefilling
+    ``queued_prompt`` tokens: prefill at the token budget, then decode in waves of ``max_batch``."""
+    chunk = max(1, min(cfg.max_prefill_tokens, queued_prompt))
+    prefill_s = 0.0
+    if queued_prompt:
+        per_chunk = works_time_s(chip, batch_work(
+            shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
+            prefill_kv_tokens=chunk, logits=1))
+        prefill_s = per_chunk * queued_prompt / chunk
+    batch = min(cfg.max_batch, n)
+    step_s = works_time_s(chip, batch_work(
+        shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
+    waves = math.ceil(n / cfg.max_batch)
+    return max(1e-3, prefill_s + waves * (out / n) * step_s)

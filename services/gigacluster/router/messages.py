@@ -1,0 +1,143 @@
+"""All proto <-> domain conversion of the router: the deploy request in, deployments, stats and chunks out."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gigacluster.common.v1 import common_pb2
+from gigacluster.errors import InvalidArgument, Unavailable
+from gigacluster.hw.catalog import chip_names, default_system, get_system
+from gigacluster.inference.engine import ReplicaConfig
+from gigacluster.inference.policies import POLICIES
+from gigacluster.model.arch import ARCH_FIELDS, arch_from_dict
+from gigacluster.router.deployment import LiveDeployment
+from gigacluster.router.generation import Chunk
+from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime import convert
+from gigacluster.runtime.config import RouterConfig
+
+MAX_NAME_CHARS = 64  # preset and chip names: refused before lookup, so no error echoes a long one
+STATES = {"deploying": 1, "ready": 2, "failed": 3, "deleting": 4, "degraded": 5}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploySpec:
+    """A validated DeployModelRequest: replica config, routing policy and replica counts."""
+
+    cfg: ReplicaConfig
+    policy: str
+    replicas: int
+    n_pre: int
+    n_dec: int
+
+
+
+
+def deploy_spec(request: router_pb2.DeployModelRequest, c: RouterConfig) -> DeploySpec:
+    """Validate a DeployModelRequest against the configured bounds (no work, no broker call)."""
+    if not request.HasField("model"):
+        raise InvalidArgument("model", "required: a preset (e.g. llama3-8b) or an architecture")
+    m = request.model
+    if len(m.preset) > MAX_NAME_CHARS or len(request.chip) > MAX_NAME_CHARS:
+        raise InvalidArgument("model.preset" if len(m.preset) > MAX_NAME_CHARS else "chip",
+                              f"at most {MAX_NAME_CHARS} characters")
+    arch = arch_from_dict({"preset": m.preset, **{k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)}}
+                          if m.preset else {k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)})
+    if request.chip not in chip_names():
+        raise InvalidArgument("chip", f"allowed: {', '.join(chip_names())}; got {request.chip[:64]!r}")
+    tp = int(request.tp) or 1
+    dom = get_system(default_system(request.chip)).chips
+    if tp > dom:
+        raise InvalidArgument("tp", f"must be <= {dom} (one {request.chip} scale-up domain), got {tp}")
+    n_pre, n_dec = int(request.prefill_replicas), int(request.decode_replicas)
+    if (n_pre > 0) != (n_dec > 0):
+        raise InvalidArgument("decode_replicas" if n_pre else "prefill_replicas",
+                              "a disaggregated deployment needs both prefill_replicas and decode_replicas > 0")
+    if n_pre and request.replicas not in (0, n_pre + n_dec):
+        raise InvalidArgument("replicas", f"leave 0 (or {n_pre + n_dec}) with prefill/decode replicas, "
+                                          f"got {request.replicas}")
+    replicas = n_pre + n_dec or int(request.replicas) or 1
+    if replicas > c.max_replicas:
+        raise InvalidArgument("replicas", f"must be <= {c.max_replicas} (router max_replicas), got {replicas}")
+    for field, value, limit in (("max_queue", int(request.max_queue), c.max_queue_limit),
+                                ("max_batch", int(request.max_batch), c.max_batch_limit)):
+        if value > limit:
+            raise InvalidArgument(field, f"must be <= {limit} (router {field}_limit), got {value}")
+    policy_name = request.policy or "least_outstanding"
+    if policy_name not in POLICIES:
+        raise InvalidArgument("policy", f"allowed: {', '.join(sorted(POLICIES))}; got {policy_name[:64]!r}")
+    kv = request.kv_fraction or 0.9
+    if not 0 < kv <= 1:  # also refuses NaN
+        raise InvalidArgument("kv_fraction", f"must be in (0, 1], got {kv}")
+    cfg = ReplicaConfig(arch=arch, chip=request.chip, tp=tp,
+                        precision=convert.precision_name(request.precision),
+                        max_batch=int(request.max_batch) or 256, kv_fraction=kv,
+                        max_queue=int(request.max_queue) or 1024, chunked_prefill=bool(request.chunked_prefill))
+    return DeploySpec(cfg, policy_name, replicas, n_pre, n_dec)
+
+
+def shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
+    """The endpoint of the chip shard holding the first of ``devs`` (from a GetInventory answer)."""
+    for s in inv.shards:
+        if s.devices.start <= devs[0][0] < s.devices.end:
+            return str(s.endpoint)
+    raise Unavailable(f"no chip shard in the inventory holds device {devs[0][0]}; retry")
+
+
+def arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
+    a = dep.cfg.arch
+    return common_pb2.ModelArchitecture(preset=a.name, layers=a.layers, hidden=a.hidden, heads=a.heads,
+                                        kv_heads=a.kv_heads, ffn_hidden=a.ffn_hidden, vocab=a.vocab, seq_len=a.seq_len)
+
+
+def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
+    c = dep.cfg
+    state, reason = dep.health()
+    return router_pb2.Deployment(
+        name=dep.name, tenant=dep.tenant, model=arch_msg(dep), chip=c.chip, tp=c.tp, replicas=len(dep.replicas),
+        max_batch=c.max_batch, kv_fraction=c.kv_fraction, precision=convert.PRECISION_ENUMS[c.precision],  # type: ignore[arg-type]  # protobuf enums are int NewTypes
+        policy=dep.policy_name, state=STATES[state], reason=reason,  # type: ignore[arg-type]
+        instances=list(dict.fromkeys(r.instance for r in dep.replicas)),
+        kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
+        max_queue=c.max_queue, prefill_replicas=len(dep.pool("prefill")), decode_replicas=len(dep.pool("decode")),
+        chunked_prefill=c.chunked_prefill,
+    )
+
+
+def latency_summary(d: dict[str, float]) -> common_pb2.LatencySummary:
+    return common_pb2.LatencySummary(count=int(d["count"]), p50_s=d["p50"], p90_s=d["p90"], p99_s=d["p99"],
+                                     p999_s=d["p99.9"], mean_s=d["mean"], max_s=d["max"])
+
+
+
+
+def generate_response(c: Chunk) -> router_pb2.GenerateResponse:
+    """One chunk of tokens as a GenerateResponse, with the request's usage on the last."""
+    resp = router_pb2.GenerateResponse(request_id=c.request_id, index=c.index, token_ids=c.token_ids,
+                                       text=c.text, time_s=c.time_s, replica=c.replica,
+                                       finish_reason=c.finish_reason)
+    s = c.summary
+    if s is not None:
+        resp.usage.CopyFrom(router_pb2.GenerateUsage(
+            prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
+            cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s, e2e_s=s.e2e_s,
+            kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
+            prefill_replica=c.prefill_replica, energy_j=s.energy_j))
+    return resp
+
+
+def stats_msg(d: LiveDeployment) -> router_pb2.DeploymentStats:
+    """A deployment's serving statistics (latency summaries, throughput, cache and queue)."""
+    s: Any = d.stats_snapshot()
+    return router_pb2.DeploymentStats(
+        deployment=d.name, ttft=latency_summary(s["ttft_s"]), tpot=latency_summary(s["tpot_s"]),
+        itl=latency_summary(s["itl_s"]), e2e=latency_summary(s["e2e_s"]), queue=latency_summary(s["queue_s"]),
+        tokens_per_s=float(s["output_tokens_per_s"]), kv_cache_usage=float(s["kv_used_now"]),
+        prefix_hit_rate=float(s["prefix_hit_rate"]),
+        queue_depth=int(s["queue_depth"]),
+        running=int(s["running"]), completed=int(s["requests"]),
+        rejected=int(s["rejected"]) + int(s["shed"]),
+        kv_transfers=int(s["kv_transfers"]),
+        kv_transfer_bytes=float(s["kv_transfer_bytes"]),
+    )
