@@ -196,7 +196,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         cap.require("telemetry.read", _devset(idx, self.shard.offset))
         return idx
 
-    async def GetShard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetShard(self, request: chip_pb2.GetShardRequest,
+                             context: grpc.aio.ServicerContext) -> chip_pb2.GetShardResponse:
         if bearer_token(context):
             await self.svc.auth.principal(context)
         else:
@@ -208,7 +209,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             chips_per_domain=s.system.chips, hbm_bytes_per_device=s.chip.hbm_bytes, now_s=self.svc.clock.now(),
         )
 
-    async def ListDevices(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListDevices(self, request: chip_pb2.ListDevicesRequest,
+                                context: grpc.aio.ServicerContext) -> chip_pb2.ListDevicesResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         all_idx = idx if idx is not None else np.arange(s.count)
@@ -227,7 +229,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             ))
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
 
-    async def ExecuteWork(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ExecuteWork(self, request: chip_pb2.ExecuteWorkRequest,
+                                context: grpc.aio.ServicerContext) -> chip_pb2.ExecuteWorkResponse:
         cap = await self._cap(context, "compute.run")
         not_before_s = self._not_before(request.not_before_s)
         idx = self._devices(request.devices)
@@ -242,7 +245,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                             clock_factor=res.clock_factor)
 
-    async def AllocateMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def AllocateMemory(self, request: chip_pb2.AllocateMemoryRequest,
+                                   context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:
         cap = await self._cap(context, "memory.write")
         idx = self.shard.local([(request.device, request.device + 1)], "device")
         if request.size_bytes <= 0:
@@ -252,7 +256,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.AllocateMemoryResponse(name=f"allocations/{alloc}", device=request.device,
                                                size_bytes=request.size_bytes)
 
-    async def SetMemoryInUse(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SetMemoryInUse(self, request: chip_pb2.SetMemoryInUseRequest,
+                                   context: grpc.aio.ServicerContext) -> chip_pb2.SetMemoryInUseResponse:
         cap = await self._cap(context, "memory.write")
         idx = self._devices(request.devices)
         cap.require("memory.write", _devset(idx, self.shard.offset))
@@ -270,20 +275,23 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             raise ResourceExhausted(f"{field}: at most {self.cfg.max_io_bytes} bytes per call (max_io_bytes), "
                                     f"got {n}", field=field)
 
-    async def FreeMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def FreeMemory(self, request: chip_pb2.FreeMemoryRequest,
+                               context: grpc.aio.ServicerContext) -> chip_pb2.FreeMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         scrub_s = self.svc.memory.free(alloc, cap.tenant)
         return chip_pb2.FreeMemoryResponse(scrub_s=scrub_s)
 
-    async def WriteMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def WriteMemory(self, request: chip_pb2.WriteMemoryRequest,
+                                context: grpc.aio.ServicerContext) -> chip_pb2.WriteMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         self._io_bound("data", len(request.data))
         self.svc.memory.write(alloc, cap.tenant, int(request.offset), bytes(request.data))
         return chip_pb2.WriteMemoryResponse(written_bytes=len(request.data))
 
-    async def ReadMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ReadMemory(self, request: chip_pb2.ReadMemoryRequest,
+                               context: grpc.aio.ServicerContext) -> chip_pb2.ReadMemoryResponse:
         cap = await self._cap(context, "memory.read")
         alloc = self._alloc_id(request.name)
         self._io_bound("length", int(request.length))
@@ -297,7 +305,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                  for a, b in zip(devices.starts, devices.stops, strict=True) if a < s.end and b > s.offset]
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    async def ScrubInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ScrubInstance(self, request: chip_pb2.ScrubInstanceRequest,
+                                  context: grpc.aio.ServicerContext) -> chip_pb2.ScrubInstanceResponse:
         await self.svc.auth.require_privileged(context)
         if not request.instance:
             raise InvalidArgument("instance", "required")
@@ -318,7 +327,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         self.shard.release_memory(idx)
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
-    async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def InjectFault(self, request: chip_pb2.InjectFaultRequest,
+                                context: grpc.aio.ServicerContext) -> chip_pb2.InjectFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         if not math.isfinite(request.clock_factor):
@@ -328,7 +338,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                               "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
         return chip_pb2.InjectFaultResponse(affected=n)
 
-    async def ClearFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ClearFault(self, request: chip_pb2.ClearFaultRequest,
+                               context: grpc.aio.ServicerContext) -> chip_pb2.ClearFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         n = self.shard.clear_fault(idx)
@@ -336,7 +347,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                               "t_s": self.svc.clock.now()})
         return chip_pb2.ClearFaultResponse(affected=n)
 
-    async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetStats(self, request: chip_pb2.GetStatsRequest,
+                             context: grpc.aio.ServicerContext) -> chip_pb2.GetStatsResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         sel = idx if idx is not None else np.arange(s.count)

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import math
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -301,7 +302,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             raise NotFound(f"devices/{value}", f"{field}: device {value} is not in the topology (0..{n - 1})")
         return int(value)
 
-    async def GetTopology(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetTopology(self, request: fabric_pb2.GetTopologyRequest,
+                                context: grpc.aio.ServicerContext) -> fabric_pb2.GetTopologyResponse:
         await self._reader(context)
         s = self.svc.topo.summary()
         return fabric_pb2.GetTopologyResponse(
@@ -313,7 +315,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                    for t in s["tiers"]],
         )
 
-    async def ListLinks(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListLinks(self, request: fabric_pb2.ListLinksRequest,
+                              context: grpc.aio.ServicerContext) -> fabric_pb2.ListLinksResponse:
         await self._reader(context)
         topo = self.svc.topo
         if request.tier and request.tier not in TIER_NAMES:
@@ -330,7 +333,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             bytes_carried=float(stats.bytes_carried[i])) for i in np.asarray(page, dtype=np.int64)]
         return fabric_pb2.ListLinksResponse(links=links, next_page_token=token)
 
-    async def StartTransfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def StartTransfer(self, request: fabric_pb2.StartTransferRequest,
+                                  context: grpc.aio.ServicerContext) -> fabric_pb2.StartTransferResponse:
         cap = await self.svc.auth.capability(context, "fabric.send")
         src = self._device("src_device", request.src_device)
         dst = self._device("dst_device", request.dst_device)
@@ -351,7 +355,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         self.svc.add(rec)
         return fabric_pb2.StartTransferResponse(name=name, start_s=start, predicted_end_s=h.predicted_end_s)
 
-    def _collective_ranks(self, request: Any) -> tuple[np.ndarray, int, int]:
+    def _collective_ranks(self, request: fabric_pb2.StartCollectiveRequest) -> tuple[np.ndarray, int, int]:
         """(ranks of group 0, groups, stride), every size checked against config before expanding."""
         cfg = self.svc.config
         if len(request.ranks) > cfg.max_rank_ranges:
@@ -389,7 +393,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             raise InvalidArgument("ranks", "ranks must be distinct")
         return ranks, groups, (stride if groups > 1 else 0)
 
-    async def StartCollective(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def StartCollective(self, request: fabric_pb2.StartCollectiveRequest,
+                                    context: grpc.aio.ServicerContext) -> fabric_pb2.StartCollectiveResponse:
         cap = await self.svc.auth.capability(context, "fabric.send")
         op = OPS.get(request.op)
         if op is None:
@@ -415,13 +420,15 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         return fabric_pb2.StartCollectiveResponse(name=name, algorithm=rec.algorithm, start_s=start,
                                                   predicted_end_s=max(h.predicted_end_s for h in handles))
 
-    async def GetFlow(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetFlow(self, request: fabric_pb2.GetFlowRequest,
+                            context: grpc.aio.ServicerContext) -> fabric_pb2.GetFlowResponse:
         p = await self._reader(context)
         rec = self._visible(p, request.name)
         self.svc.settle(rec)
         return fabric_pb2.GetFlowResponse(flow=self.svc.flow_msg(rec))
 
-    async def WatchFlows(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def WatchFlows(self, request: fabric_pb2.WatchFlowsRequest,
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[fabric_pb2.WatchFlowsResponse]:
         p = await self._reader(context)
         names = list(request.names)
         if len(names) > 10_000:
@@ -452,7 +459,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         finally:
             self.svc._watchers.discard(q)
 
-    async def GetLinkStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetLinkStats(self, request: fabric_pb2.GetLinkStatsRequest,
+                                 context: grpc.aio.ServicerContext) -> fabric_pb2.GetLinkStatsResponse:
         await self._reader(context)
         stats = self.svc.sim.link_stats()
         return fabric_pb2.GetLinkStatsResponse(
@@ -475,7 +483,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                 raise NotFound(preview(target, 64), f"target: no switch {preview(target, 64)!r}") from exc
         raise InvalidArgument("target", f"must be 'links/<name>' or 'switches/<name>', got {preview(target, 64)!r}")
 
-    async def InjectLinkFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def InjectLinkFault(self, request: fabric_pb2.InjectLinkFaultRequest,
+                                    context: grpc.aio.ServicerContext) -> fabric_pb2.InjectLinkFaultResponse:
         await self.svc.auth.require_privileged(context)
         kind, ident = self._target(request.target)
         self.svc.advance(self.svc.clock.now())
@@ -501,7 +510,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             links_affected=1 if kind == "link" else len(self.svc.topo.links_of_node(ident)),
             flows_rerouted=sum(1 for e in events if e.kind == "rerouted"), flows_failed=len(failed))
 
-    async def ClearLinkFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ClearLinkFault(self, request: fabric_pb2.ClearLinkFaultRequest,
+                                   context: grpc.aio.ServicerContext) -> fabric_pb2.ClearLinkFaultResponse:
         await self.svc.auth.require_privileged(context)
         kind, ident = self._target(request.target)
         self.svc.advance(self.svc.clock.now())
