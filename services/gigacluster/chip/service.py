@@ -23,6 +23,7 @@ from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
 from gigacluster.security.ratelimit import TenantRateLimiter
+from gigacluster.wire import chip as chip_wire
 
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
 DCGM_LABELS = ["gpu", "Hostname", "model_name"]  # dcgm-exporter's, modelName in snake_case
@@ -234,7 +235,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         cap = await self._cap(context, "compute.run")
         not_before_s = self._not_before(request.not_before_s)
         idx = self._devices(request.devices)
-        works = convert.works(request.items)
+        works = chip_wire.works(request.items)
         cap.require("compute.run", _devset(idx, self.shard.offset))
         if request.HasField("memory_in_use_bytes"):  # checked (and held) before any work is booked
             cap.require("memory.write", _devset(idx, self.shard.offset))
