@@ -198,7 +198,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return idx
 
     async def GetShard(self, request: chip_pb2.GetShardRequest,
-                             context: grpc.aio.ServicerContext) -> chip_pb2.GetShardResponse:
+                       context: grpc.aio.ServicerContext) -> chip_pb2.GetShardResponse:
         if bearer_token(context):
             await self.svc.auth.principal(context)
         else:
@@ -211,7 +211,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         )
 
     async def ListDevices(self, request: chip_pb2.ListDevicesRequest,
-                                context: grpc.aio.ServicerContext) -> chip_pb2.ListDevicesResponse:
+                          context: grpc.aio.ServicerContext) -> chip_pb2.ListDevicesResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         all_idx = idx if idx is not None else np.arange(s.count)
@@ -231,7 +231,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
 
     async def ExecuteWork(self, request: chip_pb2.ExecuteWorkRequest,
-                                context: grpc.aio.ServicerContext) -> chip_pb2.ExecuteWorkResponse:
+                          context: grpc.aio.ServicerContext) -> chip_pb2.ExecuteWorkResponse:
         cap = await self._cap(context, "compute.run")
         not_before_s = self._not_before(request.not_before_s)
         idx = self._devices(request.devices)
@@ -247,7 +247,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                             clock_factor=res.clock_factor)
 
     async def AllocateMemory(self, request: chip_pb2.AllocateMemoryRequest,
-                                   context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:
+                             context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:
         cap = await self._cap(context, "memory.write")
         idx = self.shard.local([(request.device, request.device + 1)], "device")
         if request.size_bytes <= 0:
@@ -258,7 +258,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                                size_bytes=request.size_bytes)
 
     async def SetMemoryInUse(self, request: chip_pb2.SetMemoryInUseRequest,
-                                   context: grpc.aio.ServicerContext) -> chip_pb2.SetMemoryInUseResponse:
+                             context: grpc.aio.ServicerContext) -> chip_pb2.SetMemoryInUseResponse:
         cap = await self._cap(context, "memory.write")
         idx = self._devices(request.devices)
         cap.require("memory.write", _devset(idx, self.shard.offset))
@@ -277,14 +277,14 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                     f"got {n}", field=field)
 
     async def FreeMemory(self, request: chip_pb2.FreeMemoryRequest,
-                               context: grpc.aio.ServicerContext) -> chip_pb2.FreeMemoryResponse:
+                         context: grpc.aio.ServicerContext) -> chip_pb2.FreeMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         scrub_s = self.svc.memory.free(alloc, cap.tenant)
         return chip_pb2.FreeMemoryResponse(scrub_s=scrub_s)
 
     async def WriteMemory(self, request: chip_pb2.WriteMemoryRequest,
-                                context: grpc.aio.ServicerContext) -> chip_pb2.WriteMemoryResponse:
+                          context: grpc.aio.ServicerContext) -> chip_pb2.WriteMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         self._io_bound("data", len(request.data))
@@ -292,7 +292,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.WriteMemoryResponse(written_bytes=len(request.data))
 
     async def ReadMemory(self, request: chip_pb2.ReadMemoryRequest,
-                               context: grpc.aio.ServicerContext) -> chip_pb2.ReadMemoryResponse:
+                         context: grpc.aio.ServicerContext) -> chip_pb2.ReadMemoryResponse:
         cap = await self._cap(context, "memory.read")
         alloc = self._alloc_id(request.name)
         self._io_bound("length", int(request.length))
@@ -307,7 +307,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     async def ScrubInstance(self, request: chip_pb2.ScrubInstanceRequest,
-                                  context: grpc.aio.ServicerContext) -> chip_pb2.ScrubInstanceResponse:
+                            context: grpc.aio.ServicerContext) -> chip_pb2.ScrubInstanceResponse:
         await self.svc.auth.require_privileged(context)
         if not request.instance:
             raise InvalidArgument("instance", "required")
@@ -329,7 +329,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
     async def InjectFault(self, request: chip_pb2.InjectFaultRequest,
-                                context: grpc.aio.ServicerContext) -> chip_pb2.InjectFaultResponse:
+                          context: grpc.aio.ServicerContext) -> chip_pb2.InjectFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         if not math.isfinite(request.clock_factor):
@@ -340,7 +340,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.InjectFaultResponse(affected=n)
 
     async def ClearFault(self, request: chip_pb2.ClearFaultRequest,
-                               context: grpc.aio.ServicerContext) -> chip_pb2.ClearFaultResponse:
+                         context: grpc.aio.ServicerContext) -> chip_pb2.ClearFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         n = self.shard.clear_fault(idx)
@@ -349,7 +349,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ClearFaultResponse(affected=n)
 
     async def GetStats(self, request: chip_pb2.GetStatsRequest,
-                             context: grpc.aio.ServicerContext) -> chip_pb2.GetStatsResponse:
+                       context: grpc.aio.ServicerContext) -> chip_pb2.GetStatsResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         sel = idx if idx is not None else np.arange(s.count)
