@@ -203,12 +203,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             await self.svc.auth.principal(context)
         else:
             await self._cap(context, "telemetry.read")
-        s = self.shard
-        return chip_pb2.GetShardResponse(
-            name=self.svc.shard_name, chip_type=s.chip.name,
-            devices=convert.range_msgs([(s.offset, s.end)])[0], system=s.system.name,
-            chips_per_domain=s.system.chips, hbm_bytes_per_device=s.chip.hbm_bytes, now_s=self.svc.clock.now(),
-        )
+        return chip_wire.shard_msg(self.shard, name=self.svc.shard_name, now_s=self.svc.clock.now())
 
     async def ListDevices(self, request: chip_pb2.ListDevicesRequest,
                           context: grpc.aio.ServicerContext) -> chip_pb2.ListDevicesResponse:
@@ -216,18 +211,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         s = self.shard
         all_idx = idx if idx is not None else np.arange(s.count)
         page_idx, token = convert.page(all_idx, request.page_size, request.page_token)
-        now = self.svc.clock.now()
-        energy = s.energy_j(now)
-        states = s.state()
-        used = self.svc.memory_used_bytes()
-        out = []
-        for i in np.asarray(page_idx, dtype=np.int64):
-            out.append(chip_pb2.Device(
-                id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),  # type: ignore[arg-type]  # protobuf enums are int NewTypes
-                power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
-                memory_used_bytes=int(used[i]), energy_j=float(energy[i]),
-                busy_s=float(s.busy_s[i]), fault=chip_pb2.FaultKind.Name(int(s.fault[i])) if s.fault[i] else "",
-            ))
+        out = chip_wire.device_msgs(s, np.asarray(page_idx, dtype=np.int64), now_s=self.svc.clock.now(),
+                                    memory_used=self.svc.memory_used_bytes())
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
 
     async def ExecuteWork(self, request: chip_pb2.ExecuteWorkRequest,
@@ -335,7 +320,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         if not math.isfinite(request.clock_factor):
             raise InvalidArgument("clock_factor", f"must be a finite number, got {request.clock_factor}")
         n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
-        self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_pb2.FaultKind.Name(request.kind),
+        self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_wire.fault_name(request.kind),
                                               "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
         return chip_pb2.InjectFaultResponse(affected=n)
 
@@ -353,12 +338,4 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         idx = await self._read_access(context, request.devices)
         s = self.shard
         sel = idx if idx is not None else np.arange(s.count)
-        now = self.svc.clock.now()
-        st = s.state()[sel]
-        return chip_pb2.GetStatsResponse(
-            devices=int(sel.size), healthy=int(np.count_nonzero(st == 1)), failed=int(np.count_nonzero(st == 3)),
-            throttled=int(np.count_nonzero(st == 2)), mean_utilization=float(s.utilization[sel].mean()),
-            power_w=float(s.power_w[sel].sum()), energy_j=float(s.energy_j(now)[sel].sum()),
-            busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(self.svc.memory_used_bytes()[sel].sum()),
-            max_temperature_c=float(s.temp_c[sel].max()), now_s=now,
-        )
+        return chip_wire.stats_msg(s, sel, now_s=self.svc.clock.now(), memory_used=self.svc.memory_used_bytes())

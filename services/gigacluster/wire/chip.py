@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from gigacluster.chip.v1 import chip_pb2
 from gigacluster.errors import InvalidArgument
 from gigacluster.model.roofline import KINDS, Work
-from gigacluster.runtime.convert import PRECISION_ENUMS, precision_name
+from gigacluster.runtime.convert import PRECISION_ENUMS, precision_name, range_msgs
 from gigacluster.runtime.errors import preview
+
+if TYPE_CHECKING:  # annotations only: the chip service imports this module (no package cycle)
+    from gigacluster.chip.shard import ChipShard
 
 MAX_FLOPS = 1e21  # one work item of more than a zettaFLOP is a caller bug, not a workload
 MAX_BYTES = 1e18
@@ -53,4 +59,40 @@ def work_msgs(ws: Iterable[Work]) -> list[chip_pb2.WorkItem]:
     ]
 
 
-__all__ = ["MAX_BYTES", "MAX_FLOPS", "work_msgs", "works"]
+def fault_name(kind: int) -> str:
+    """The FaultKind enum's name ("" for none)."""
+    return chip_pb2.FaultKind.Name(kind) if kind else ""  # type: ignore[arg-type]
+
+
+def shard_msg(s: ChipShard, *, name: str, now_s: float) -> chip_pb2.GetShardResponse:
+    return chip_pb2.GetShardResponse(
+        name=name, chip_type=s.chip.name, devices=range_msgs([(s.offset, s.end)])[0], system=s.system.name,
+        chips_per_domain=s.system.chips, hbm_bytes_per_device=s.chip.hbm_bytes, now_s=now_s,
+    )
+
+
+def device_msgs(s: ChipShard, idx: np.ndarray, *, now_s: float, memory_used: np.ndarray) -> list[chip_pb2.Device]:
+    """One Device message per local index in ``idx`` (ids on the wire are global: offset added)."""
+    energy = s.energy_j(now_s)
+    states = s.state()
+    return [chip_pb2.Device(
+        id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),  # type: ignore[arg-type]  # protobuf enums are int NewTypes
+        power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
+        memory_used_bytes=int(memory_used[i]), energy_j=float(energy[i]),
+        busy_s=float(s.busy_s[i]), fault=fault_name(int(s.fault[i])),
+    ) for i in np.asarray(idx, dtype=np.int64)]
+
+
+def stats_msg(s: ChipShard, sel: np.ndarray, *, now_s: float, memory_used: np.ndarray) -> chip_pb2.GetStatsResponse:
+    """Aggregates over the local indices ``sel``."""
+    st = s.state()[sel]
+    return chip_pb2.GetStatsResponse(
+        devices=int(sel.size), healthy=int(np.count_nonzero(st == 1)), failed=int(np.count_nonzero(st == 3)),
+        throttled=int(np.count_nonzero(st == 2)), mean_utilization=float(s.utilization[sel].mean()),
+        power_w=float(s.power_w[sel].sum()), energy_j=float(s.energy_j(now_s)[sel].sum()),
+        busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(memory_used[sel].sum()),
+        max_temperature_c=float(s.temp_c[sel].max()), now_s=now_s,
+    )
+
+
+__all__ = ["MAX_BYTES", "MAX_FLOPS", "device_msgs", "fault_name", "shard_msg", "stats_msg", "work_msgs", "works"]
