@@ -105,7 +105,7 @@ def test_one_collective_op_table_on_the_wire() -> None:
     """The proto enum <-> name maps are built from model.comm.OPS and cover every op both ways."""
     from gigacluster.fabric.v1 import fabric_pb2
     from gigacluster.model.comm import OPS
-    from gigacluster.runtime import convert
+    from gigacluster.wire import fabric as convert
 
     assert list(convert.OP_ENUMS) == list(OPS)
     assert convert.OP_ENUMS["all_to_all"] == fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL

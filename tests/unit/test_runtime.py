@@ -99,6 +99,7 @@ def test_domain_errors_map_to_codes_with_error_info() -> None:
 def test_work_items_round_trip_through_the_proto() -> None:
     """Work -> WorkItem -> Work is the identity, including shape and the graph flag."""
     from gigacluster.model.roofline import Work
+    from gigacluster.wire import chip as chip_wire
 
     ws = [Work(1e12, 2e9, "fp8", "matmul", 3, (128, 4096, 4096), graph=True), Work(0.0, 1e9, "bf16", "memory")]
-    assert convert.works(convert.work_msgs(ws)) == ws
+    assert chip_wire.works(chip_wire.work_msgs(ws)) == ws

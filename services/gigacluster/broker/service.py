@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 import structlog
+from google.protobuf.message import Message
 
 from gigacluster.broker.core import BrokerCore, BrokerLimits, InstanceRecord, ShardInfo, TenantRecord, tenant_id_of
 from gigacluster.broker.store import BrokerStore
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from gigacluster.errors import InvalidArgument, PermissionDenied, Unauthenticated, Unavailable
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal, bearer_token, call_metadata, rate_limiter
 from gigacluster.runtime.channels import open_channel
@@ -35,6 +36,7 @@ from gigacluster.security.audit import append_anchor
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.mqtt_auth import tenant_user
 from gigacluster.security.ratelimit import TenantRateLimiter
+from gigacluster.wire import broker as wire
 
 log = structlog.get_logger()
 C = TypeVar("C", bound=type)
@@ -58,7 +60,7 @@ def audit_denials(base: type) -> Callable[[C], C]:
         action = f"broker.{_snake(name)}"
 
         @functools.wraps(fn)
-        async def inner(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def inner(self: Any, request: Message, context: grpc.aio.ServicerContext) -> Any:
             _principal.set(None)
             _audited.set(False)
             try:
@@ -214,8 +216,6 @@ class BrokerService(Service[BrokerConfig]):
             try:
                 await asyncio.wait_for(self._ready.wait(), 30)
             except TimeoutError as exc:
-                from gigacluster.errors import Unavailable
-
                 raise Unavailable("broker is still discovering chip shards; retry") from exc
         assert self.core is not None
         return self.core
@@ -241,18 +241,13 @@ class BrokerService(Service[BrokerConfig]):
         return max((t for t in times if isinstance(t, float)), default=0.0), ok
 
 
-def _tenant_msg(core: BrokerCore, t: TenantRecord) -> Any:
-    return broker_pb2.Tenant(name=t.name, display_name=t.display_name, created_s=t.created_s, weight=t.weight,
-                             devices_held=core.devices_held(t.name))
+def _tenant_msg(core: BrokerCore, t: TenantRecord) -> broker_pb2.Tenant:
+    return wire.tenant_msg(t.name, t.display_name, t.created_s, t.weight, core.devices_held(t.name))
 
 
-def _instance_msg(r: InstanceRecord) -> Any:
-    d = r.alloc.devices
-    return broker_pb2.Instance(
-        name=r.name, tenant=f"tenants/{r.alloc.tenant}", chip_type=r.alloc.chip_type,
-        devices=convert.range_msgs(zip(d.starts.tolist(), d.stops.tolist(), strict=True)),
-        device_count=len(d), nic_share=r.nic_share, created_s=r.created_s, purpose=r.purpose,
-    )
+def _instance_msg(r: InstanceRecord) -> broker_pb2.Instance:
+    return wire.instance_msg(r.name, r.alloc.tenant, r.alloc.chip_type, r.alloc.devices, nic_share=r.nic_share,
+                             created_s=r.created_s, purpose=r.purpose)
 
 
 @grpc_errors(broker_pb2_grpc.BrokerServiceServicer)
@@ -270,17 +265,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             self.svc.limiter.check(p.tenant, time.monotonic(), ops=1.0)
         return core, p
 
-    async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CreateTenant(self, request: broker_pb2.CreateTenantRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.CreateTenantResponse:
         core, p = await self._caller(context)
         rec, key, mqtt_password = core.create_tenant(p, request.tenant_id, request.display_name, request.weight)
         return broker_pb2.CreateTenantResponse(tenant=_tenant_msg(core, rec), api_key=key,
                                                mqtt_username=tenant_user(rec.tenant_id), mqtt_password=mqtt_password)
 
-    async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetTenant(self, request: broker_pb2.GetTenantRequest,
+                        context: grpc.aio.ServicerContext) -> broker_pb2.GetTenantResponse:
         core, p = await self._caller(context)
         return broker_pb2.GetTenantResponse(tenant=_tenant_msg(core, core.get_tenant(p, request.name)))
 
-    async def ListTenants(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListTenants(self, request: broker_pb2.ListTenantsRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.ListTenantsResponse:
         core, p = await self._caller(context)
         if not p.privileged:
             raise PermissionDenied("only the admin lists tenants", reason="ADMIN_ONLY")
@@ -289,7 +287,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return broker_pb2.ListTenantsResponse(tenants=[_tenant_msg(core, t) for t in items],  # type: ignore[arg-type]
                                               next_page_token=token)
 
-    async def Authenticate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Authenticate(self, request: broker_pb2.AuthenticateRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.AuthenticateResponse:
         core, p = await self._caller(context)
         if not p.privileged:
             raise PermissionDenied("only gigacluster services authenticate other keys", reason="SERVICE_ONLY")
@@ -302,25 +301,25 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             core.audit_denied(None, request.api_key, "auth.api_key", exc.reason, time.time())
             _audited.set(True)
             raise
-        return broker_pb2.AuthenticateResponse(principal=q.tenant or q.kind, admin=q.kind == "admin")
+        return wire.authenticate_msg(q)
 
-    async def GetInventory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetInventory(self, request: broker_pb2.GetInventoryRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.GetInventoryResponse:
         core, p = await self._caller(context)
         free_mask = core.allocator.owner < 0 if core.allocator is not None else None
         free = int(free_mask.sum()) if free_mask is not None else 0
         free_ranges = []
         if p.privileged and free_mask is not None:
-            fs = DeviceSet.from_mask(free_mask)
-            free_ranges = convert.range_msgs(zip(fs.starts.tolist(), fs.stops.tolist(), strict=True))
+            free_ranges = wire.device_ranges(DeviceSet.from_mask(free_mask))
         return broker_pb2.GetInventoryResponse(
             free=free_ranges,
             cluster=core.cluster, fabric_endpoint=self.svc.config.fabric, free_devices=free,
-            shards=[broker_pb2.Shard(endpoint=s.endpoint, chip_type=s.chip_type,
-                                     devices=convert.range_msgs([(s.start, s.end)])[0], system=s.system,
-                                     chips_per_domain=s.chips_per_domain) for s in core.shards],
+            shards=[wire.shard_msg(s.endpoint, s.chip_type, s.start, s.end, s.system, s.chips_per_domain)
+                    for s in core.shards],
         )
 
-    async def AllocateInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def AllocateInstance(self, request: broker_pb2.AllocateInstanceRequest,
+                               context: grpc.aio.ServicerContext) -> broker_pb2.AllocateInstanceResponse:
         core, p = await self._caller(context)
         if request.tenant:
             tenant_id_of(request.tenant, "tenant")
@@ -339,17 +338,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return broker_pb2.AllocateInstanceResponse(instance=_instance_msg(rec), capability=token,
                                                    capability_expires_s=exp)
 
-    async def GetInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetInstance(self, request: broker_pb2.GetInstanceRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.GetInstanceResponse:
         core, p = await self._caller(context)
         return broker_pb2.GetInstanceResponse(instance=_instance_msg(core.get_instance(p, request.name)))
 
-    async def ListInstances(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListInstances(self, request: broker_pb2.ListInstancesRequest,
+                            context: grpc.aio.ServicerContext) -> broker_pb2.ListInstancesResponse:
         core, p = await self._caller(context)
         items, token = convert.page(core.list_instances(p), request.page_size, request.page_token)
         return broker_pb2.ListInstancesResponse(instances=[_instance_msg(r) for r in items],  # type: ignore[arg-type]
                                                 next_page_token=token)
 
-    async def ReleaseInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ReleaseInstance(self, request: broker_pb2.ReleaseInstanceRequest,
+                              context: grpc.aio.ServicerContext) -> broker_pb2.ReleaseInstanceResponse:
         core, p = await self._caller(context)
         rec = core.release(p, request.name)
         scrub_s, ok = await self.svc.scrub(rec)
@@ -359,7 +361,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                                               "tenant": f"tenants/{rec.alloc.tenant}", "scrub_s": scrub_s})
         return broker_pb2.ReleaseInstanceResponse(scrub_s=scrub_s)
 
-    async def RefreshCapability(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RefreshCapability(self, request: broker_pb2.RefreshCapabilityRequest,
+                                context: grpc.aio.ServicerContext) -> broker_pb2.RefreshCapabilityResponse:
         core, p = await self._caller(context)
         if p.kind == "admin":
             # A capability opens the instance's memory; the admin operates instances, never reads them.
@@ -368,10 +371,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         token, exp = core.capability(rec)
         return broker_pb2.RefreshCapabilityResponse(capability=token, capability_expires_s=exp)
 
-    async def GetVerificationKeys(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetVerificationKeys(self, request: broker_pb2.GetVerificationKeysRequest,
+                                  context: grpc.aio.ServicerContext) -> broker_pb2.GetVerificationKeysResponse:
         core, _ = await self._caller(context)
-        return broker_pb2.GetVerificationKeysResponse(
-            cluster=core.cluster,
-            public_keys={core.issuer.key_id: core.issuer.public_key_pem().decode()},
-            revocations=[broker_pb2.Revocation(instance=i, revoked_s=t) for i, t in core.verifier.revocations()],
-        )
+        return wire.verification_keys_msg(core.cluster, {core.issuer.key_id: core.issuer.public_key_pem().decode()},
+                                          core.verifier.revocations())

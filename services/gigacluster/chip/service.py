@@ -23,6 +23,7 @@ from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
 from gigacluster.security.ratelimit import TenantRateLimiter
+from gigacluster.wire import chip as chip_wire
 
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
 DCGM_LABELS = ["gpu", "Hostname", "model_name"]  # dcgm-exporter's, modelName in snake_case
@@ -196,42 +197,30 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         cap.require("telemetry.read", _devset(idx, self.shard.offset))
         return idx
 
-    async def GetShard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetShard(self, request: chip_pb2.GetShardRequest,
+                       context: grpc.aio.ServicerContext) -> chip_pb2.GetShardResponse:
         if bearer_token(context):
             await self.svc.auth.principal(context)
         else:
             await self._cap(context, "telemetry.read")
-        s = self.shard
-        return chip_pb2.GetShardResponse(
-            name=self.svc.shard_name, chip_type=s.chip.name,
-            devices=convert.range_msgs([(s.offset, s.end)])[0], system=s.system.name,
-            chips_per_domain=s.system.chips, hbm_bytes_per_device=s.chip.hbm_bytes, now_s=self.svc.clock.now(),
-        )
+        return chip_wire.shard_msg(self.shard, name=self.svc.shard_name, now_s=self.svc.clock.now())
 
-    async def ListDevices(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListDevices(self, request: chip_pb2.ListDevicesRequest,
+                          context: grpc.aio.ServicerContext) -> chip_pb2.ListDevicesResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         all_idx = idx if idx is not None else np.arange(s.count)
         page_idx, token = convert.page(all_idx, request.page_size, request.page_token)
-        now = self.svc.clock.now()
-        energy = s.energy_j(now)
-        states = s.state()
-        used = self.svc.memory_used_bytes()
-        out = []
-        for i in np.asarray(page_idx, dtype=np.int64):
-            out.append(chip_pb2.Device(
-                id=int(i) + s.offset, state=int(states[i]), utilization=float(s.utilization[i]),  # type: ignore[arg-type]  # protobuf enums are int NewTypes
-                power_w=float(s.power_w[i]), temperature_c=float(s.temp_c[i]), clock_factor=float(s.clock[i]),
-                memory_used_bytes=int(used[i]), energy_j=float(energy[i]),
-                busy_s=float(s.busy_s[i]), fault=chip_pb2.FaultKind.Name(int(s.fault[i])) if s.fault[i] else "",
-            ))
+        out = chip_wire.device_msgs(s, np.asarray(page_idx, dtype=np.int64), now_s=self.svc.clock.now(),
+                                    memory_used=self.svc.memory_used_bytes())
         return chip_pb2.ListDevicesResponse(devices=out, next_page_token=token)
 
-    async def ExecuteWork(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ExecuteWork(self, request: chip_pb2.ExecuteWorkRequest,
+                          context: grpc.aio.ServicerContext) -> chip_pb2.ExecuteWorkResponse:
         cap = await self._cap(context, "compute.run")
         not_before_s = self._not_before(request.not_before_s)
         idx = self._devices(request.devices)
-        works = convert.works(request.items)
+        works = chip_wire.works(request.items)
         cap.require("compute.run", _devset(idx, self.shard.offset))
         if request.HasField("memory_in_use_bytes"):  # checked (and held) before any work is booked
             cap.require("memory.write", _devset(idx, self.shard.offset))
@@ -242,7 +231,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                             clock_factor=res.clock_factor)
 
-    async def AllocateMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def AllocateMemory(self, request: chip_pb2.AllocateMemoryRequest,
+                             context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:
         cap = await self._cap(context, "memory.write")
         idx = self.shard.local([(request.device, request.device + 1)], "device")
         if request.size_bytes <= 0:
@@ -252,7 +242,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.AllocateMemoryResponse(name=f"allocations/{alloc}", device=request.device,
                                                size_bytes=request.size_bytes)
 
-    async def SetMemoryInUse(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SetMemoryInUse(self, request: chip_pb2.SetMemoryInUseRequest,
+                             context: grpc.aio.ServicerContext) -> chip_pb2.SetMemoryInUseResponse:
         cap = await self._cap(context, "memory.write")
         idx = self._devices(request.devices)
         cap.require("memory.write", _devset(idx, self.shard.offset))
@@ -270,20 +261,23 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             raise ResourceExhausted(f"{field}: at most {self.cfg.max_io_bytes} bytes per call (max_io_bytes), "
                                     f"got {n}", field=field)
 
-    async def FreeMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def FreeMemory(self, request: chip_pb2.FreeMemoryRequest,
+                         context: grpc.aio.ServicerContext) -> chip_pb2.FreeMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         scrub_s = self.svc.memory.free(alloc, cap.tenant)
         return chip_pb2.FreeMemoryResponse(scrub_s=scrub_s)
 
-    async def WriteMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def WriteMemory(self, request: chip_pb2.WriteMemoryRequest,
+                          context: grpc.aio.ServicerContext) -> chip_pb2.WriteMemoryResponse:
         cap = await self._cap(context, "memory.write")
         alloc = self._alloc_id(request.name)
         self._io_bound("data", len(request.data))
         self.svc.memory.write(alloc, cap.tenant, int(request.offset), bytes(request.data))
         return chip_pb2.WriteMemoryResponse(written_bytes=len(request.data))
 
-    async def ReadMemory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ReadMemory(self, request: chip_pb2.ReadMemoryRequest,
+                         context: grpc.aio.ServicerContext) -> chip_pb2.ReadMemoryResponse:
         cap = await self._cap(context, "memory.read")
         alloc = self._alloc_id(request.name)
         self._io_bound("length", int(request.length))
@@ -297,7 +291,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                  for a, b in zip(devices.starts, devices.stops, strict=True) if a < s.end and b > s.offset]
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    async def ScrubInstance(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ScrubInstance(self, request: chip_pb2.ScrubInstanceRequest,
+                            context: grpc.aio.ServicerContext) -> chip_pb2.ScrubInstanceResponse:
         await self.svc.auth.require_privileged(context)
         if not request.instance:
             raise InvalidArgument("instance", "required")
@@ -318,17 +313,19 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         self.shard.release_memory(idx)
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
 
-    async def InjectFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def InjectFault(self, request: chip_pb2.InjectFaultRequest,
+                          context: grpc.aio.ServicerContext) -> chip_pb2.InjectFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         if not math.isfinite(request.clock_factor):
             raise InvalidArgument("clock_factor", f"must be a finite number, got {request.clock_factor}")
         n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
-        self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_pb2.FaultKind.Name(request.kind),
+        self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_wire.fault_name(request.kind),
                                               "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
         return chip_pb2.InjectFaultResponse(affected=n)
 
-    async def ClearFault(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ClearFault(self, request: chip_pb2.ClearFaultRequest,
+                         context: grpc.aio.ServicerContext) -> chip_pb2.ClearFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         n = self.shard.clear_fault(idx)
@@ -336,16 +333,9 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                               "t_s": self.svc.clock.now()})
         return chip_pb2.ClearFaultResponse(affected=n)
 
-    async def GetStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetStats(self, request: chip_pb2.GetStatsRequest,
+                       context: grpc.aio.ServicerContext) -> chip_pb2.GetStatsResponse:
         idx = await self._read_access(context, request.devices)
         s = self.shard
         sel = idx if idx is not None else np.arange(s.count)
-        now = self.svc.clock.now()
-        st = s.state()[sel]
-        return chip_pb2.GetStatsResponse(
-            devices=int(sel.size), healthy=int(np.count_nonzero(st == 1)), failed=int(np.count_nonzero(st == 3)),
-            throttled=int(np.count_nonzero(st == 2)), mean_utilization=float(s.utilization[sel].mean()),
-            power_w=float(s.power_w[sel].sum()), energy_j=float(s.energy_j(now)[sel].sum()),
-            busy_s=float(s.busy_s[sel].sum()), memory_used_bytes=int(self.svc.memory_used_bytes()[sel].sum()),
-            max_temperature_c=float(s.temp_c[sel].max()), now_s=now,
-        )
+        return chip_wire.stats_msg(s, sel, now_s=self.svc.clock.now(), memory_used=self.svc.memory_used_bytes())

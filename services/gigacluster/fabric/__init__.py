@@ -12,6 +12,7 @@ Modules::
     maxmin       weighted max-min fair rates by vectorised progressive filling (+ a pure-Python baseline)
     collectives  collective algorithms as phases of flows, a selection policy, nccl-tests algbw/busbw
     sim          FlowSim: event-driven flow simulator in virtual seconds, with faults and traffic classes
+    flows        the simulator's values: class policies, events, link stats, flow-group state and handles
     estimate     estimate_collective: one collective on an idle fabric (FlowSim), nccl-tests style
     comm_model   FabricCommModel: collective time for the training model, contention included
 

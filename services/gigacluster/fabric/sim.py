@@ -26,7 +26,6 @@ pass ``classes`` to change it (e.g. ``inference`` priority 1 for strict priority
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -37,157 +36,28 @@ from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroup
 from gigacluster.fabric.collectives import (
     CollectivePlan,
     Phase,
-    bus_factor,
     collective_constants,
     phase_estimate_s,
     plan_collective,
 )
+from gigacluster.fabric.flows import (
+    DEFAULT_CLASSES,
+    EVENT_KINDS,
+    ClassPolicy,
+    FlowEvent,
+    FlowGroupHandle,
+    Group,
+    LinkStats,
+    TierStats,
+    tier_stats,
+)
 from gigacluster.fabric.maxmin import maxmin_rates
 from gigacluster.fabric.routing import route
-from gigacluster.fabric.topology import TIER_NAMES, Topology
+from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
 
 _DRAIN_REL = 1e-9
 _TIME_EPS = 1e-15
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassPolicy:
-    """How one traffic class shares links: strict ``priority`` (higher first), then ``weight``."""
-
-    priority: int = 0
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise SpecError("priority", f"must be an integer, got {self.priority!r}")
-        if not (isinstance(self.weight, int | float) and math.isfinite(self.weight) and self.weight > 0):
-            raise SpecError("weight", f"must be a number > 0, got {self.weight!r}")
-
-
-DEFAULT_CLASSES: Mapping[str, ClassPolicy] = {
-    "training": ClassPolicy(priority=0, weight=1.0),
-    "inference": ClassPolicy(priority=0, weight=4.0),
-    "storage": ClassPolicy(priority=0, weight=1.0),
-}
-
-EVENT_KINDS = (
-    "completed", "failed", "rerouted", "link_down", "link_degraded", "link_restored", "switch_down",
-    "switch_restored",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class FlowEvent:
-    """Something that happened at ``time_s``: a group completed/failed/was rerouted, or a fault."""
-
-    time_s: float
-    kind: str
-    group_id: str = ""
-    message: str = ""
-    link_id: int = -1
-    node_id: int = -1
-
-
-@dataclasses.dataclass(frozen=True)
-class TierStats:
-    """Link utilisation aggregated over one tier (utilisation = carried rate / current capacity)."""
-
-    tier: str
-    links: int
-    capacity_Bps: float
-    used_Bps: float
-    mean_utilization: float
-    max_utilization: float
-    links_down: int
-    links_degraded: int
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LinkStats:
-    """Per-link arrays at ``time_s`` and their per-tier aggregates. ``state``: 0 up, 1 degraded, 2 down."""
-
-    time_s: float
-    rate_Bps: np.ndarray
-    capacity_Bps: np.ndarray
-    utilization: np.ndarray
-    active_flows: np.ndarray
-    bytes_carried: np.ndarray
-    state: np.ndarray
-    tiers: tuple[TierStats, ...]
-    active_flows_total: int
-
-
-@dataclasses.dataclass(slots=True, eq=False)
-class _Group:
-    """Mutable simulator state of one flow group (the public view is :class:`FlowGroupHandle`)."""
-
-    id: str
-    seq: int
-    kind: str
-    op: str
-    algorithm: str
-    bytes_: float
-    n_ranks: int
-    traffic_class: str
-    tag: str
-    start_s: float
-    state: str
-    error: str
-    end_s: float
-    phases: tuple[Phase, ...]
-    phase_idx: int
-    phase_lat_s: float
-    phase_est_s: list[float]
-    timer_s: float
-    n_pool: int
-    priority: int
-    weight: float
-    overhead: bool
-
-
-class FlowGroupHandle:
-    """Live view of a transfer or collective: read ``state``, ``predicted_end_s``, ``error``..."""
-
-    __slots__ = ("_g", "_sim")
-
-    def __init__(self, sim: FlowSim, group: _Group) -> None:
-        self._sim = sim
-        self._g = group
-
-    id = property(lambda self: self._g.id, doc="group id, e.g. f-42")
-    kind = property(lambda self: self._g.kind, doc="transfer or collective")
-    op = property(lambda self: self._g.op)
-    algorithm = property(lambda self: self._g.algorithm)
-    bytes_ = property(lambda self: self._g.bytes_)
-    n_ranks = property(lambda self: self._g.n_ranks)
-    traffic_class = property(lambda self: self._g.traffic_class)
-    tag = property(lambda self: self._g.tag)
-    start_s = property(lambda self: self._g.start_s)
-    state = property(lambda self: self._g.state, doc="pending, running, done or failed")
-    error = property(lambda self: self._g.error)
-    end_s = property(lambda self: self._g.end_s, doc="virtual time it completed or failed (nan before)")
-
-    @property
-    def predicted_end_s(self) -> float:
-        """Completion time given the flows active now (updated as flows start and end)."""
-        return self._sim.predicted_end_s(self._g.id)
-
-    @property
-    def algbw_GBps(self) -> float:
-        """nccl-tests algbw (GB/s, 1e9 B/s) once done; 0 before."""
-        g = self._g
-        dt = g.end_s - g.start_s
-        return g.bytes_ / dt / 1e9 if g.state == "done" and dt > 0 else 0.0
-
-    @property
-    def busbw_GBps(self) -> float:
-        """nccl-tests busbw (GB/s) once done; 0 before."""
-        return self.algbw_GBps * bus_factor(self._g.op, self._g.n_ranks)
-
-    def __repr__(self) -> str:
-        g = self._g
-        return f"FlowGroupHandle({g.id}, {g.op}/{g.algorithm}, {g.state}, end={g.end_s})"
 
 
 class FlowSim:
@@ -207,8 +77,8 @@ class FlowSim:
         self._alive = np.ones(nl, dtype=bool)
         self._factor = np.ones(nl)
         self._cap = topo.link_capacity_Bps.copy()
-        self._groups: dict[str, _Group] = {}
-        self._by_seq: dict[int, _Group] = {}
+        self._groups: dict[str, Group] = {}
+        self._by_seq: dict[int, Group] = {}
         self._seq = 0
         self._label = 0
         self._timers: list[tuple[float, int]] = []
@@ -344,18 +214,8 @@ class FlowSim:
         flows = np.bincount(self._e_link, minlength=topo.n_links)
         carried = self._bytes_carried + rate * (self.now_s - self._t_ref)
         state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
-        tiers = []
-        for t, name in enumerate(TIER_NAMES):
-            m = topo.link_tier == t
-            k = int(m.sum())
-            if not k:
-                continue
-            tiers.append(TierStats(
-                tier=name, links=k, capacity_Bps=float(cap[m].sum()), used_Bps=float(rate[m].sum()),
-                mean_utilization=float(util[m].mean()), max_utilization=float(util[m].max()),
-                links_down=int((state[m] == 2).sum()), links_degraded=int((state[m] == 1).sum()),
-            ))
-        return LinkStats(self.now_s, rate, cap.copy(), util, flows, carried, state, tuple(tiers),
+        return LinkStats(self.now_s, rate, cap.copy(), util, flows, carried, state,
+                         tier_stats(topo, cap, rate, util, state),
                          int(self._s_pos.size))
 
     # ---- public: faults ------------------------------------------------------------------
@@ -422,7 +282,7 @@ class FlowSim:
         return self._alive.copy()
 
     # ---- internals -----------------------------------------------------------------------
-    def _get(self, handle_id: str) -> _Group:
+    def _get(self, handle_id: str) -> Group:
         g = self._groups.get(str(handle_id).rsplit("/", 1)[-1])
         if g is None:
             raise UnknownFlowGroupError(f"unknown flow group {handle_id!r}")
@@ -454,7 +314,7 @@ class FlowSim:
         self._seq += 1
         start = max(float(start_s), self.now_s)
         est = [self._phase_estimate(p, i == 0 and overhead, overhead) for i, p in enumerate(plan.phases)]
-        g = _Group(
+        g = Group(
             id=f"f-{self._seq}", seq=self._seq, kind=kind, op=plan.op, algorithm=plan.algorithm,
             bytes_=plan.bytes_, n_ranks=int(plan.ranks.size), traffic_class=traffic_class, tag=tag,
             start_s=start, state="pending", error="", end_s=math.nan, phases=plan.phases, phase_idx=-1,
@@ -479,7 +339,7 @@ class FlowSim:
         rate = float(self._cap[r.e_link].min()) if r.e_link.size else math.inf
         return phase.steps * float(r.latency_s.max()) + (phase.bytes_per_hop / rate if rate > 0 else math.inf)
 
-    def _next_phase(self, g: _Group, t: float) -> list[FlowEvent]:
+    def _next_phase(self, g: Group, t: float) -> list[FlowEvent]:
         """Start ``g``'s next phase at ``t`` (or complete it); returns a completion/failure event."""
         g.phase_idx += 1
         g.state = "running"
@@ -521,11 +381,11 @@ class FlowSim:
         self._dirty = True
         return []
 
-    def _set_timer(self, g: _Group, t: float) -> None:
+    def _set_timer(self, g: Group, t: float) -> None:
         g.timer_s = t
         heapq.heappush(self._timers, (t, g.seq))
 
-    def _fail(self, g: _Group, t: float, err: Exception) -> list[FlowEvent]:
+    def _fail(self, g: Group, t: float, err: Exception) -> list[FlowEvent]:
         if g.n_pool:
             self._remove_pool(self._p_gseq == g.seq)
         g.state, g.end_s, g.error, g.n_pool = "failed", t, str(err), 0
@@ -632,13 +492,6 @@ class FlowSim:
         return events
 
 
-__all__ = [
-    "DEFAULT_CLASSES",
-    "EVENT_KINDS",
-    "ClassPolicy",
-    "FlowEvent",
-    "FlowGroupHandle",
-    "FlowSim",
-    "LinkStats",
-    "TierStats",
-]
+# ClassPolicy, FlowEvent, LinkStats... live in fabric.flows; re-exported as the simulator's API.
+__all__ = ["DEFAULT_CLASSES", "EVENT_KINDS", "ClassPolicy", "FlowEvent", "FlowGroupHandle", "FlowSim", "LinkStats",
+           "TierStats"]

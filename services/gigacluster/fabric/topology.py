@@ -228,6 +228,10 @@ class Topology:
             raise SpecError("link", f"link id must be in [0, {self.n_links}), got {link_id}")
         return f"{self.node_name(self.link_src[link_id])}-{self.node_name(self.link_dst[link_id])}"
 
+    def link_tier_name(self, link_id: int) -> str:
+        """The tier of a link, one of :data:`TIER_NAMES`."""
+        return TIER_NAMES[int(self.link_tier[link_id])]
+
     def link_id_by_name(self, name: str) -> int:
         """Inverse of :meth:`link_name` (accepts a ``links/`` prefix)."""
         short = name.rsplit("/", 1)[-1]

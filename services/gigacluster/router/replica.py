@@ -31,6 +31,7 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
+from gigacluster.wire import chip as chip_wire
 
 log = structlog.get_logger()
 
@@ -217,7 +218,7 @@ class Replica:
 
         None when the token was refused because the broker no longer knows the instance.
         """
-        req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=convert.work_msgs(it.work),
+        req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=chip_wire.work_msgs(it.work),
                                           not_before_s=it.start_s, tag=self.instance,
                                           memory_in_use_bytes=replica_memory_bytes(self.engine))
         self._reported_memory = req.memory_in_use_bytes

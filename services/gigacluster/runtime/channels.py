@@ -17,6 +17,10 @@ import pathlib
 from collections.abc import Mapping
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVER_NAME = "gigacluster"  # the name every service certificate carries (SAN), checked by clients
 
@@ -82,10 +86,6 @@ def add_port(server: grpc.aio.Server, address: str, tls: Tls | None = None) -> i
 
 def make_dev_pki(directory: pathlib.Path) -> dict[str, str]:
     """A CA and one certificate (for every service and client of a local cluster); returns the env."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)

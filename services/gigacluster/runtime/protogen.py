@@ -12,6 +12,9 @@ import pathlib
 import sys
 import tempfile
 
+import grpc_tools
+from grpc_tools import protoc
+
 REPO = pathlib.Path(__file__).resolve().parents[3]
 PROTOS = REPO / "protos"
 OUT = REPO / "services"
@@ -24,9 +27,6 @@ def proto_files() -> list[pathlib.Path]:
 
 def generate(out: pathlib.Path) -> list[pathlib.Path]:
     """Run protoc (from grpcio-tools) into ``out``; returns the generated files."""
-    import grpc_tools
-    from grpc_tools import protoc
-
     include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
     files = [str(p.relative_to(PROTOS)) for p in proto_files()]
     args = [

@@ -16,6 +16,8 @@ from typing import Any
 
 import aiomqtt
 import structlog
+from amqtt.broker import Broker
+from amqtt.contexts import Action
 
 log = structlog.get_logger()
 
@@ -155,8 +157,6 @@ def _guarded_broker_class() -> Any:
     subscribed to ``gigacluster/<cluster>/#``, a tenant connecting with no subscription at all received
     the broker's retained audit anchor (found by running ``mosquitto_sub`` as the tenant).
     """
-    from amqtt.broker import Broker
-    from amqtt.contexts import Action
 
     class GuardedBroker(Broker):  # type: ignore[misc]  # amqtt is untyped here
         async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int],

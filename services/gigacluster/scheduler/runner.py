@@ -29,8 +29,10 @@ from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
+from gigacluster.wire import chip as chip_wire
+from gigacluster.wire import fabric as fabric_wire
 
-OPS = convert.OP_ENUMS
+OPS = fabric_wire.OP_ENUMS
 
 
 class StepFailed(Exception):
@@ -135,7 +137,7 @@ class JobRunner:
     async def run_step(self, start_s: float) -> StepResult:
         """Run one step starting at virtual ``start_s``; returns when it has ended in virtual time."""
         job = self.job
-        items = convert.work_msgs(job.plan.compute)
+        items = chip_wire.work_msgs(job.plan.compute)
         md = self._md()
         try:
             chip_res = await asyncio.gather(*(

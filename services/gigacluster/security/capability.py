@@ -21,7 +21,6 @@ by :class:`ReplayCache` (bounded memory; see its docstring and docs/security.md)
 
 from __future__ import annotations
 
-import base64
 import binascii
 import collections
 import heapq
@@ -29,7 +28,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature
@@ -37,12 +36,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gigacluster.security import InvalidArgument, PermissionDenied, Unauthenticated
+from gigacluster.security.devices import MAX_DEVICE_ID, DeviceSet, b64url_decode, b64url_encode
 
 TOKEN_PREFIX = "gc1"
 #: gRPC's default limit on all request metadata is 8 KiB; a token must leave room for the rest.
 MAX_TOKEN_CHARS = 7168
-#: Largest device id a DeviceSet accepts (2**40): far above any cluster, small enough for int64 sums.
-MAX_DEVICE_ID = 1 << 40
 #: Default and hard upper bound of a token's lifetime: short-lived, so revocation lists stay short.
 DEFAULT_TTL_S = 300.0
 MAX_TTL_S = 3600.0
@@ -71,190 +69,6 @@ def check_name(field_name: str, value: object) -> str:
             field_name, f"must be 1-63 characters of a-z, 0-9, '.', '_', '-' starting alphanumeric, got {value!r}"
         )
     return value
-
-
-def _b64e(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _b64d(text: str) -> bytes:
-    """Strict base64url decode (no padding in the input); raises ValueError on any bad character."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]*", text) or len(text) % 4 == 1:
-        raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _uvarints(values: Iterable[int]) -> bytes:
-    out = bytearray()
-    for v in values:
-        while v >= 0x80:
-            out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        out.append(v)
-    return bytes(out)
-
-
-def _read_uvarints(data: bytes) -> list[int]:
-    values: list[int] = []
-    v = shift = 0
-    for b in data:
-        v |= (b & 0x7F) << shift
-        if b & 0x80:
-            shift += 7
-            if shift > 63:
-                raise ValueError("varint too long")
-        else:
-            values.append(v)
-            v = shift = 0
-    if shift:
-        raise ValueError("truncated varint")
-    return values
-
-
-@dataclass(frozen=True, eq=False)
-class DeviceSet:
-    """A set of device ids as sorted, disjoint, non-adjacent half-open ranges ``[start, stop)``.
-
-    Compact whatever the count: 100k contiguous devices are one range. Membership tests are
-    vectorised (``searchsorted``), so checking a call that names thousands of devices is cheap.
-    """
-
-    starts: np.ndarray
-    stops: np.ndarray
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        starts = np.ascontiguousarray(self.starts, dtype=np.int64).reshape(-1)
-        stops = np.ascontiguousarray(self.stops, dtype=np.int64).reshape(-1)
-        if starts.shape != stops.shape:
-            raise InvalidArgument("devices", "starts and stops must have the same length")
-        if starts.size:
-            if starts[0] < 0 or stops[-1] > MAX_DEVICE_ID:
-                raise InvalidArgument("devices", f"device ids must be in [0, {MAX_DEVICE_ID})")
-            if np.any(stops <= starts):
-                raise InvalidArgument("devices", "every range must be non-empty (stop > start)")
-            if np.any(starts[1:] <= stops[:-1]):
-                raise InvalidArgument("devices", "ranges must be sorted, disjoint and non-adjacent")
-        starts.setflags(write=False)
-        stops.setflags(write=False)
-        object.__setattr__(self, "starts", starts)
-        object.__setattr__(self, "stops", stops)
-        object.__setattr__(self, "_hash", hash((starts.tobytes(), stops.tobytes())))
-
-    @classmethod
-    def empty(cls) -> DeviceSet:
-        """The set with no devices."""
-        return cls(np.empty(0, np.int64), np.empty(0, np.int64))
-
-    @classmethod
-    def from_range(cls, start: int, stop: int) -> DeviceSet:
-        """Devices ``start .. stop-1``."""
-        if stop == start:
-            return cls.empty()
-        return cls(np.array([start], np.int64), np.array([stop], np.int64))
-
-    @classmethod
-    def from_ids(cls, ids: np.ndarray | Iterable[int]) -> DeviceSet:
-        """The set of the given ids (any order, duplicates allowed), merged into ranges."""
-        arr = np.unique(np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64))
-        if arr.size == 0:
-            return cls.empty()
-        breaks = np.flatnonzero(np.diff(arr) != 1) + 1
-        starts = arr[np.concatenate(([0], breaks))]
-        stops = arr[np.concatenate((breaks - 1, [arr.size - 1]))] + 1
-        return cls(starts, stops)
-
-    @classmethod
-    def from_mask(cls, mask: np.ndarray) -> DeviceSet:
-        """The set of indices where the boolean array ``mask`` is true (fast for 1M devices)."""
-        m = np.asarray(mask, dtype=np.int8)
-        edges = np.diff(np.concatenate(([0], m, [0])))
-        return cls(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1))
-
-    @property
-    def n_ranges(self) -> int:
-        return int(self.starts.size)
-
-    def __len__(self) -> int:
-        return int((self.stops - self.starts).sum())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, DeviceSet):
-            return NotImplemented
-        return np.array_equal(self.starts, other.starts) and np.array_equal(self.stops, other.stops)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"DeviceSet({self})"
-
-    def __str__(self) -> str:
-        parts = [
-            f"{a}" if b == a + 1 else f"{a}-{b - 1}"
-            for a, b in zip(self.starts.tolist()[:8], self.stops.tolist()[:8], strict=True)
-        ]
-        more = f",...(+{self.n_ranges - 8} ranges)" if self.n_ranges > 8 else ""
-        return ",".join(parts) + more
-
-    def ids(self) -> np.ndarray:
-        """All member ids as an int64 array (materialises the set)."""
-        if not self.starts.size:
-            return np.empty(0, np.int64)
-        lengths = self.stops - self.starts
-        offsets = np.repeat(self.starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        return np.arange(int(lengths.sum()), dtype=np.int64) + offsets
-
-    def contains(self, ids: np.ndarray | Iterable[int]) -> np.ndarray:
-        """Boolean array: which of ``ids`` are members."""
-        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
-        if not self.starts.size:
-            return np.zeros(arr.shape, bool)
-        idx = np.searchsorted(self.starts, arr, side="right") - 1
-        return (idx >= 0) & (arr < self.stops[np.maximum(idx, 0)])
-
-    def contains_all(self, ids: np.ndarray | Iterable[int]) -> bool:
-        """True if every id in ``ids`` is a member (an empty ``ids`` is contained)."""
-        return bool(np.all(self.contains(ids)))
-
-    def issubset(self, other: DeviceSet) -> bool:
-        """True if every range of this set lies inside one range of ``other``."""
-        if not self.starts.size:
-            return True
-        if not other.starts.size:
-            return False
-        idx = np.searchsorted(other.starts, self.starts, side="right") - 1
-        ok = idx >= 0
-        idx = np.maximum(idx, 0)
-        return bool(np.all(ok & (self.stops <= other.stops[idx])))
-
-    def to_wire(self) -> str:
-        """Compact text form: base64url of varints (range count, then gap and length per range)."""
-        starts = self.starts.tolist()
-        stops = self.stops.tolist()
-        values = [len(starts)]
-        prev = 0
-        for a, b in zip(starts, stops, strict=True):
-            values += [a - prev, b - a]
-            prev = b
-        return _b64e(_uvarints(values))
-
-    @classmethod
-    def from_wire(cls, text: str) -> DeviceSet:
-        """Parse :meth:`to_wire` output; raises InvalidArgument(devices) when malformed."""
-        try:
-            values = _read_uvarints(_b64d(text))
-        except (ValueError, binascii.Error) as exc:
-            raise InvalidArgument("devices", f"malformed device set: {exc}") from exc
-        if not values or len(values) != 1 + 2 * values[0]:
-            raise InvalidArgument("devices", "malformed device set: wrong number of values")
-        pairs = np.array(values[1:], dtype=object).reshape(-1, 2)
-        if pairs.size and (pairs.max() >= MAX_DEVICE_ID or (pairs[1:, 0] == 0).any()):
-            raise InvalidArgument("devices", "malformed device set: out of range or non-canonical")
-        gaps = pairs[:, 0].astype(np.int64)
-        lengths = pairs[:, 1].astype(np.int64)
-        stops = np.cumsum(gaps + lengths)
-        return cls(stops - lengths, stops)
 
 
 def _as_device_set(devices: DeviceSet | np.ndarray | Iterable[int]) -> DeviceSet:
@@ -370,11 +184,11 @@ class CapabilityIssuer:
             "act": acts,
             "iat": float(now_s),
             "exp": float(now_s) + float(ttl_s),
-            "jti": _b64e(secrets.token_bytes(12)),
+            "jti": b64url_encode(secrets.token_bytes(12)),
         }
-        body = _b64e(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+        body = b64url_encode(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
         signed = f"{TOKEN_PREFIX}.{self.key_id}.{body}"
-        token = f"{signed}.{_b64e(self._key.sign(signed.encode('ascii')))}"
+        token = f"{signed}.{b64url_encode(self._key.sign(signed.encode('ascii')))}"
         if len(token) > MAX_TOKEN_CHARS:
             raise InvalidArgument(
                 "devices",
@@ -487,7 +301,7 @@ class CapabilityVerifier:
         if key is None:
             raise Unauthenticated(f"token signed by unknown key {kid[:32]!r}", reason="TOKEN_UNKNOWN_KEY")
         try:
-            sig = _b64d(sig_b64)
+            sig = b64url_decode(sig_b64)
         except (ValueError, binascii.Error) as exc:
             raise Unauthenticated("malformed token signature", reason="TOKEN_MALFORMED") from exc
         try:
@@ -496,7 +310,7 @@ class CapabilityVerifier:
             raise Unauthenticated("token signature does not verify", reason="TOKEN_BAD_SIGNATURE") from exc
         # Signed by a trusted key from here on; a malformed payload means a broken issuer.
         try:
-            p = json.loads(_b64d(body))
+            p = json.loads(b64url_decode(body))
             return Capability(
                 tenant=check_name("tenant", p["sub"]),
                 instance=check_name("instance", p["ins"]),
@@ -562,7 +376,7 @@ class ReplayCache:
 
 def new_nonce() -> str:
     """A fresh random request nonce (22 base64url characters, 128 bits)."""
-    return _b64e(secrets.token_bytes(16))
+    return b64url_encode(secrets.token_bytes(16))
 
 
 __all__ = [
@@ -571,11 +385,12 @@ __all__ = [
     "ACTION_MEMORY_READ",
     "ACTION_MEMORY_WRITE",
     "ACTION_TELEMETRY_READ",
+    "MAX_DEVICE_ID",
     "TENANT_ACTIONS",
     "Capability",
     "CapabilityIssuer",
     "CapabilityVerifier",
-    "DeviceSet",
+    "DeviceSet",  # re-exported: defined in security.devices
     "ReplayCache",
     "new_nonce",
 ]

@@ -1,0 +1,184 @@
+"""The flow simulator's values: traffic-class policies, events, link statistics, flow-group state.
+
+:class:`~gigacluster.fabric.sim.FlowSim` owns the mutable :class:`Group` records and hands out
+:class:`FlowGroupHandle` views of them; everything here is plain data (no simulation logic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+from gigacluster.fabric.collectives import Phase, bus_factor
+from gigacluster.fabric.topology import TIER_NAMES, Topology
+from gigacluster.model import SpecError
+
+
+class _Predicts(Protocol):
+    """What a handle asks its simulator (FlowSim): the predicted end of its group."""
+
+    def predicted_end_s(self, handle_id: str) -> float: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPolicy:
+    """How one traffic class shares links: strict ``priority`` (higher first), then ``weight``."""
+
+    priority: int = 0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise SpecError("priority", f"must be an integer, got {self.priority!r}")
+        if not (isinstance(self.weight, int | float) and math.isfinite(self.weight) and self.weight > 0):
+            raise SpecError("weight", f"must be a number > 0, got {self.weight!r}")
+
+
+DEFAULT_CLASSES: Mapping[str, ClassPolicy] = {
+    "training": ClassPolicy(priority=0, weight=1.0),
+    "inference": ClassPolicy(priority=0, weight=4.0),
+    "storage": ClassPolicy(priority=0, weight=1.0),
+}
+
+EVENT_KINDS = (
+    "completed", "failed", "rerouted", "link_down", "link_degraded", "link_restored", "switch_down",
+    "switch_restored",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowEvent:
+    """Something that happened at ``time_s``: a group completed/failed/was rerouted, or a fault."""
+
+    time_s: float
+    kind: str
+    group_id: str = ""
+    message: str = ""
+    link_id: int = -1
+    node_id: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class TierStats:
+    """Link utilisation aggregated over one tier (utilisation = carried rate / current capacity)."""
+
+    tier: str
+    links: int
+    capacity_Bps: float
+    used_Bps: float
+    mean_utilization: float
+    max_utilization: float
+    links_down: int
+    links_degraded: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkStats:
+    """Per-link arrays at ``time_s`` and their per-tier aggregates. ``state``: 0 up, 1 degraded, 2 down."""
+
+    time_s: float
+    rate_Bps: np.ndarray
+    capacity_Bps: np.ndarray
+    utilization: np.ndarray
+    active_flows: np.ndarray
+    bytes_carried: np.ndarray
+    state: np.ndarray
+    tiers: tuple[TierStats, ...]
+    active_flows_total: int
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Group:
+    """Mutable simulator state of one flow group (the public view is :class:`FlowGroupHandle`)."""
+
+    id: str
+    seq: int
+    kind: str
+    op: str
+    algorithm: str
+    bytes_: float
+    n_ranks: int
+    traffic_class: str
+    tag: str
+    start_s: float
+    state: str
+    error: str
+    end_s: float
+    phases: tuple[Phase, ...]
+    phase_idx: int
+    phase_lat_s: float
+    phase_est_s: list[float]
+    timer_s: float
+    n_pool: int
+    priority: int
+    weight: float
+    overhead: bool
+
+
+class FlowGroupHandle:
+    """Live view of a transfer or collective: read ``state``, ``predicted_end_s``, ``error``..."""
+
+    __slots__ = ("_g", "_sim")
+
+    def __init__(self, sim: _Predicts, group: Group) -> None:
+        self._sim = sim
+        self._g = group
+
+    id = property(lambda self: self._g.id, doc="group id, e.g. f-42")
+    kind = property(lambda self: self._g.kind, doc="transfer or collective")
+    op = property(lambda self: self._g.op)
+    algorithm = property(lambda self: self._g.algorithm)
+    bytes_ = property(lambda self: self._g.bytes_)
+    n_ranks = property(lambda self: self._g.n_ranks)
+    traffic_class = property(lambda self: self._g.traffic_class)
+    tag = property(lambda self: self._g.tag)
+    start_s = property(lambda self: self._g.start_s)
+    state = property(lambda self: self._g.state, doc="pending, running, done or failed")
+    error = property(lambda self: self._g.error)
+    end_s = property(lambda self: self._g.end_s, doc="virtual time it completed or failed (nan before)")
+
+    @property
+    def predicted_end_s(self) -> float:
+        """Completion time given the flows active now (updated as flows start and end)."""
+        return self._sim.predicted_end_s(self._g.id)
+
+    @property
+    def algbw_GBps(self) -> float:
+        """nccl-tests algbw (GB/s, 1e9 B/s) once done; 0 before."""
+        g = self._g
+        dt = g.end_s - g.start_s
+        return g.bytes_ / dt / 1e9 if g.state == "done" and dt > 0 else 0.0
+
+    @property
+    def busbw_GBps(self) -> float:
+        """nccl-tests busbw (GB/s) once done; 0 before."""
+        return self.algbw_GBps * bus_factor(self._g.op, self._g.n_ranks)
+
+    def __repr__(self) -> str:
+        g = self._g
+        return f"FlowGroupHandle({g.id}, {g.op}/{g.algorithm}, {g.state}, end={g.end_s})"
+
+
+def tier_stats(topo: Topology, cap: np.ndarray, rate: np.ndarray, util: np.ndarray,
+               state: np.ndarray) -> tuple[TierStats, ...]:
+    """Per-tier aggregates of per-link capacity, carried rate, utilisation and state."""
+    tiers = []
+    for t, name in enumerate(TIER_NAMES):
+        m = topo.link_tier == t
+        k = int(m.sum())
+        if not k:
+            continue
+        tiers.append(TierStats(
+            tier=name, links=k, capacity_Bps=float(cap[m].sum()), used_Bps=float(rate[m].sum()),
+            mean_utilization=float(util[m].mean()), max_utilization=float(util[m].max()),
+            links_down=int((state[m] == 2).sum()), links_degraded=int((state[m] == 1).sum()),
+        ))
+    return tuple(tiers)
+
+
+__all__ = ["DEFAULT_CLASSES", "EVENT_KINDS", "ClassPolicy", "FlowEvent", "FlowGroupHandle", "Group", "LinkStats",
+           "TierStats", "tier_stats"]

@@ -1,0 +1,125 @@
+"""The simulator driver: keeps the one :class:`FlowSim` of the cluster in step with the virtual clock.
+
+The simulator lags the clock by a small window so a call that arrives a few milliseconds after
+its ``not_before_s`` still starts its flows at that exact time (RPC latency does not leak into
+results). Asking for a flow whose predicted end has passed advances the simulator to that end,
+so a caller that waited for its collective sees it done at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from gigacluster.errors import InvalidArgument, ResourceExhausted
+from gigacluster.fabric.service.book import FlowBook, FlowRecord
+from gigacluster.fabric.sim import FlowEvent, FlowSim
+from gigacluster.fabric.topology import Topology
+from gigacluster.runtime.clock import VirtualClock
+
+MAX_ACTIVE_GROUPS = 200_000
+MAX_TICK_S = 0.05  # wall seconds between two looks at the clock when nothing is due sooner
+
+
+class SimDriver:
+    """Advances the simulator (``lag_s`` behind the clock), turns its events into notifications and
+    telemetry, and applies faults and cancellations."""
+
+    def __init__(self, sim: FlowSim, topo: Topology, book: FlowBook, clock: VirtualClock, *, lag_s: float,
+                 publish: Callable[[str, dict[str, Any]], None]) -> None:
+        self.sim, self.topo, self.book, self.clock = sim, topo, book, clock
+        self.lag_s = lag_s
+        self.publish = publish
+        self._wake = asyncio.Event()
+
+    def advance(self, until_s: float) -> None:
+        if until_s > self.sim.now_s:
+            self.events(self.sim.advance(until_s))
+
+    def catch_up(self) -> None:
+        """Advance the simulator to the clock's now (before a fault, so it hits the present)."""
+        self.advance(self.clock.now())
+
+    def events(self, events: list[FlowEvent]) -> None:
+        for ev in events:
+            name = self.book.name_of_handle(ev.group_id)
+            if ev.kind in ("completed", "failed") and name:
+                self.book.notify(name)
+            elif ev.kind not in ("completed", "failed", "rerouted"):
+                self.publish("events", {"event": ev.kind, "t_s": ev.time_s, "message": ev.message,
+                                        "link": self.topo.link_name(ev.link_id) if ev.link_id >= 0 else ""})
+        self.book.trim()
+
+    def add(self, rec: FlowRecord) -> None:
+        """Book ``rec`` and wake the loop (its flows may be due before the next tick)."""
+        self.book.add(rec)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Keep the simulator ``lag_s`` behind the clock and deliver completions on time."""
+        while True:
+            self.advance(self.clock.now() - self.lag_s)
+            nxt = self.sim.next_event_s()
+            delay = MAX_TICK_S if nxt is None else min(
+                MAX_TICK_S, max(self.clock.wall_s(nxt + self.lag_s - self.clock.now()), 0.001))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def settle(self, rec: FlowRecord) -> None:
+        """If ``rec`` should have ended by now, advance the simulator to its end."""
+        end = max(self.sim.predicted_end_s(h) for h in rec.handles)
+        if self.sim.now_s < end <= self.clock.now():
+            self.advance(end)
+
+    def end_released(self, is_revoked: Callable[[str], bool]) -> int:
+        """End the pending and running flows of instances the broker has released (revoked): a tenant cannot
+        leave traffic booked ahead on links the next tenant shares. Returns how many groups it ended."""
+        ended = 0
+        for instance in [i for i in self.book.instances() if is_revoked(i)]:
+            for rec in self.book.take_instance(instance):
+                for h in rec.handles:
+                    events = self.sim.cancel(h, f"cancelled: instances/{instance} was released")
+                    ended += len(events)
+                    self.events(events)
+        return ended
+
+    def check_capacity(self, n: int) -> None:
+        active = sum(1 for _ in self.sim.groups(active_only=True)) if len(self.book) > MAX_ACTIVE_GROUPS else 0
+        if active + n > MAX_ACTIVE_GROUPS:
+            raise ResourceExhausted(f"fabric holds at most {MAX_ACTIVE_GROUPS} active flow groups", retry_after_s=1.0)
+
+    # -- faults -----------------------------------------------------------------------------------
+    def inject_fault(self, target: tuple[str, int], kind: str,
+                     capacity_factor: float) -> tuple[list[FlowEvent], set[str]]:
+        """Take a link or switch down, or degrade a link; returns the events and the groups it failed."""
+        what, ident = target
+        self.catch_up()
+        before = self.book.failed_names()
+        if kind == "down":
+            events = self.sim.fail_link(ident) if what == "link" else self.sim.fail_switch(ident)
+        else:
+            if what != "link":
+                raise InvalidArgument("kind", "only links can be degraded; take a switch down instead")
+            if not 0 < capacity_factor < 1:  # NaN fails this too
+                raise InvalidArgument("capacity_factor", f"must be in (0, 1), got {capacity_factor}")
+            events = self.sim.degrade_link(ident, capacity_factor)
+        self.events(events)
+        failed = self.book.failed_names() - before
+        for n in failed:
+            self.book.notify(n)
+        return events, failed
+
+    def clear_fault(self, target: tuple[str, int]) -> None:
+        what, ident = target
+        self.catch_up()
+        self.events(self.sim.restore_link(ident) if what == "link" else self.sim.restore_switch(ident))
+
+    def links_affected(self, target: tuple[str, int]) -> int:
+        what, ident = target
+        return 1 if what == "link" else len(self.topo.links_of_node(ident))
+
+
+__all__ = ["MAX_ACTIVE_GROUPS", "SimDriver"]

@@ -1,0 +1,165 @@
+"""The fabric's gRPC servicer: authenticate, check the fields, call the parts, build the answer.
+
+It holds the parts it needs (flow book, simulator driver, auth, clock, config) and touches no
+private attribute of any of them; message building is :mod:`gigacluster.wire.fabric`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import numpy as np
+
+from gigacluster.errors import InvalidArgument
+from gigacluster.fabric.service import checks
+from gigacluster.fabric.service.book import FlowBook, FlowRecord
+from gigacluster.fabric.service.driver import SimDriver
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.runtime import convert
+from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token
+from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.config import FabricConfig
+from gigacluster.runtime.errors import grpc_errors
+from gigacluster.security.capability import DeviceSet
+from gigacluster.wire import fabric as wire
+
+
+@grpc_errors(fabric_pb2_grpc.FabricServiceServicer)
+class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
+    def __init__(self, *, book: FlowBook, driver: SimDriver, auth: BrokerAuth, clock: VirtualClock,
+                 config: FabricConfig, charge_bytes: Callable[[str, float], None],
+                 publish: Callable[[str, dict[str, Any]], None]) -> None:
+        self.book, self.driver, self.auth, self.clock, self.config = book, driver, auth, clock, config
+        self.topo, self.sim = driver.topo, driver.sim
+        self.charge_bytes = charge_bytes
+        self.publish = publish
+
+    async def _reader(self, context: grpc.aio.ServicerContext) -> Principal:
+        """Privileged callers (API key) or any valid capability (its tenant's flows only)."""
+        if bearer_token(context):
+            return await self.auth.principal(context)
+        cap = await self.auth.capability(context, "fabric.send")
+        return Principal("tenant", f"tenants/{cap.tenant}")
+
+    def _start_s(self, not_before_s: float) -> float:
+        return checks.start_s(not_before_s, now=self.clock.now(), horizon=self.config.not_before_horizon_s,
+                              sim_now=self.sim.now_s)
+
+    def _flow_msg(self, rec: FlowRecord) -> fabric_pb2.Flow:
+        st = self.book.status(rec)
+        return wire.flow_msg(rec.name, st.state, algorithm=rec.algorithm, start_s=rec.start_s,
+                             predicted_end_s=st.predicted_end_s, end_s=st.end_s, bytes_=rec.bytes_, error=st.error,
+                             tag=rec.tag, algbw_gbps=st.algbw_GBps, busbw_gbps=st.busbw_GBps)
+
+    async def GetTopology(self, request: fabric_pb2.GetTopologyRequest,
+                          context: grpc.aio.ServicerContext) -> fabric_pb2.GetTopologyResponse:
+        await self._reader(context)
+        return wire.topology_msg(self.topo.summary(), now_s=self.clock.now(), nic=self.config.nic)
+
+    async def ListLinks(self, request: fabric_pb2.ListLinksRequest,
+                        context: grpc.aio.ServicerContext) -> fabric_pb2.ListLinksResponse:
+        await self._reader(context)
+        ids = checks.link_ids(self.topo, request.tier)
+        page, token = convert.page(ids, request.page_size, request.page_token)
+        return fabric_pb2.ListLinksResponse(links=wire.link_msgs(self.topo, self.sim.link_stats(), page),
+                                            next_page_token=token)
+
+    async def StartTransfer(self, request: fabric_pb2.StartTransferRequest,
+                            context: grpc.aio.ServicerContext) -> fabric_pb2.StartTransferResponse:
+        cap = await self.auth.capability(context, "fabric.send")
+        src = checks.device("src_device", request.src_device, self.topo.n_chips)
+        dst = checks.device("dst_device", request.dst_device, self.topo.n_chips)
+        if src == dst:
+            raise InvalidArgument("dst_device", "must differ from src_device")
+        bytes_ = checks.flow_bytes(request.bytes, self.config.max_flow_bytes)
+        cls = wire.traffic_class(request.traffic_class)
+        start = self._start_s(request.not_before_s)
+        cap.require("fabric.send", DeviceSet.from_ids([src, dst]))
+        self.driver.check_capacity(1)
+        self.charge_bytes(cap.tenant, bytes_)
+        h = self.sim.start_transfer(src, dst, bytes_, start_s=start, traffic_class=cls, tag=request.tag)
+        name = self.book.new_name()
+        self.driver.add(FlowRecord(name, f"tenants/{cap.tenant}", [h.id], h.algorithm, start, bytes_, request.tag,
+                                   "send_recv", 2, instance=cap.instance))
+        return fabric_pb2.StartTransferResponse(name=name, start_s=start, predicted_end_s=h.predicted_end_s)
+
+    async def StartCollective(self, request: fabric_pb2.StartCollectiveRequest,
+                              context: grpc.aio.ServicerContext) -> fabric_pb2.StartCollectiveResponse:
+        cap = await self.auth.capability(context, "fabric.send")
+        op = wire.op_name(request.op)
+        ranks, groups, stride = checks.collective_ranks(convert.ranges(request.ranks), request.groups,
+                                                        request.group_stride, self.config, self.topo.n_chips)
+        bytes_ = checks.flow_bytes(request.bytes, self.config.max_flow_bytes)
+        cls = wire.traffic_class(request.traffic_class)
+        start = self._start_s(request.not_before_s)
+        all_ranks = (ranks[None, :] + stride * np.arange(groups)[:, None]).ravel()
+        cap.require("fabric.send", DeviceSet.from_ids(all_ranks))
+        self.driver.check_capacity(groups)
+        self.charge_bytes(cap.tenant, bytes_ * groups * int(ranks.size))
+        handles = [self.sim.start_collective(op, ranks + stride * k, bytes_, start_s=start,
+                                             algo=request.algorithm or None, traffic_class=cls, tag=request.tag)
+                   for k in range(groups)]
+        rec = FlowRecord(self.book.new_name(), f"tenants/{cap.tenant}", [h.id for h in handles],
+                         handles[0].algorithm, start, bytes_, request.tag, op, int(ranks.size), instance=cap.instance)
+        self.driver.add(rec)
+        return fabric_pb2.StartCollectiveResponse(name=rec.name, algorithm=rec.algorithm, start_s=start,
+                                                  predicted_end_s=max(h.predicted_end_s for h in handles))
+
+    async def GetFlow(self, request: fabric_pb2.GetFlowRequest,
+                      context: grpc.aio.ServicerContext) -> fabric_pb2.GetFlowResponse:
+        p = await self._reader(context)
+        rec = self.book.visible(p, request.name)
+        self.driver.settle(rec)
+        return fabric_pb2.GetFlowResponse(flow=self._flow_msg(rec))
+
+    async def WatchFlows(self, request: fabric_pb2.WatchFlowsRequest,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[fabric_pb2.WatchFlowsResponse]:
+        p = await self._reader(context)
+        names = checks.watch_names(request.names)
+        recs = {n: self.book.visible(p, n) for n in names}
+        with self.book.watch() as q:
+            pending = set(recs)
+            for n, rec in recs.items():
+                self.driver.settle(rec)
+                msg = self._flow_msg(rec)
+                yield fabric_pb2.WatchFlowsResponse(flow=msg)
+                if not wire.running(msg):
+                    pending.discard(n)
+            while pending or not names:
+                name = await q.get()
+                rec2 = self.book.get(name)
+                if rec2 is None or (names and name not in pending):
+                    continue
+                if not names and not self.book.may_see(p, rec2):
+                    continue
+                msg = self._flow_msg(rec2)
+                if wire.running(msg):
+                    continue
+                pending.discard(name)
+                yield fabric_pb2.WatchFlowsResponse(flow=msg)
+
+    async def GetLinkStats(self, request: fabric_pb2.GetLinkStatsRequest,
+                           context: grpc.aio.ServicerContext) -> fabric_pb2.GetLinkStatsResponse:
+        await self._reader(context)
+        return wire.link_stats_msg(self.sim.link_stats(), now_s=self.clock.now())
+
+    async def InjectLinkFault(self, request: fabric_pb2.InjectLinkFaultRequest,
+                              context: grpc.aio.ServicerContext) -> fabric_pb2.InjectLinkFaultResponse:
+        await self.auth.require_privileged(context)
+        target = checks.target(self.topo, request.target)
+        events, failed = self.driver.inject_fault(target, wire.fault_kind(request.kind), request.capacity_factor)
+        self.publish("events", {"event": "fault", "target": request.target, "t_s": self.clock.now(),
+                                "kind": wire.fault_kind_label(request.kind)})
+        return fabric_pb2.InjectLinkFaultResponse(
+            links_affected=self.driver.links_affected(target),
+            flows_rerouted=sum(1 for e in events if e.kind == "rerouted"), flows_failed=len(failed))
+
+    async def ClearLinkFault(self, request: fabric_pb2.ClearLinkFaultRequest,
+                             context: grpc.aio.ServicerContext) -> fabric_pb2.ClearLinkFaultResponse:
+        await self.auth.require_privileged(context)
+        target = checks.target(self.topo, request.target)
+        self.driver.clear_fault(target)
+        self.publish("events", {"event": "fault_cleared", "target": request.target, "t_s": self.clock.now()})
+        return fabric_pb2.ClearLinkFaultResponse(links_affected=self.driver.links_affected(target))
