@@ -22,6 +22,7 @@ from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.hw.catalog import get_system
 from gigacluster.runtime import convert
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import SchedulerConfig
@@ -44,8 +45,6 @@ class PeerLost(Exception):
 
 
 def get_system_chips(job: JobRecord) -> int:
-    from gigacluster.hw.catalog import get_system
-
     return get_system(job.spec.system).chips
 
 
