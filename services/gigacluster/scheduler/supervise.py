@@ -212,22 +212,24 @@ class JobSupervisor:
         if exc.effect in ("device", "host"):
             for d in bad:
                 self.cluster.bad[int(d)] = (now + self.config.repair_s) if exc.modelled else None
-        lost = job.step - job.last_checkpoint_step
+        lost = job.charge_lost_work()
         job.failures += 1
-        job.lost_steps += lost
-        job.lost_s += lost * job.mean_step_s()
         where = f" (devices {', '.join(map(str, bad[:8]))}{'...' if len(bad) > 8 else ''} excluded)" if bad else ""
         if job.restarts >= job.max_restarts:
             self.book.set_state(job, State.FAILED, f"{exc.cause}; max_restarts ({job.max_restarts}) reached; "
                                 f"{lost} steps since the checkpoint at step {job.last_checkpoint_step} lost")
             return
         job.restarts += 1
-        self.book.set_state(job, State.RESTARTING, f"{exc.cause}; restarting from step "
-                            f"{job.last_checkpoint_step} ({lost} steps lost){where}")
-        job.step = job.last_checkpoint_step
-        job.tokens = job.step * job.spec.tokens_per_step
+        self.restart_from_checkpoint(
+            job, f"{exc.cause}; restarting from step {job.last_checkpoint_step} ({lost} steps lost){where}",
+            "waiting for healthy chips to restart")
+
+    def restart_from_checkpoint(self, job: JobRecord, restarting: str, queued: str) -> None:
+        """RESTARTING (saying why), back to the last durable checkpoint, then QUEUED for the next dispatch."""
+        self.book.set_state(job, State.RESTARTING, restarting)
+        job.rewind()
         job.resume_pending = True
-        self.book.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
+        self.book.set_state(job, State.QUEUED, queued)
 
     async def evict(self, job: JobRecord, t: float, ckpt: checkpoint.AsyncCheckpoints, pause: float,
                     write: float) -> None:
@@ -318,14 +320,10 @@ class JobSupervisor:
         are re-acquired by the next dispatch. Not a job fault: ``restarts`` and ``failures`` stay."""
         ckpt.settle(self.clock.now())
         job.last_checkpoint_step = ckpt.durable_step
-        lost = job.step - job.last_checkpoint_step
-        job.lost_steps += lost
-        job.lost_s += lost * job.mean_step_s()
+        lost = job.charge_lost_work()
         if job.state not in (State.RUNNING, State.CHECKPOINTING):
             return
-        self.book.set_state(job, State.RESTARTING, f"{exc}; resuming from the checkpoint at step "
-                            f"{job.last_checkpoint_step} ({lost} steps lost; restarts not charged)")
-        job.step = job.last_checkpoint_step
-        job.tokens = job.step * job.spec.tokens_per_step
-        job.resume_pending = True
-        self.book.set_state(job, State.QUEUED, "re-acquiring chips after a peer outage (restarts not charged)")
+        self.restart_from_checkpoint(
+            job, f"{exc}; resuming from the checkpoint at step {job.last_checkpoint_step} "
+            f"({lost} steps lost; restarts not charged)",
+            "re-acquiring chips after a peer outage (restarts not charged)")
