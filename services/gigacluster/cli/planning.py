@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from gigacluster.cli.estimate_train import load_spec
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.planning import CompareRow, compare, plan_power
@@ -62,9 +65,6 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     basis = "same provisioned power" if args.same_power else "same chip count"
     t = Table(title=f"{spec.name}: {spec.arch.name} ({spec.precision}), {basis}")
     for col in ("chip", "chips", "TP/PP/DP/CP", "step", "tokens/s", "MFU", "clock", "power/chip",
@@ -119,9 +119,6 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(d, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     ref, whole = d["reference_job"], d["whole_cluster_job"]
     t = Table(title=f"{d['power_mw']:,.0f} MW of {d['chip']} at PUE {d['pue']}, {d['precision']}")
     t.add_column("quantity")
