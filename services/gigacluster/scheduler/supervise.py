@@ -11,6 +11,7 @@ the gang's instance when the runner ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -48,21 +49,20 @@ def get_system_chips(job: JobRecord) -> int:
     return get_system(job.spec.system).chips
 
 
+@dataclasses.dataclass(eq=False)
 class JobSupervisor:
     """Runs placed jobs, one task each; ``gangs`` holds each placed job's devices while it runs."""
 
-    def __init__(self, config: SchedulerConfig, clock: VirtualClock, telemetry: Telemetry, book: JobBook,
-                 cluster: ClusterView, failure_model: FailureModel | None, rng: np.random.Generator) -> None:
-        self.config = config
-        self.clock = clock
-        self.telemetry = telemetry
-        self.book = book
-        self.cluster = cluster
-        self.failure_model = failure_model
-        self.rng = rng
-        self.gangs: dict[str, np.ndarray] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.loss_events: dict[str, int] = {}
+    config: SchedulerConfig
+    clock: VirtualClock
+    telemetry: Telemetry
+    book: JobBook
+    cluster: ClusterView
+    failure_model: FailureModel | None
+    rng: np.random.Generator
+    gangs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, init=False)
+    tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict, init=False)
+    loss_events: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
 
     def start(self, job: JobRecord, devices: np.ndarray, capability: str, expires_s: float) -> None:
         """Run a job just placed on ``devices`` (already in ``gangs``) in its own task."""
