@@ -7,6 +7,7 @@ The mesh is started once per test session with :class:`gigacluster.stack.Stack`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -31,11 +33,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def mosquitto_exe() -> str:
-    exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
+def required_exe(name: str, package: str, *, fallback: str | None = None) -> str:
+    """The path of the tool ``name`` (or ``fallback`` when it exists); fails, never skips, naming the
+    Debian ``package`` that provides it."""
+    exe = shutil.which(name) or (fallback if fallback is not None and os.path.exists(fallback) else None)
     if exe is None:
-        pytest.fail("Mosquitto is required for integration tests: apt-get install -y mosquitto (see .ci/run)")
+        pytest.fail(f"{name} is required: apt-get install -y {package} (see .ci/run)")
     return exe
+
+
+def mosquitto_exe() -> str:
+    return required_exe("mosquitto", "mosquitto", fallback="/usr/sbin/mosquitto")
+
+
+def live_config(cluster: str, mosquitto: str, state_dir: pathlib.Path, **overrides: Any) -> StackConfig:
+    """The integration tests' mesh: 64 H100 in two shards on free ports, JSON logs, telemetry to
+    ``mosquitto``, state in ``state_dir``, crashed services restarted; ``overrides`` change any field."""
+    fields: dict[str, Any] = dict(cluster=cluster, chip="h100-sxm", chips=64, shards=2, speedup=TEST_SPEEDUP,
+                                  mqtt=mosquitto, ports={k: 0 for k in DEFAULT_PORTS}, state_dir=state_dir,
+                                  log_format="json", restart=True)
+    return StackConfig(**(fields | overrides))
+
+
+@contextlib.asynccontextmanager
+async def live_stack(cluster: str, mosquitto: str, state_dir: pathlib.Path, **overrides: Any) -> AsyncIterator[Stack]:
+    """A running :func:`live_config` mesh, stopped on exit."""
+    st = Stack(live_config(cluster, mosquitto, state_dir, **overrides))
+    await st.start()
+    try:
+        yield st
+    finally:
+        await st.stop()
 
 
 @pytest.fixture(scope="session")
@@ -67,15 +95,8 @@ def mosquitto() -> Iterator[str]:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def stack(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     """The five services as real processes (64 H100, one shard) on free ports, telemetry to Mosquitto."""
-    cfg = StackConfig(cluster="itest", chip="h100-sxm", chips=64, shards=2, speedup=TEST_SPEEDUP, mqtt=mosquitto,
-                      ports={k: 0 for k in DEFAULT_PORTS}, state_dir=tmp_path_factory.mktemp("stack"),
-                      log_format="json", restart=True, metrics=True)
-    st = Stack(cfg)
-    await st.start()
-    try:
+    async with live_stack("itest", mosquitto, tmp_path_factory.mktemp("stack"), metrics=True) as st:
         yield st
-    finally:
-        await st.stop()
 
 
 _tenant_seq = iter(range(1, 10_000))

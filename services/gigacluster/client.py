@@ -14,8 +14,8 @@ import dataclasses
 import json
 import os
 import pathlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -76,8 +76,31 @@ class Endpoints:
         return cls(**{k: v for k, v in d.items() if k in DEFAULT_PORTS})
 
 
+S = TypeVar("S")
+
+
+class _Stub(Generic[S]):
+    """``Client.<service>``: a ``stub`` over the client's one channel to the service of that name."""
+
+    def __init__(self, stub: Callable[[grpc.aio.Channel], S]) -> None:
+        self.stub = stub
+        self.service = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.service = name
+
+    def __get__(self, client: Client, owner: type | None = None) -> S:
+        return self.stub(client.channel(self.service))
+
+
 class Client:
     """Channels and stubs to one cluster, with the caller's API key on every call."""
+
+    scheduler = _Stub(scheduler_pb2_grpc.SchedulerServiceStub)
+    router = _Stub(router_pb2_grpc.RouterServiceStub)
+    broker = _Stub(broker_pb2_grpc.BrokerServiceStub)
+    fabric = _Stub(fabric_pb2_grpc.FabricServiceStub)
+    chip = _Stub(chip_pb2_grpc.ChipServiceStub)
 
     def __init__(self, endpoints: Endpoints, api_key: str | None, *, tls: Tls | None = None) -> None:
         self.endpoints = endpoints
@@ -113,26 +136,6 @@ class Client:
     @property
     def md(self) -> tuple[tuple[str, str], ...]:
         return call_metadata(api_key=self.api_key)
-
-    @property
-    def scheduler(self) -> scheduler_pb2_grpc.SchedulerServiceStub:
-        return scheduler_pb2_grpc.SchedulerServiceStub(self.channel("scheduler"))
-
-    @property
-    def router(self) -> router_pb2_grpc.RouterServiceStub:
-        return router_pb2_grpc.RouterServiceStub(self.channel("router"))
-
-    @property
-    def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
-        return broker_pb2_grpc.BrokerServiceStub(self.channel("broker"))
-
-    @property
-    def fabric(self) -> fabric_pb2_grpc.FabricServiceStub:
-        return fabric_pb2_grpc.FabricServiceStub(self.channel("fabric"))
-
-    @property
-    def chip(self) -> chip_pb2_grpc.ChipServiceStub:
-        return chip_pb2_grpc.ChipServiceStub(self.channel("chip"))
 
     # -- jobs -------------------------------------------------------------------------------------
     async def submit_job(self, spec: dict[str, Any], **job: Any) -> scheduler_pb2.Job:

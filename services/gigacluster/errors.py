@@ -32,6 +32,12 @@ class DomainError(Exception):
     code = "INTERNAL"
     default_reason = "INTERNAL"
 
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: Any) -> None:
+        """``class X(DomainError, code="NOT_FOUND")`` names the status, which is also the default reason."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = cls.default_reason = code
+
     def __init__(self, message: str, *, reason: str | None = None, **metadata: Any) -> None:
         super().__init__(message)
         self.message = message
@@ -39,54 +45,39 @@ class DomainError(Exception):
         self.metadata = {k: str(v) for k, v in metadata.items() if v is not None}
 
 
-class InvalidArgument(DomainError):
-    code = "INVALID_ARGUMENT"
-    default_reason = "INVALID_ARGUMENT"
-
+class InvalidArgument(DomainError, code="INVALID_ARGUMENT"):
     def __init__(self, field: str, message: str, **metadata: Any) -> None:
         super().__init__(f"{field}: {message}", reason="INVALID_FIELD", field=field, **metadata)
         self.field = field
 
 
-class NotFound(DomainError):
-    code = "NOT_FOUND"
-    default_reason = "NOT_FOUND"
-
+class NotFound(DomainError, code="NOT_FOUND"):
     def __init__(self, resource: str, message: str | None = None) -> None:
         super().__init__(message or f"{resource} not found", resource=resource)
         self.resource = resource
 
 
-class AlreadyExists(DomainError):
-    code = "ALREADY_EXISTS"
-    default_reason = "ALREADY_EXISTS"
+class AlreadyExists(DomainError, code="ALREADY_EXISTS"):
+    pass
 
 
-class PermissionDenied(DomainError):
-    code = "PERMISSION_DENIED"
-    default_reason = "PERMISSION_DENIED"
+class PermissionDenied(DomainError, code="PERMISSION_DENIED"):
+    pass
 
 
-class Unauthenticated(DomainError):
-    code = "UNAUTHENTICATED"
-    default_reason = "UNAUTHENTICATED"
+class Unauthenticated(DomainError, code="UNAUTHENTICATED"):
+    pass
 
 
-class ResourceExhausted(DomainError):
-    code = "RESOURCE_EXHAUSTED"
-    default_reason = "RESOURCE_EXHAUSTED"
-
+class ResourceExhausted(DomainError, code="RESOURCE_EXHAUSTED"):
     def __init__(self, message: str, *, retry_after_s: float | None = None, **metadata: Any) -> None:
         super().__init__(message, retry_after_s=None if retry_after_s is None else f"{retry_after_s:.3f}", **metadata)
         self.retry_after_s = retry_after_s
 
 
-class FailedPrecondition(DomainError):
-    code = "FAILED_PRECONDITION"
-    default_reason = "FAILED_PRECONDITION"
+class FailedPrecondition(DomainError, code="FAILED_PRECONDITION"):
+    pass
 
 
-class Unavailable(DomainError):
-    code = "UNAVAILABLE"
-    default_reason = "UNAVAILABLE"
-
+class Unavailable(DomainError, code="UNAVAILABLE"):
+    pass

@@ -28,7 +28,7 @@ from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
 from gigacluster.security.audit import Anchor, load_anchors, load_public_key, verify_audit
 from gigacluster.stack import Stack, StackConfig, free_port
-from tests.conftest import TEST_SPEEDUP, wait_for
+from tests.conftest import TEST_SPEEDUP, live_stack, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +36,9 @@ pytestmark = pytest.mark.integration
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def broker_stack(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     """A mesh of its own (32 H100, two shards) whose broker the tests kill."""
-    cfg = StackConfig(cluster="bkr", chip="h100-sxm", chips=32, shards=2, speedup=TEST_SPEEDUP, mqtt=mosquitto,
-                      ports={k: 0 for k in DEFAULT_PORTS}, state_dir=tmp_path_factory.mktemp("bkr"),
-                      log_format="json", restart=True,
-                      extra_env={"GIGACLUSTER_BROKER_AUDIT_ANCHOR_INTERVAL_S": "0.5"})
-    st = Stack(cfg)
-    await st.start()
-    try:
+    async with live_stack("bkr", mosquitto, tmp_path_factory.mktemp("bkr"), chips=32,
+                          extra_env={"GIGACLUSTER_BROKER_AUDIT_ANCHOR_INTERVAL_S": "0.5"}) as st:
         yield st
-    finally:
-        await st.stop()
 
 
 def md(key: str) -> tuple[tuple[str, str], ...]:

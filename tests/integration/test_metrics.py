@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import shutil
 import subprocess
 import urllib.request
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gigacluster.stack import Stack
+from tests.conftest import required_exe
 
 pytestmark = pytest.mark.integration
 MIB = 2**20
@@ -109,17 +109,11 @@ async def test_router_exports_vllm_metrics_and_flags_a_slow_replica(stack: Stack
         await shard.close()
 
 
-def promtool() -> str:
-    exe = shutil.which("promtool")
-    if exe is None:
-        pytest.fail("promtool is required: apt-get install -y prometheus (see .ci/run)")
-    return exe
-
-
 async def test_promtool_checks_every_service_endpoint(stack: Stack) -> None:
     """``promtool check metrics`` finds nothing on the chip shards, fabric, broker and scheduler; on the
     router nothing but its reserved-character note on vLLM's own ``vllm:`` names (vLLM's endpoint gets the
     same), and every ``*_total`` family is typed counter (a served deployment, so vLLM's families exist)."""
+    promtool = required_exe("promtool", "prometheus")
     from gigacluster.client import Client
     from gigacluster.common.v1 import common_pb2
     from gigacluster.router.v1 import router_pb2
@@ -133,7 +127,7 @@ async def test_promtool_checks_every_service_endpoint(stack: Stack) -> None:
             assert set(stack.metrics_ports) == {"chip", "chip-1", "fabric", "broker", "scheduler", "router"}
             for name, port in stack.metrics_ports.items():
                 text = await scrape_text(port)
-                r = subprocess.run([promtool(), "check", "metrics"], input=text.encode(), capture_output=True,
+                r = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True,
                                    timeout=30, check=False)
                 problems = [ln for ln in r.stderr.decode().splitlines() if ln.strip()]
                 if name == "router":

@@ -17,11 +17,11 @@ import pytest_asyncio
 
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
-from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.scheduler.v1 import scheduler_pb2
-from gigacluster.stack import Stack, StackConfig
-from tests.conftest import TEST_SPEEDUP, wait_for
+from gigacluster.stack import Stack
+from tests.conftest import live_stack, wait_for
 
 pytestmark = pytest.mark.integration
 J = scheduler_pb2.Job
@@ -42,15 +42,8 @@ def small(count: int = 16, steps: int = 1_000_000) -> dict[str, Any]:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def sched_stack(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     """A mesh of its own, so the chips are all free and the scheduler can be killed."""
-    cfg = StackConfig(cluster="sched", chip="h100-sxm", chips=64, shards=2, speedup=TEST_SPEEDUP, mqtt=mosquitto,
-                      ports={k: 0 for k in DEFAULT_PORTS}, state_dir=tmp_path_factory.mktemp("sched"),
-                      log_format="json", restart=True)
-    st = Stack(cfg)
-    await st.start()
-    try:
+    async with live_stack("sched", mosquitto, tmp_path_factory.mktemp("sched")) as st:
         yield st
-    finally:
-        await st.stop()
 
 
 _n = iter(range(1, 1000))

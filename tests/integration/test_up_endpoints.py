@@ -8,7 +8,6 @@ import asyncio
 import io
 import json
 import re
-import shutil
 import urllib.request
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ import pytest_asyncio
 from gigacluster.cli.up import bring_up, mosquitto_sub_command, print_endpoints
 from gigacluster.client import DEFAULT_PORTS
 from gigacluster.stack import Stack, StackConfig
+from tests.conftest import required_exe
 
 from ..conftest import TEST_SPEEDUP
 from ..ops.prometheus import ROOT
@@ -40,13 +40,6 @@ async def up_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tu
         yield st, out.getvalue()
     finally:
         await st.stop()
-
-
-def mosquitto_sub() -> str:
-    exe = shutil.which("mosquitto_sub")
-    if exe is None:
-        pytest.fail("mosquitto_sub is required: apt-get install -y mosquitto-clients (see .ci/run)")
-    return exe
 
 
 async def run_shell(cmd: str) -> tuple[int, str, str]:
@@ -81,7 +74,7 @@ async def test_banner_prints_every_endpoint_and_each_answers(up_stack: tuple[Sta
 async def test_banner_mosquitto_sub_command_receives_telemetry(up_stack: tuple[Stack, str]) -> None:
     """The exact mosquitto_sub line of the banner (admin credentials read from credentials.json) receives
     the stack's telemetry; the same command without credentials is refused by the broker."""
-    mosquitto_sub()
+    required_exe("mosquitto_sub", "mosquitto-clients")
     st, banner = up_stack
     line = next(ln.strip() for ln in banner.splitlines() if ln.strip().startswith("mosquitto_sub "))
     assert line == mosquitto_sub_command(st)

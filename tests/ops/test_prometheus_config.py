@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 import subprocess
 
 import pytest
@@ -12,6 +11,7 @@ import yaml
 from gigacluster.cli.main import build_parser
 from gigacluster.cli.up import stack_config
 from gigacluster.stack import Stack, StackConfig
+from tests.conftest import required_exe
 
 from .prometheus import COMPOSE_CONFIG, LOCAL_CONFIG, UP_METRICS_PORTS, local_config
 
@@ -40,10 +40,8 @@ def test_local_config_lists_every_shard_and_refuses_a_missing_service() -> None:
 @pytest.mark.parametrize("path", [COMPOSE_CONFIG, LOCAL_CONFIG], ids=lambda p: pathlib.Path(p).name)
 def test_promtool_accepts_the_scrape_configs(path: pathlib.Path) -> None:
     """``promtool check config`` (Debian's prometheus package) accepts both scrape configurations."""
-    exe = shutil.which("promtool")
-    if exe is None:
-        pytest.fail("promtool is required: apt-get install -y prometheus (see .ci/run)")
-    r = subprocess.run([exe, "check", "config", str(path)], capture_output=True, timeout=30, check=False)
+    promtool = required_exe("promtool", "prometheus")
+    r = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, timeout=30, check=False)
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
 from pathlib import Path
 
 import pytest
 
 from gigacluster.security.mqtt_auth import TelemetryAcl, render_password_file
+from tests.security_unit.mqtt_probe import topics_received
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
 
@@ -34,25 +33,10 @@ async def test_embedded_amqtt_broker_isolates_tenants(tmp_path: Path) -> None:
     })
     await broker.start()
     try:
-        got: list[str] = []
-        ready = asyncio.Event()
-
-        async def listen() -> None:
-            async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password=creds["tenant-acme"]) as c:
-                await c.subscribe("gigacluster/gc1/scheduler/tenants/acme/#")
-                await c.subscribe("#")  # refused by the topic plugin
-                ready.set()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
-                        async for m in c.messages:
-                            got.append(str(m.topic))
-
-        task = asyncio.create_task(listen())
-        await asyncio.wait_for(ready.wait(), 5)
-        async with aiomqtt.Client("127.0.0.1", port, username="service", password=creds["service"]) as c:
-            for t in ["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m"]:
-                await c.publish(t, b"1", qos=1)
-        await task
+        got = await topics_received(
+            port, creds, user="tenant-acme",
+            filters=["gigacluster/gc1/scheduler/tenants/acme/#", "#"],  # "#" is refused by the topic plugin
+            topics=["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m"])
         assert got == ["gigacluster/gc1/scheduler/tenants/acme/m"]
         for user, pw in [("tenant-acme", "wrong"), ("nobody", "x")]:
             with pytest.raises(aiomqtt.MqttError):

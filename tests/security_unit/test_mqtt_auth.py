@@ -22,6 +22,7 @@ from gigacluster.security.mqtt_auth import (
     render_password_file,
     verify_mosquitto_hash,
 )
+from tests.security_unit.mqtt_probe import topics_received
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
 
@@ -144,26 +145,10 @@ async def test_real_mosquitto_enforces_generated_files(tmp_path: Path) -> None:
                 socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
                 break
             await asyncio.sleep(0.1)
-        got: list[str] = []
-        ready = asyncio.Event()
-
-        async def listen() -> None:
-            async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password=creds["tenant-acme"]) as c:
-                await c.subscribe("#")
-                ready.set()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
-                        async for m in c.messages:
-                            got.append(str(m.topic))
-
-        task = asyncio.create_task(listen())
-        await asyncio.wait_for(ready.wait(), 5)
-        async with aiomqtt.Client("127.0.0.1", port, username="service", password=creds["service"]) as c:
-            topics = ["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m",
-                      "gigacluster/gc1/x"]
-            for t in topics:
-                await c.publish(t, b"1", qos=1)
-        await task
+        got = await topics_received(
+            port, creds, user="tenant-acme", filters=["#"],
+            topics=["gigacluster/gc1/scheduler/tenants/acme/m", "gigacluster/gc1/scheduler/tenants/beta/m",
+                    "gigacluster/gc1/x"])
         assert got == ["gigacluster/gc1/scheduler/tenants/acme/m"]
         with pytest.raises(aiomqtt.MqttError):
             async with aiomqtt.Client("127.0.0.1", port, username="tenant-acme", password="wrong"):

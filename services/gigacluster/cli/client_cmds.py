@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from rich.console import Console
+from rich.table import Table
 
 from gigacluster.client import Client, read_job_file
 from gigacluster.errors import DomainError
@@ -103,9 +105,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         if args.json:
             print(dumps([job_dict(j) for j in jobs]))
             return 0
-        from rich.console import Console
-        from rich.table import Table
-
         t = Table("job", "state", "step", "step time", "MFU", "kWh", "$", "reason")
         for j in jobs:
             t.add_row(j.name, _state(j), f"{j.step}/{j.steps_total}", f"{j.last_step_time_s:.3f} s",

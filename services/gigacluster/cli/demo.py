@@ -15,6 +15,7 @@ import tempfile
 import time
 from typing import Any
 
+import aiomqtt
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,7 +25,7 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.cli.up import DEFAULT_MODEL, add_stack_args, bring_up, stack_config
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.hw.catalog import facility
-from gigacluster.report import ChipTotals, cluster_it_energy_j
+from gigacluster.report import ChipTotals, cluster_it_energy_j, load, render
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
@@ -84,8 +85,6 @@ async def _watch(gc: Client, name: str, progress: Progress, task: Any) -> schedu
 
 async def _record(stack: Stack, path: pathlib.Path) -> None:
     """Append every telemetry message of the demo's cluster to ``path`` (as the admin MQTT user)."""
-    import aiomqtt
-
     path.parent.mkdir(parents=True, exist_ok=True)
     host, _, port = stack.mqtt.rpartition(":")
     with path.open("a") as f:
@@ -168,8 +167,6 @@ async def demo(args: argparse.Namespace) -> int:
                 with (out / "run.jsonl").open("a") as f:
                     for r in requests:
                         f.write(json.dumps({"request": r}) + "\n")
-                from gigacluster.report import load, render
-
                 page = render(load((out / "run.jsonl").read_text().splitlines()), out, title="gigacluster demo")
                 console.print(f"plots and report: {page}")
         finally:

@@ -13,6 +13,7 @@ import re
 import sys
 from typing import Any
 
+from gigacluster.fabric.estimate import estimate_collective
 from gigacluster.model import SpecError
 
 _UNITS = {
@@ -63,8 +64,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the estimate; exit code 2 with the field's message on bad input."""
-    from gigacluster.fabric.estimate import estimate_collective
-
     try:
         size = parse_bytes(args.bytes_)
         kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch,

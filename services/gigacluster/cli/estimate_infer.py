@@ -13,6 +13,9 @@ import json
 import sys
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from gigacluster.inference.engine import ReplicaConfig
 from gigacluster.inference.estimate import estimate_infer
 from gigacluster.inference.policies import POLICIES
@@ -104,9 +107,6 @@ def _fmt(v: Any) -> str:
 
 def _print(out: dict[str, Any]) -> None:
     """Human-readable report with rich."""
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title="gigacluster estimate infer")
     t.add_column("quantity")
     t.add_column("value", justify="right")

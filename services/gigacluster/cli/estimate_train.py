@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from gigacluster import safeyaml
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.training import TrainEstimate, TrainSpec, estimate_train
@@ -69,9 +72,6 @@ def _fmt_s(s: float | None) -> str:
 
 def print_table(est: TrainEstimate) -> None:
     """Human-readable report with rich."""
-    from rich.console import Console
-    from rich.table import Table
-
     d = est.to_dict()
     p = d["parallelism"]
     t = Table(title=f"{d['name']}: {d['model']} on {d['count']:,} x {d['chip']} ({d['system']}, {d['precision']})")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gigacluster.cli import standalone
 from gigacluster.runtime.channels import open_channel
 
 #: Exit codes: 0 SERVING, 1 answered but not SERVING, 2 no answer (unreachable, timeout, error).
@@ -53,11 +53,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone form: ``python -m gigacluster.cli.health HOST:PORT``."""
-    p = argparse.ArgumentParser(prog="gigacluster health", description=__doc__.splitlines()[0])
-    _add_args(p)
-    return run(p.parse_args(argv))
+main = standalone("gigacluster health", __doc__, _add_args, run)  # python -m gigacluster.cli.health HOST:PORT
 
 
 if __name__ == "__main__":

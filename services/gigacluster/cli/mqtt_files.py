@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gigacluster.cli import standalone
 from gigacluster.security.apikeys import new_api_key
 from gigacluster.security.mqtt_auth import ADMIN_USER, SERVICE_USER, TelemetryAcl, render_password_file
 
@@ -106,11 +107,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone form: ``python -m gigacluster.cli.mqtt_files DIR``."""
-    p = argparse.ArgumentParser(prog="gigacluster mqtt-files", description=__doc__.splitlines()[0])
-    _add_args(p)
-    return run(p.parse_args(argv))
+main = standalone("gigacluster mqtt-files", __doc__, _add_args, run)  # python -m gigacluster.cli.mqtt_files DIR
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ from typing import Any
 
 import google.rpc
 
+from gigacluster.runtime.protogen import proto_files
+from gigacluster.runtime.reflection import file_descriptor_set
+
 REPO_PROTOS = pathlib.Path(__file__).resolve().parents[3] / "protos"
 THIRD_PARTY = pathlib.Path(__file__).resolve().parents[1] / "runtime" / "third_party"
 GOOGLE_RPC = ("status.proto", "error_details.proto", "code.proto")
@@ -37,8 +40,6 @@ def register(subparsers: Any) -> None:
 
 def _own_modules() -> list[Any]:
     """The generated ``*_pb2`` module of every gigacluster proto (their descriptors)."""
-    from gigacluster.runtime.protogen import proto_files
-
     mods = []
     for p in proto_files():
         rel = p.relative_to(REPO_PROTOS).with_suffix("")
@@ -48,8 +49,6 @@ def _own_modules() -> list[Any]:
 
 def export(out: pathlib.Path) -> list[pathlib.Path]:
     """Write the sources and ``gigacluster.binpb`` under ``out``; returns the files written."""
-    from gigacluster.runtime.reflection import file_descriptor_set
-
     written: list[pathlib.Path] = []
 
     def copy(src: pathlib.Path, rel: pathlib.Path) -> None:

@@ -11,7 +11,10 @@ import sys
 import time
 from typing import Any
 
+import aiomqtt
+
 from gigacluster.client import load_credentials
+from gigacluster.report import load, render
 
 
 def register(subparsers: Any) -> None:
@@ -29,8 +32,6 @@ def register(subparsers: Any) -> None:
 
 async def record(out: pathlib.Path, *, endpoint: str, cluster: str, duration_s: float, username: str | None,
                  password: str | None) -> int:
-    import aiomqtt
-
     host, _, port = endpoint.rpartition(":")
     n = 0
     deadline = time.monotonic() + duration_s
@@ -60,8 +61,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gigacluster.report import load, render
-
     path = pathlib.Path(args.recording)
     if not path.is_file():
         print(f"error: no recording at {path}", file=sys.stderr)

@@ -10,6 +10,7 @@ from typing import Any
 
 from gigacluster.runtime import config as cfgmod
 from gigacluster.runtime.logging import configure
+from gigacluster.runtime.server import serve
 
 SERVICES = {
     "chip": "gigacluster.chip.service:ChipService",
@@ -35,8 +36,6 @@ def service_class(name: str) -> type:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gigacluster.runtime.server import serve
-
     cls = cfgmod.CONFIGS[args.service]
     try:
         config = cfgmod.load(cls, flags=vars(args), config_file=args.config)

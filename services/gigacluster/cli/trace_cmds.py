@@ -10,6 +10,7 @@ from typing import Any
 from gigacluster.cli.client_cmds import _run
 from gigacluster.client import Client
 from gigacluster.scheduler.v1 import scheduler_pb2
+from gigacluster.trace import job_trace, request_trace
 
 
 def register(subparsers: Any) -> None:
@@ -40,8 +41,6 @@ def _write(doc: dict[str, Any], out: str) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from gigacluster.trace import job_trace
-
     async def go(gc: Client) -> int:
         name = args.job if args.job.startswith("jobs/") else f"jobs/{args.job}"
         r = await gc.scheduler.GetJobTrace(scheduler_pb2.GetJobTraceRequest(name=name), metadata=gc.md)
@@ -56,8 +55,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_request(args: argparse.Namespace) -> int:
-    from gigacluster.trace import request_trace
-
     async def go(gc: Client) -> int:
         model = args.model if args.model.startswith("deployments/") else f"deployments/{args.model}"
         chunks = [c async for c in gc.generate(model, args.prompt, max_tokens=args.max_tokens)]

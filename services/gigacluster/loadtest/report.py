@@ -114,12 +114,10 @@ def table(summary: dict[str, Any]) -> str:
 def plot(summary: dict[str, Any], results: Sequence[Result], path: pathlib.Path, names: Sequence[str]) -> None:
     """Latency CDFs (TTFT and end-to-end per stream), completions over time, and each request's TTFT against
     its TPOT with the SLO box (attainment and goodput in the legend), as a PNG."""
-    import matplotlib
+    from matplotlib.figure import Figure  # deferred: importing matplotlib adds ~0.4 s to every CLI start
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.5))
+    fig = Figure(figsize=(18, 4.5))
+    ax1, ax2, ax3 = fig.subplots(1, 3)
     for i, name in enumerate(names):
         ok = [r for r in results if r.stream == i and r.ok]
         for metric, style in (("ttft_s", "-"), ("e2e_s", "--")):
@@ -162,7 +160,6 @@ def plot(summary: dict[str, Any], results: Sequence[Result], path: pathlib.Path,
     ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def write(out_dir: pathlib.Path, scenario: Scenario, summary: dict[str, Any], results: Sequence[Result]) -> list[

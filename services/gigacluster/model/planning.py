@@ -20,9 +20,10 @@ import dataclasses
 import math
 from typing import Any
 
-from gigacluster.hw.catalog import CatalogError, chip_names, default_system, get_chip, get_system
+from gigacluster.hw.catalog import CatalogError, chip_names, default_system, facility, get_chip, get_system
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import preset
+from gigacluster.model.power import host_overhead_w
 from gigacluster.model.training import TrainEstimate, TrainSpec, estimate_train
 
 REFERENCE_TOKENS = 15_000_000_000_000  # Llama 3 405B: about 15T pre-training tokens (Llama 3 paper)
@@ -30,8 +31,6 @@ REFERENCE_TOKENS = 15_000_000_000_000  # Llama 3 405B: about 15T pre-training to
 
 def provisioned_power_w(chip_name: str) -> float:
     """IT power a facility reserves per accelerator: TDP plus the host share."""
-    from gigacluster.model.power import host_overhead_w
-
     return get_chip(chip_name).tdp_w + host_overhead_w()
 
 
@@ -201,8 +200,6 @@ def plan_power(
     power_mw: float, chip: str, *, pue: float | None = None, precision: str = "bf16", reference_chips: int = 16384
 ) -> PowerPlan:
     """How many ``chip`` a ``power_mw`` facility feeds, and what they do for Llama 3 405B."""
-    from gigacluster.hw.catalog import facility
-
     if not power_mw > 0:
         raise SpecError("power_mw", f"must be > 0, got {power_mw!r}")
     if chip not in chip_names():

@@ -75,11 +75,8 @@ class JobBook:
             self.seq[job.job_id] = seq
             job.preempt_reason = ""
             if job.state not in TERMINAL and job.state != State.QUEUED:
-                lost = job.step - job.last_checkpoint_step
-                job.lost_steps += lost
-                job.lost_s += lost * job.mean_step_s()
-                job.step = job.last_checkpoint_step
-                job.tokens = job.step * spec.tokens_per_step
+                lost = job.charge_lost_work()
+                job.rewind()
                 job.state = State.QUEUED
                 job.resume_pending = job.step > 0 or job.resume_pending
                 job.reason = f"scheduler restarted; resuming from checkpoint at step {job.step} ({lost} steps lost)"

@@ -142,6 +142,18 @@ class JobRecord:
     def mean_step_s(self) -> float:
         return self.last_step_time_s or self.predicted_step_time_s
 
+    def charge_lost_work(self) -> int:
+        """Count the steps since the last durable checkpoint as lost work (they will be redone); returns how many."""
+        lost = self.step - self.last_checkpoint_step
+        self.lost_steps += lost
+        self.lost_s += lost * self.mean_step_s()
+        return lost
+
+    def rewind(self) -> None:
+        """Back to the last durable checkpoint: step and tokens as they were when it was written."""
+        self.step = self.last_checkpoint_step
+        self.tokens = self.step * self.spec.tokens_per_step
+
 
 def validate_submission(spec_dict: dict[str, Any], *, priority: int, checkpoint_interval_steps: int,
                         max_restarts: int, cluster_chips: dict[str, int]) -> tuple[TrainSpec, StepPlan, int]:

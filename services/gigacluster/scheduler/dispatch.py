@@ -52,18 +52,18 @@ class Snapshot:
     usage: dict[str, float]
 
 
+@dataclasses.dataclass(eq=False)
 class Dispatcher:
     """Runs passes when something changed (``book.kick``) or every ``dispatch_interval_s``."""
 
-    def __init__(self, config: SchedulerConfig, clock: VirtualClock, book: JobBook, cluster: ClusterView,
-                 supervisor: JobSupervisor, policy: PlacementPolicy) -> None:
-        self.config = config
-        self.clock = clock
-        self.book = book
-        self.cluster = cluster
-        self.supervisor = supervisor
-        self.policy = policy
-        self._reserved: set[str] = set()  # jobs holding a backfill reservation after the last pass
+    config: SchedulerConfig
+    clock: VirtualClock
+    book: JobBook
+    cluster: ClusterView
+    supervisor: JobSupervisor
+    policy: PlacementPolicy
+    # jobs holding a backfill reservation after the last pass
+    _reserved: set[str] = dataclasses.field(default_factory=set, init=False)
 
     async def loop(self) -> None:
         """A pass when something changed (a kick), else every ``dispatch_interval_s`` (quarantine ends,

@@ -217,31 +217,33 @@ def decide(now: float, pending: list[Pending], running: list[Running], *, layout
     return dp.out
 
 
+@dataclasses.dataclass(eq=False)
 class _Pass:
     """One pass's working state, and the steps each queued job goes through in priority and fair-share
     order: quota (held, or reclaim from borrowers), place now (or backfill around the reservation),
     wait for draining gangs, preempt lower priorities, or reserve from running gangs' estimated ends."""
 
-    def __init__(self, now: float, running: list[Running], *, layouts: dict[str, Layout],
-                 free: dict[str, np.ndarray], policy: PlacementPolicy, queues: dict[tuple[str, str], QueueSpec],
-                 preemption: bool, backfill: bool) -> None:
-        self.now = now
-        self.running = running
-        self.layouts = layouts
-        self.policy = policy
-        self.queues = queues
-        self.preemption = preemption
-        self.backfill = backfill
+    now: float
+    running: list[Running]
+    _: dataclasses.KW_ONLY
+    layouts: dict[str, Layout]
+    free: dict[str, np.ndarray]  # a copy of the caller's masks: the pass marks devices as it places
+    policy: PlacementPolicy
+    queues: dict[tuple[str, str], QueueSpec]
+    preemption: bool
+    backfill: bool
+
+    def __post_init__(self) -> None:
         self.out = Decision()
-        self.free = {c: m.copy() for c, m in free.items()}
-        self.quota = _Quota(queues, running)
-        self.fits = _Fits(policy)
+        self.free = {c: m.copy() for c, m in self.free.items()}
+        self.quota = _Quota(self.queues, self.running)
+        self.fits = _Fits(self.policy)
         # Shapes that found neither victims nor a reservation (chip, tp) -> (smallest count, highest priority).
         self.hopeless: dict[tuple[str, int], tuple[int, int]] = {}
         # per chip type: (head job, reserved start, reserved device mask)
         self.reservation: dict[str, tuple[str, float, np.ndarray]] = {}
-        self.live = [r for r in running if not r.draining]
-        self.draining = [r for r in running if r.draining]
+        self.live = [r for r in self.running if not r.draining]
+        self.draining = [r for r in self.running if r.draining]
         self.evicted: set[str] = set()
 
     def consider(self, job: Pending) -> None:

@@ -11,6 +11,7 @@ the gang's instance when the runner ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.hw.catalog import get_system
 from gigacluster.runtime import convert
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import SchedulerConfig
@@ -44,26 +46,23 @@ class PeerLost(Exception):
 
 
 def get_system_chips(job: JobRecord) -> int:
-    from gigacluster.hw.catalog import get_system
-
     return get_system(job.spec.system).chips
 
 
+@dataclasses.dataclass(eq=False)
 class JobSupervisor:
     """Runs placed jobs, one task each; ``gangs`` holds each placed job's devices while it runs."""
 
-    def __init__(self, config: SchedulerConfig, clock: VirtualClock, telemetry: Telemetry, book: JobBook,
-                 cluster: ClusterView, failure_model: FailureModel | None, rng: np.random.Generator) -> None:
-        self.config = config
-        self.clock = clock
-        self.telemetry = telemetry
-        self.book = book
-        self.cluster = cluster
-        self.failure_model = failure_model
-        self.rng = rng
-        self.gangs: dict[str, np.ndarray] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.loss_events: dict[str, int] = {}
+    config: SchedulerConfig
+    clock: VirtualClock
+    telemetry: Telemetry
+    book: JobBook
+    cluster: ClusterView
+    failure_model: FailureModel | None
+    rng: np.random.Generator
+    gangs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, init=False)
+    tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict, init=False)
+    loss_events: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
 
     def start(self, job: JobRecord, devices: np.ndarray, capability: str, expires_s: float) -> None:
         """Run a job just placed on ``devices`` (already in ``gangs``) in its own task."""
@@ -213,22 +212,24 @@ class JobSupervisor:
         if exc.effect in ("device", "host"):
             for d in bad:
                 self.cluster.bad[int(d)] = (now + self.config.repair_s) if exc.modelled else None
-        lost = job.step - job.last_checkpoint_step
+        lost = job.charge_lost_work()
         job.failures += 1
-        job.lost_steps += lost
-        job.lost_s += lost * job.mean_step_s()
         where = f" (devices {', '.join(map(str, bad[:8]))}{'...' if len(bad) > 8 else ''} excluded)" if bad else ""
         if job.restarts >= job.max_restarts:
             self.book.set_state(job, State.FAILED, f"{exc.cause}; max_restarts ({job.max_restarts}) reached; "
                                 f"{lost} steps since the checkpoint at step {job.last_checkpoint_step} lost")
             return
         job.restarts += 1
-        self.book.set_state(job, State.RESTARTING, f"{exc.cause}; restarting from step "
-                            f"{job.last_checkpoint_step} ({lost} steps lost){where}")
-        job.step = job.last_checkpoint_step
-        job.tokens = job.step * job.spec.tokens_per_step
+        self.restart_from_checkpoint(
+            job, f"{exc.cause}; restarting from step {job.last_checkpoint_step} ({lost} steps lost){where}",
+            "waiting for healthy chips to restart")
+
+    def restart_from_checkpoint(self, job: JobRecord, restarting: str, queued: str) -> None:
+        """RESTARTING (saying why), back to the last durable checkpoint, then QUEUED for the next dispatch."""
+        self.book.set_state(job, State.RESTARTING, restarting)
+        job.rewind()
         job.resume_pending = True
-        self.book.set_state(job, State.QUEUED, "waiting for healthy chips to restart")
+        self.book.set_state(job, State.QUEUED, queued)
 
     async def evict(self, job: JobRecord, t: float, ckpt: checkpoint.AsyncCheckpoints, pause: float,
                     write: float) -> None:
@@ -319,14 +320,10 @@ class JobSupervisor:
         are re-acquired by the next dispatch. Not a job fault: ``restarts`` and ``failures`` stay."""
         ckpt.settle(self.clock.now())
         job.last_checkpoint_step = ckpt.durable_step
-        lost = job.step - job.last_checkpoint_step
-        job.lost_steps += lost
-        job.lost_s += lost * job.mean_step_s()
+        lost = job.charge_lost_work()
         if job.state not in (State.RUNNING, State.CHECKPOINTING):
             return
-        self.book.set_state(job, State.RESTARTING, f"{exc}; resuming from the checkpoint at step "
-                            f"{job.last_checkpoint_step} ({lost} steps lost; restarts not charged)")
-        job.step = job.last_checkpoint_step
-        job.tokens = job.step * job.spec.tokens_per_step
-        job.resume_pending = True
-        self.book.set_state(job, State.QUEUED, "re-acquiring chips after a peer outage (restarts not charged)")
+        self.restart_from_checkpoint(
+            job, f"{exc}; resuming from the checkpoint at step {job.last_checkpoint_step} "
+            f"({lost} steps lost; restarts not charged)",
+            "re-acquiring chips after a peer outage (restarts not charged)")
