@@ -131,13 +131,17 @@ def test_invalid_argument_names_field() -> None:
     assert str(InvalidArgument("ranks", "x")).startswith("ranks:")
 
 
-def test_every_service_names_its_rpc_limiter() -> None:
-    """Each of the five services says which tenant limiter the server paces (none inherits the no-limit default)."""
+def test_every_service_charges_an_rpc_limiter() -> None:
+    """Each of the five services sets the tenant limiter the server paces (a service that forgot would run unpaced):
+    four through Service.broker_auth(), the broker with its own."""
+    import inspect
+
     from gigacluster.broker.service import BrokerService
     from gigacluster.chip.service import ChipService
     from gigacluster.fabric.service import FabricService
     from gigacluster.router.service import RouterService
     from gigacluster.scheduler.service import SchedulerService
 
-    for cls in (BrokerService, ChipService, FabricService, RouterService, SchedulerService):
-        assert "rpc_limiter" in vars(cls), cls.__name__
+    for cls in (ChipService, FabricService, RouterService, SchedulerService):
+        assert "self.broker_auth()" in inspect.getsource(cls.__init__), cls.__name__
+    assert "self.limiter = rate_limiter(" in inspect.getsource(BrokerService.__init__)

@@ -35,7 +35,6 @@ from gigacluster.runtime.server import Service
 from gigacluster.security.audit import append_anchor
 from gigacluster.security.capability import DeviceSet
 from gigacluster.security.mqtt_auth import tenant_user
-from gigacluster.security.ratelimit import TenantRateLimiter
 from gigacluster.wire import broker as wire
 
 log = structlog.get_logger()
@@ -134,9 +133,6 @@ class BrokerService(Service[BrokerConfig]):
         devs.add_metric(["free"], free)
         devs.add_metric(["allocated"], float(core.allocator.n_devices) - free)
         return [tenants, inst, devs]
-
-    def rpc_limiter(self) -> TenantRateLimiter | None:
-        return self.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)

@@ -14,7 +14,7 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from gigacluster.hw.catalog import default_system, get_chip, get_system
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, bearer_token, rate_limiter
+from gigacluster.runtime.auth import bearer_token
 from gigacluster.runtime.config import ChipConfig
 from gigacluster.runtime.errors import grpc_errors, preview
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
@@ -22,7 +22,6 @@ from gigacluster.runtime.server import Service
 from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
-from gigacluster.security.ratelimit import TenantRateLimiter
 from gigacluster.wire import chip as chip_wire
 
 PER_DEVICE_SERIES_MAX = 1024  # beyond this, a shard exports aggregates only (scrapes stay small)
@@ -41,8 +40,7 @@ class ChipService(Service[ChipConfig]):
                                start_s=self.clock.now(), overhead=overhead)
         self.shard_name = f"shards/{chip.name}-{config.device_offset}"
         self.memory = DeviceMemory.for_chip(chip, config.device_count)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
-                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
+        self.auth = self.broker_auth()
         self.registry.register(FunctionCollector(self.metrics))
 
     def memory_used_bytes(self) -> np.ndarray:
@@ -102,9 +100,6 @@ class ChipService(Service[ChipConfig]):
             states.add_metric([self.shard_name, label], float(np.count_nonzero(st == code)))
         out.append(states)
         return out
-
-    def rpc_limiter(self) -> TenantRateLimiter | None:
-        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         chip_pb2_grpc.add_ChipServiceServicer_to_server(ChipServicer(self), server)

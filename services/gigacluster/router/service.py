@@ -25,12 +25,11 @@ from gigacluster.router.messages import deployment_msg, generate_response, stats
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, Principal, rate_limiter
+from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.security.ratelimit import TenantRateLimiter
 
 __all__ = ["Chunk", "Generation", "RouterService", "RouterServicer"]
 log = structlog.get_logger()
@@ -43,8 +42,7 @@ class RouterService(Service[RouterConfig]):
 
     def __init__(self, config: RouterConfig) -> None:
         super().__init__(config)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
-                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
+        self.auth = self.broker_auth()
         self.manager = DeploymentManager(config, self.auth, self.clock, self._set_health)
         self.admission = Admission(config, self.clock, self.manager.visible)
         self._alerts: dict[str, str] = {}
@@ -65,9 +63,6 @@ class RouterService(Service[RouterConfig]):
     def reconciled(self) -> Any:
         """Set once the stored deployments are restored after a start."""
         return self.manager.reconciled
-
-    def rpc_limiter(self) -> TenantRateLimiter | None:
-        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)

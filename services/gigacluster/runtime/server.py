@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from gigacluster.errors import InvalidArgument
+from gigacluster.runtime.auth import BrokerAuth, rate_limiter
 from gigacluster.runtime.channels import add_port
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import CommonConfig
@@ -230,12 +231,22 @@ class Service(Generic[CfgT]):
             password=config.mqtt_password,
         )
         self._tasks: list[asyncio.Task[Any]] = []
+        self.limiter: TenantRateLimiter | None = None  # set by broker_auth(), or by a service with its own
         self.registry = CollectorRegistry(auto_describe=False)
         self.metrics_port: int | None = None
 
     def rpc_limiter(self) -> TenantRateLimiter | None:
         """The per-tenant RPC limiter this service charges, paced and shed before decoding (None: no limit)."""
-        return None
+        return self.limiter
+
+    def broker_auth(self) -> BrokerAuth:
+        """The client that checks callers' keys and capabilities with the broker, charging each tenant's calls to
+        the per-tenant RPC limiter this server paces (the chip, fabric, scheduler and router all use one)."""
+        cfg = self.config
+        auth = BrokerAuth(cfg.broker, cluster=cfg.cluster, service_key=cfg.service_key,
+                          limiter=rate_limiter(cfg.rate_ops_per_s, cfg.rate_ops_burst))
+        self.limiter = auth.limiter
+        return auth
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         """Register servicers; return their full service names (for health and reflection)."""

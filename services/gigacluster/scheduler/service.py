@@ -25,7 +25,7 @@ import structlog
 
 from gigacluster.errors import InvalidArgument, PermissionDenied
 from gigacluster.runtime import convert
-from gigacluster.runtime.auth import BrokerAuth, Principal, rate_limiter
+from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
@@ -43,7 +43,6 @@ from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec, 
 from gigacluster.scheduler.store import JobStore
 from gigacluster.scheduler.supervise import JobSupervisor, PeerLost
 from gigacluster.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from gigacluster.security.ratelimit import TenantRateLimiter
 
 __all__ = ["PeerLost", "SchedulerService", "SchedulerServicer"]
 
@@ -58,8 +57,7 @@ class SchedulerService(Service[SchedulerConfig]):
     def __init__(self, config: SchedulerConfig) -> None:
         super().__init__(config)
         self.registry.register(FunctionCollector(self.metrics))
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
-                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
+        self.auth = self.broker_auth()
         self.bounds = SpecBounds(max_chips=config.max_job_chips, max_global_batch=config.max_global_batch,
                                  max_steps=config.max_job_steps)
         path = pathlib.Path(config.state_dir) / "scheduler.db" if config.state_dir else None
@@ -71,9 +69,6 @@ class SchedulerService(Service[SchedulerConfig]):
         self.supervisor = JobSupervisor(config, self.clock, self.telemetry, self.book, self.cluster, failure_model,
                                         np.random.default_rng(config.failure_seed))
         self.dispatcher = Dispatcher(config, self.clock, self.book, self.cluster, self.supervisor, policy)
-
-    def rpc_limiter(self) -> TenantRateLimiter | None:
-        return self.auth.limiter
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(SchedulerServicer(self), server)

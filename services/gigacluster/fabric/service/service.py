@@ -18,11 +18,10 @@ from gigacluster.fabric.service.servicer import FabricServicer
 from gigacluster.fabric.sim import ClassPolicy, FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
-from gigacluster.runtime.auth import BrokerAuth, rate_limiter
+from gigacluster.runtime.auth import rate_limiter
 from gigacluster.runtime.config import FabricConfig
 from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
-from gigacluster.security.ratelimit import TenantRateLimiter
 
 log = structlog.get_logger()
 BACKDATE_WALL_S = 0.25
@@ -49,8 +48,7 @@ class FabricService(Service[FabricConfig]):
         self.book = FlowBook(self.sim)
         self.driver = SimDriver(self.sim, self.topo, self.book, self.clock, lag_s=BACKDATE_WALL_S * config.speedup,
                                 publish=self.telemetry.publish)
-        self.auth = BrokerAuth(config.broker, cluster=config.cluster, service_key=config.service_key,
-                               limiter=rate_limiter(config.rate_ops_per_s, config.rate_ops_burst))
+        self.auth = self.broker_auth()
         # Fabric bandwidth per tenant, in bytes per VIRTUAL second (flows live in virtual time).
         self.bandwidth = rate_limiter(0.0, 0.0, config.rate_bytes_per_s)
         self.registry.register(FunctionCollector(self.metrics))
@@ -72,9 +70,6 @@ class FabricService(Service[FabricConfig]):
         flows = gauge("gigacluster_active_flows", "Flows sharing the fabric now.")
         flows.add_metric([], float(stats.active_flows_total))
         return [mean, peak, used, links, flows]
-
-    def rpc_limiter(self) -> TenantRateLimiter | None:
-        return self.auth.limiter
 
     def servicer(self) -> FabricServicer:
         return FabricServicer(book=self.book, driver=self.driver, auth=self.auth, clock=self.clock,
