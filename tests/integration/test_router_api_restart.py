@@ -17,12 +17,11 @@ import openai
 import pytest
 import pytest_asyncio
 
-from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
-from gigacluster.stack import Stack, StackConfig
 
-from ..conftest import TEST_SPEEDUP
+from ..conftest import live_stack
 
 pytestmark = pytest.mark.integration
 
@@ -30,20 +29,14 @@ pytestmark = pytest.mark.integration
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def env(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
     """The stack and a tenant with one deployment 'm'."""
-    cfg = StackConfig(cluster="apirestart", chip="h100-sxm", chips=8, shards=1, speedup=TEST_SPEEDUP, mqtt=mosquitto,
-                      ports={k: 0 for k in DEFAULT_PORTS}, state_dir=tmp_path_factory.mktemp("apirestart"),
-                      http_port=0, restart=True)
-    st = Stack(cfg)
-    await st.start()
-    try:
+    async with live_stack("apirestart", mosquitto, tmp_path_factory.mktemp("apirestart"), chips=8, shards=1,
+                          http_port=0) as st:
         key = await st.create_tenant("api")
         async with Client(st.endpoints, key) as gc:
             await gc.router.DeployModel(router_pb2.DeployModelRequest(
                 deployment_id="m", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm",
                 replicas=1, max_batch=4), metadata=gc.md)
             yield {"stack": st, "key": key, "base": st.openai_base_url}
-    finally:
-        await st.stop()
 
 
 async def _health(root: str) -> int:

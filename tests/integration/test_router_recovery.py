@@ -17,13 +17,13 @@ import pytest
 import pytest_asyncio
 
 from gigacluster.broker.v1 import broker_pb2
-from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import convert
-from gigacluster.stack import Stack, StackConfig
+from gigacluster.stack import Stack
 
-from ..conftest import TEST_SPEEDUP
+from ..conftest import live_stack
 
 pytestmark = pytest.mark.integration
 TTL_S = 3.0
@@ -34,21 +34,14 @@ PREFIX = "tenants/"
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def env(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Stack, Client]]:
     """The stack (3 s capabilities) and a tenant with a two-replica deployment 'heal', one replica per shard."""
-    cfg = StackConfig(cluster="healtest", chip="h100-sxm", chips=CHIPS, shards=SHARDS, speedup=TEST_SPEEDUP,
-                      mqtt=mosquitto, ports={k: 0 for k in DEFAULT_PORTS},
-                      state_dir=tmp_path_factory.mktemp("healstack"), restart=True,
-                      extra_env={"GIGACLUSTER_CAPABILITY_TTL_S": str(TTL_S)})
-    st = Stack(cfg)
-    await st.start()
-    try:
+    async with live_stack("healtest", mosquitto, tmp_path_factory.mktemp("healstack"), chips=CHIPS, shards=SHARDS,
+                          extra_env={"GIGACLUSTER_CAPABILITY_TTL_S": str(TTL_S)}) as st:
         key = await st.create_tenant("healer")
         async with Client(st.endpoints, key) as gc:
             await gc.router.DeployModel(router_pb2.DeployModelRequest(
                 deployment_id="heal", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm",
                 replicas=1, max_batch=8, max_queue=64), metadata=gc.md)
             yield st, gc
-    finally:
-        await st.stop()
 
 
 async def _gen(gc: Client, model: str = "deployments/heal", max_tokens: int = 4, timeout: float = 30) -> Any:

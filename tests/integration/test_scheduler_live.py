@@ -179,7 +179,10 @@ async def test_chip_fault_restarts_from_the_checkpoint_on_healthy_chips(sched_st
     _, gc = await new_tenant(sched_stack)
     async with gc:
         job = await gc.submit_job(small(16), checkpoint_interval_steps=50, max_restarts=2)
-        j = await wait_state(gc, job.name, J.STATE_RUNNING, cond=lambda j: j.last_checkpoint_step >= 50)
+        # A few steps past a durable checkpoint, so the fault costs work: injected on the step right after the
+        # checkpoint, nothing would be lost and lost_steps would rightly stay 0.
+        j = await wait_state(gc, job.name, J.STATE_RUNNING,
+                             cond=lambda j: j.last_checkpoint_step >= 50 and j.step >= j.last_checkpoint_step + 5)
         devs = await devices_of(admin_s, j.instance)
         bad = devs[3]
         ep = next(s.endpoint for s in (await admin_s.broker.GetInventory(broker_pb2.GetInventoryRequest(),
@@ -270,7 +273,7 @@ async def test_fabric_outage_longer_than_the_old_retry_budget_uses_no_restart(sc
     _, gc = await new_tenant(sched_stack)
     async with gc:
         job = await gc.submit_job(small(16), checkpoint_interval_steps=20, max_restarts=1)
-        await wait_state(gc, job.name, J.STATE_RUNNING, cond=lambda j: j.step >= 5)
+        await wait_state(gc, job.name, J.STATE_RUNNING, timeout_s=60, cond=lambda j: j.step >= 5)
         fabric = sched_stack.procs.pop("fabric")  # out of the supervisor's sight: it stays down
         try:
             await fabric.stop()
