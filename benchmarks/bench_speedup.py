@@ -24,7 +24,8 @@ import time
 import yaml
 
 from gigacluster.client import DEFAULT_PORTS, Client
-from gigacluster.model.training import TrainSpec, estimate_train
+from gigacluster.model.training import TrainSpec
+from gigacluster.planning import estimate_train
 from gigacluster.scheduler.spec import split_job_file
 from gigacluster.stack import Stack, StackConfig
 

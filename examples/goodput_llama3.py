@@ -8,7 +8,8 @@ import pathlib
 import numpy as np
 import yaml
 
-from gigacluster.model.training import TrainSpec, estimate_train, plan_step
+from gigacluster.model.training import TrainSpec, plan_step
+from gigacluster.planning import estimate_train
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.failures import FailureModel, simulate_goodput, young_daly_interval_s
 from gigacluster.scheduler.spec import split_job_file

@@ -17,7 +17,8 @@ from gigacluster.broker.v1 import broker_pb2
 from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.hw.catalog import get_chip
-from gigacluster.model.training import TrainSpec, estimate_train
+from gigacluster.model.training import TrainSpec
+from gigacluster.planning import estimate_train
 from gigacluster.router.v1 import router_pb2
 from gigacluster.scheduler.spec import split_job_file
 from gigacluster.scheduler.v1 import scheduler_pb2

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from gigacluster.model.power import energy_mwh
-from gigacluster.model.training import TrainSpec, estimate_train
+from gigacluster.model.training import TrainSpec
+from gigacluster.planning import estimate_train
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama3-405b-8k.yaml"
 

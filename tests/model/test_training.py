@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gigacluster.fabric.comm_model import FabricCommModel
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.comm import default_comm_model
 from gigacluster.model.power import works_energy_above_idle_j
 from gigacluster.model.roofline import works_time_s
 from gigacluster.model.training import (
     TrainSpec,
     compose_step,
     demand_times_s,
-    estimate_train,
     model_flops_per_token,
     plan_step,
 )
+from gigacluster.planning import estimate_train
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SMALL = yaml.safe_load((EXAMPLES / "train-llama3-8b-small.yaml").read_text())
@@ -98,7 +98,7 @@ def test_estimate_goes_through_plan_roofline_comm_compose() -> None:
     est = estimate_train(s)
     plan = plan_step(s)
     chip = get_chip(s.chip)
-    comm = demand_times_s(s, plan, default_comm_model())
+    comm = demand_times_s(s, plan, FabricCommModel())
     bd = compose_step(plan, works_time_s(chip, plan.compute, clock_factor=est.clock_factor), comm)
     assert est.step_time_s == pytest.approx(bd.step_time_s, rel=1e-12)
     assert bd.step_time_s == pytest.approx(bd.compute_s + bd.exposed_comm_s + bd.bubble_s)

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from gigacluster import safeyaml
 from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.training import TrainEstimate, TrainSpec, estimate_train
+from gigacluster.model.training import TrainEstimate, TrainSpec
+from gigacluster.planning import estimate_train
 
 
 def register(subparsers: Any) -> None:

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from gigacluster.cli.estimate_train import load_spec
 from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.planning import CompareRow, compare, plan_power
+from gigacluster.planning import CompareRow, compare, plan_power
 
 DEFAULT_CHIPS = "trainium3,mi355x,b200,h100-sxm"
 

@@ -170,11 +170,3 @@ class AlphaBetaCommModel:
             # all-to-all: a fraction (n - r) / n of every rank's data leaves the domain.
             t_outer = (d - 1) * p.scaleout_alpha_s + bytes_ * (n - r) / n / b_out
         return t_inner + t_outer
-
-
-def default_comm_model() -> CommModel:
-    """The model used when a caller passes none: the flow-level fabric model, the same code the
-    live fabric service runs, so an offline estimate and a live job on an idle cluster agree."""
-    from gigacluster.fabric.comm_model import FabricCommModel
-
-    return FabricCommModel()  # type: ignore[return-value]  # duck-typed: GroupLayout-compatible

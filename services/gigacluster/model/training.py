@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any
 
 from gigacluster.hw.catalog import get_chip
-from gigacluster.model.comm import CommModel, default_comm_model
+from gigacluster.model.comm import CommModel
 from gigacluster.model.cost import job_cost
 from gigacluster.model.power import (
     J_PER_MWH,
@@ -131,10 +131,13 @@ class TrainEstimate:
 
 
 def estimate_train(
-    spec: TrainSpec, comm: CommModel | None = None, *, energy_price_usd_per_kwh: float | None = None
+    spec: TrainSpec, comm: CommModel, *, energy_price_usd_per_kwh: float | None = None
 ) -> TrainEstimate:
-    """Offline estimate through the same path the live mesh runs (plan, roofline, comm, compose)."""
-    comm = comm or default_comm_model()
+    """Offline estimate through the same path the live mesh runs (plan, roofline, comm, compose).
+
+    ``comm`` prices the collectives; :func:`gigacluster.planning.estimate_train` passes the
+    fabric's flow model, the default everywhere a caller does not choose.
+    """
     chip = spec.chip_spec()
     plan = plan_step(spec)
     comm_s = demand_times_s(spec, plan, comm)

@@ -19,7 +19,8 @@ from typing import Any
 
 from gigacluster.errors import FailedPrecondition, InvalidArgument
 from gigacluster.model import SpecError
-from gigacluster.model.training import StepPlan, TrainEstimate, TrainSpec, estimate_train, plan_step
+from gigacluster.model.training import StepPlan, TrainEstimate, TrainSpec, plan_step
+from gigacluster.planning import estimate_train
 
 
 class State(enum.IntEnum):

@@ -1,5 +1,11 @@
-"""Capacity planning on top of the training model: the same job on other chips, and what a
-power budget buys.
+"""Offline estimates and capacity planning: the training model run with the flow-level fabric
+model (the code the live fabric service runs), the same job on other chips, and what a power
+budget buys.
+
+:func:`estimate_train` is :func:`gigacluster.model.training.estimate_train` with the fabric's
+:class:`~gigacluster.fabric.comm_model.FabricCommModel` as its comm model when the caller passes
+none, so an offline estimate and a live job on an idle cluster agree. It lives here, above both
+the model and the fabric, so the model never imports the fabric.
 
 Choosing parallelism for another chip (documented policy): keep the spec's PP, CP,
 microbatch size and global batch; clamp TP to the chip's scale-up domain (TP collectives must
@@ -20,11 +26,23 @@ import dataclasses
 import math
 from typing import Any
 
+from gigacluster.fabric.comm_model import FabricCommModel
 from gigacluster.hw.catalog import CatalogError, chip_names, default_system, facility, get_chip, get_system
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import preset
+from gigacluster.model.comm import CommModel
 from gigacluster.model.power import host_overhead_w
-from gigacluster.model.training import TrainEstimate, TrainSpec, estimate_train
+from gigacluster.model.training import TrainEstimate, TrainSpec
+from gigacluster.model.training import estimate_train as _estimate_train
+
+
+def estimate_train(
+    spec: TrainSpec, comm: CommModel | None = None, *, energy_price_usd_per_kwh: float | None = None
+) -> TrainEstimate:
+    """The model's step for ``spec`` on an idle cluster; ``comm`` defaults to the fabric's flow model."""
+    model: CommModel = comm if comm is not None else FabricCommModel()  # type: ignore[assignment]  # duck-typed GroupLayout
+    return _estimate_train(spec, model, energy_price_usd_per_kwh=energy_price_usd_per_kwh)
+
 
 REFERENCE_TOKENS = 15_000_000_000_000  # Llama 3 405B: about 15T pre-training tokens (Llama 3 paper)
 
