@@ -52,6 +52,17 @@ def provisioned_power_w(chip_name: str) -> float:
     return get_chip(chip_name).tdp_w + host_overhead_w()
 
 
+def chips_fed(power_mw: float, chip: str, *, pue: float | None = None) -> int:
+    """How many ``chip`` a facility of ``power_mw`` feeds: each provisioned at TDP plus host share, times PUE."""
+    pue = facility().pue_default if pue is None else pue
+    if pue < 1.0:
+        raise SpecError("pue", f"must be >= 1.0, got {pue!r}")
+    chips = math.floor(power_mw * 1e6 / (provisioned_power_w(chip) * pue))
+    if chips < 1:
+        raise SpecError("power_mw", "too small to feed one chip")
+    return chips
+
+
 def _batch_for(spec: TrainSpec, dp: int) -> int:
     """The global batch nearest the spec's that ``dp`` ranks split evenly."""
     unit = dp * spec.microbatch_size
@@ -223,11 +234,7 @@ def plan_power(
     if chip not in chip_names():
         raise SpecError("chip", f"unknown chip {chip!r}; allowed: {', '.join(chip_names())}")
     pue = facility().pue_default if pue is None else pue
-    if pue < 1.0:
-        raise SpecError("pue", f"must be >= 1.0, got {pue!r}")
-    chips = math.floor(power_mw * 1e6 / (provisioned_power_w(chip) * pue))
-    if chips < 1:
-        raise SpecError("power_mw", "too small to feed one chip")
+    chips = chips_fed(power_mw, chip, pue=pue)
     base = reference_spec(chip, min(chips, reference_chips)).with_(pue=pue, precision=precision)
     ref = choose_parallelism(base, chip, base.count)
     whole_base = reference_spec(chip, chips).with_(pue=pue, precision=precision)

@@ -57,6 +57,10 @@ class StackConfig:
     system: str = ""  # scale-up system (empty = the chip's default, e.g. trn3-ultraserver for trainium3)
     chips: int = 64
     shards: int = 1
+    # Scale-out fat-tree: 0 / "" = chosen by the fabric from the size (sites.choose_scaleout); nic "" = the chip's own.
+    tiers: int = 0
+    switch: str = ""
+    nic: str = ""
     speedup: float = 1.0
     mqtt: str = ""  # empty: start an embedded broker
     mqtt_port: int = 1883
@@ -314,9 +318,11 @@ class Stack:
                                                      name=name),
                                     env, lp(name))
         shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
+        tree = [f for k, v in (("--tiers", cfg.tiers), ("--switch", cfg.switch), ("--nic", cfg.nic)) if v
+                for f in (k, str(v))]
         self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",
                                                          cfg.chip, "--count", str(cfg.chips),
-                                                         *(["--system", cfg.system] if cfg.system else [])),
+                                                         *(["--system", cfg.system] if cfg.system else []), *tree),
                                     env, lp("fabric"))
         self.procs["broker"] = Proc("broker", self._argv("broker", "--port", str(self.ports["broker"]), "--shards",
                                                          shards, "--fabric", f"127.0.0.1:{self.ports['fabric']}"),

@@ -16,19 +16,34 @@ import grpc
 
 from gigacluster.client import DEFAULT_PORTS, Client, state_dir
 from gigacluster.common.v1 import common_pb2
+from gigacluster.fabric.sizing import choose_scaleout
+from gigacluster.model import SpecError
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.logging import configure
+from gigacluster.sites import PRESETS, get_preset
 from gigacluster.stack import Stack, StackConfig
 
 DEFAULT_MODEL: dict[str, Any] = {"deployment_id": "llama3-8b", "preset": "llama3-8b", "tp": 1, "replicas": 2}
 
 
+def _preset_help() -> str:
+    rows = "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values())
+    return (f"a whole site: chip, chips, shards, scale-out tree and NIC of a {', '.join(PRESETS)} site "
+            f"(flags given explicitly win). {rows}")
+
+
 def add_stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chip", default="h100-sxm", help="chip type of the emulated cluster (default h100-sxm)")
-    p.add_argument("--chips", type=int, default=64, help="number of chips (default 64)")
-    p.add_argument("--system", default="", help="scale-up system (default: the chip's own, e.g. hgx, trn2, "
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help=_preset_help())
+    p.add_argument("--chip", default=None, help="chip type of the emulated cluster (default h100-sxm)")
+    p.add_argument("--chips", type=int, default=None, help="number of chips (default 64)")
+    p.add_argument("--system", default=None, help="scale-up system (default: the chip's own, e.g. hgx, trn2, "
                    "trn3-ultraserver, trn3-ultraserver-144, mi300x-platform)")
-    p.add_argument("--shards", type=int, default=1, help="chip emulator processes sharing the chips (default 1)")
+    p.add_argument("--shards", type=int, default=None, help="chip emulator processes sharing the chips (default 1)")
+    p.add_argument("--tiers", type=int, choices=(2, 3), default=None,
+                   help="scale-out fat-tree tiers (default: the smallest tree that holds the chips)")
+    p.add_argument("--switch", default=None, help="scale-out switch: tomahawk5, tomahawk6, tomahawk-ultra "
+                   "(default: Tomahawk 5 if it holds the chips in three tiers, else Tomahawk 6)")
+    p.add_argument("--nic", default=None, help="NIC: nic400 or thor-ultra (default: the chip's own, from the catalog)")
     p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
     p.add_argument("--mqtt-port", type=int, default=1883, help="port of the embedded MQTT broker (default 1883)")
@@ -45,11 +60,36 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                         "0 = free ports)")
 
 
+#: What ``up`` starts when neither a preset nor a flag says otherwise.
+SITE_DEFAULTS: dict[str, Any] = {"chip": "h100-sxm", "chips": 64, "shards": 1, "system": "", "tiers": 0,
+                                 "switch": "", "nic": ""}
+
+
+def site_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Chip, chips, shards, system and scale-out: each flag given wins, then the preset, then the defaults."""
+    site = dict(SITE_DEFAULTS)
+    preset = getattr(args, "preset", None)
+    if preset:
+        site.update(get_preset(preset).resolve())
+    for key in SITE_DEFAULTS:
+        value = getattr(args, key, None)
+        if value is not None:
+            site[key] = value
+    return site
+
+
 def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: str = "json") -> StackConfig:
     ports = dict(DEFAULT_PORTS)
     if args.base_port:
         ports = {k: args.base_port + i for i, k in enumerate(DEFAULT_PORTS)}
-    return StackConfig(cluster=args.cluster, chip=args.chip, system=args.system, chips=args.chips, shards=args.shards,
+    site = site_settings(args)
+    try:  # a tree too small for the chips fails here, before any process starts
+        choose_scaleout(site["chip"], site["chips"], system=site["system"], nic=site["nic"], tiers=site["tiers"],
+                        switch=site["switch"])
+    except SpecError as err:
+        raise SystemExit(f"error: {err.message}") from None
+    return StackConfig(cluster=args.cluster, chip=site["chip"], system=site["system"], chips=site["chips"],
+                       shards=site["shards"], tiers=site["tiers"], switch=site["switch"], nic=site["nic"],
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
                        http_port=_http_port(args), tls=getattr(args, "tls", False),

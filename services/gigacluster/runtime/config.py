@@ -141,9 +141,9 @@ class FabricConfig(CommonConfig):
     chip: str = _f("h100-sxm", "accelerator type the topology connects")
     count: int = _f(64, "accelerators in the topology")
     system: str = _f("", "scale-up system (empty = the chip's default)")
-    nic: str = _f("nic400", "NIC type: nic400 or thor-ultra")
-    switch: str = _f("tomahawk5", "scale-out switch: tomahawk5, tomahawk6 or tomahawk-ultra")
-    tiers: int = _f(2, "scale-out fat-tree tiers (2 or 3)")
+    nic: str = _f("", "NIC type: nic400 or thor-ultra (empty = the chip's own, from the catalog)")
+    switch: str = _f("", "scale-out switch: tomahawk5, tomahawk6 or tomahawk-ultra (empty = chosen from the size)")
+    tiers: int = _f(0, "scale-out fat-tree tiers: 2 or 3 (0 = the smallest tree that holds count)")
     oversubscription: float = _f(1.0, "leaf downlink:uplink ratio (1 = non-blocking)")
     routing: str = _f("ecmp", "ecmp (hash per flow) or spray (packet spraying)")
     inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
@@ -168,6 +168,8 @@ class FabricConfig(CommonConfig):
         if self.inference_priority not in ("strict", "weighted"):
             raise ConfigError("inference_priority must be strict or weighted")
         _registered("fabric_routing", self.routing)
+        if self.tiers not in (0, 2, 3):
+            raise ConfigError(f"tiers must be 2, 3 or 0 (the smallest tree that holds count), got {self.tiers!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ them back: an instance is never leaked)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -90,7 +91,8 @@ class ClusterView:
             lay = Layout.uniform(n, dom, 1, offset=start)
             if topo_resp is not None and topo_resp.chip_type == chip and int(topo_resp.chips) == n:
                 tiers = topo_resp.switch_tiers or (3 if any(tr.tier == "spine-core" for tr in topo_resp.tiers) else 2)
-                topo = build_topology(TopologyConfig(
+                # Off the event loop: a million-chip tree takes seconds to build (the service keeps answering).
+                topo = await asyncio.to_thread(build_topology, TopologyConfig(
                     chip=chip, count=n, system=topo_resp.system or None, tiers=tiers,
                     oversubscription=topo_resp.oversubscription or 1.0, switch=topo_resp.switch or "tomahawk5",
                     nic=topo_resp.nic or None, routing=topo_resp.routing or "ecmp"))

@@ -16,6 +16,7 @@ from gigacluster.fabric.service.book import FlowBook
 from gigacluster.fabric.service.driver import SimDriver
 from gigacluster.fabric.service.servicer import FabricServicer
 from gigacluster.fabric.sim import ClassPolicy, FlowSim
+from gigacluster.fabric.sizing import choose_scaleout
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.runtime.auth import rate_limiter
@@ -32,9 +33,12 @@ class FabricService(Service[FabricConfig]):
 
     def __init__(self, config: FabricConfig) -> None:
         super().__init__(config)
+        # The flags where given, else the smallest tree that holds count (a size no tree holds fails the start).
+        tree = choose_scaleout(config.chip, config.count, system=config.system, nic=config.nic, tiers=config.tiers,
+                               switch=config.switch, oversubscription=config.oversubscription)
         self.topo = build_topology(TopologyConfig(
-            chip=config.chip, count=config.count, system=config.system or None, nic=config.nic,
-            switch=config.switch, tiers=config.tiers, oversubscription=config.oversubscription,
+            chip=config.chip, count=config.count, system=config.system or None, nic=tree.nic or None,
+            switch=tree.switch, tiers=tree.tiers, oversubscription=config.oversubscription,
             routing=config.routing,
         ))
         classes = {
