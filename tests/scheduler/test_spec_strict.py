@@ -144,8 +144,38 @@ def test_estimate_only_fields_are_refused_with_a_hint() -> None:
     """A field `estimate train` reads but a job cannot carry (it was silently dropped, so the job ran a
     different spec than the estimate) is refused and named, with what to do."""
     with pytest.raises(InvalidArgument) as err:
-        spec_to_proto(with_("parallelism.tp_comm_overlap", 0.5))
-    assert err.value.field == "spec.parallelism.tp_comm_overlap" and "remove it to submit" in str(err.value)
+        spec_to_proto({**SPEC, "cost": {"energy_price_usd_per_kwh": 0.1}})
+    assert err.value.field == "spec.cost" and "remove it to submit" in str(err.value)
+
+
+def test_a_job_carries_every_parallelism_field_of_the_estimate() -> None:
+    """Interleaving, overlaps, the distributed optimizer and the gradient dtype travel in the job, so the live
+    job runs the very spec `estimate train` read (Llama 3 405B's published setup uses 4 virtual stages)."""
+    from gigacluster.scheduler.spec import proto_to_spec
+
+    par = {"tp": 8, "pp": 4, "virtual_stages": 2, "tp_comm_overlap": 0.5, "cp_comm_overlap": 0.25,
+           "pp_comm_overlap": 1.0, "distributed_optimizer": False, "grad_reduce_dtype": "bf16"}
+    back = proto_to_spec(spec_to_proto({**SPEC, "parallelism": par}))
+    assert back["parallelism"] == par
+    assert TrainSpec.from_dict(back) == TrainSpec.from_dict({**SPEC, "parallelism": par})
+    assert "distributed_optimizer" not in proto_to_spec(spec_to_proto(SPEC))["parallelism"]  # unset: the default
+
+
+@pytest.mark.parametrize(("key", "value"), [("tp_comm_overlap", 1.5), ("pp_comm_overlap", float("nan")),
+                                            ("cp_comm_overlap", "half"), ("distributed_optimizer", 1)])
+def test_bad_overlaps_and_flags_are_refused_by_field(key: str, value: Any) -> None:
+    """Overlaps are fractions in [0, 1] (NaN refused), the optimizer flag a boolean: named in the error."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto(with_(f"parallelism.{key}", value))
+    assert err.value.field == f"spec.parallelism.{key}"
+
+
+def test_out_of_range_overlap_on_the_wire_is_refused_before_any_work() -> None:
+    """A raw SubmitJob whose overlap is NaN or above 1 fails check_bounds, naming the field."""
+    req = scheduler_pb2.SubmitJobRequest(spec=spec_to_proto(SPEC))
+    req.spec.parallelism.tp_comm_overlap = float("nan")
+    with pytest.raises(InvalidArgument, match="spec.parallelism.tp_comm_overlap"):
+        check_bounds(req, SpecBounds())
 
 
 def test_job_names_in_errors_are_short() -> None:

@@ -24,16 +24,16 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue"),
     "model": ("preset", *ARCH_FIELDS),
     "batch": ("global_batch", "global_batch_tokens"),
-    "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute"),
+    "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
+                    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype"),
     "hardware": ("chip", "count", "system"),
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
     "": ("cost",),
     "model": ("name", "mlp"),
-    "parallelism": ("virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap",
-                    "distributed_optimizer", "grad_reduce_dtype"),
 }
+OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap")
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -147,13 +147,16 @@ def check_bounds(msg: scheduler_pb2.SubmitJobRequest, b: SpecBounds) -> None:
         cap(f"spec.model.{k}", getattr(s.model, k), b.max_arch)
     for k, text in (("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
                     ("spec.hardware.system", s.hardware.system),
-                    ("spec.parallelism.recompute", s.parallelism.recompute)):
+                    ("spec.parallelism.recompute", s.parallelism.recompute),
+                    ("spec.parallelism.grad_reduce_dtype", s.parallelism.grad_reduce_dtype)):
         if len(text) > 64:
             raise InvalidArgument(k, f"at most 64 characters, got {show(text)}")
     cap("spec.batch.global_batch", s.batch.global_batch, b.max_global_batch)
     cap("spec.batch.global_batch_tokens", s.batch.global_batch_tokens, b.max_global_batch * b.max_arch)
-    for k in ("tp", "pp", "dp", "cp", "microbatch_size"):
+    for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages"):
         cap(f"spec.parallelism.{k}", getattr(s.parallelism, k), b.max_parallel)
+    for k in OVERLAPS:
+        cap(f"spec.parallelism.{k}", getattr(s.parallelism, k), 1.0)
     cap("spec.hardware.count", s.hardware.count, b.max_chips)
     cap("spec.steps", s.steps, b.max_steps)
     cap("spec.tokens", s.tokens, b.max_tokens)
@@ -181,11 +184,7 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
         batch=scheduler_pb2.BatchSpec(global_batch=_int(batch, "global_batch", "spec.batch.global_batch"),
                                       global_batch_tokens=_int(batch, "global_batch_tokens",
                                                                "spec.batch.global_batch_tokens")),
-        parallelism=scheduler_pb2.ParallelismSpec(
-            **{k: _int(par, k, f"spec.parallelism.{k}", UINT32_MAX)
-               for k in ("tp", "pp", "dp", "cp", "microbatch_size")},
-            recompute=_text(par, "recompute", "spec.parallelism.recompute"),
-        ),
+        parallelism=_parallelism_msg(par),
         hardware=scheduler_pb2.HardwareSpec(chip=_text(hw, "chip", "spec.hardware.chip"),
                                             count=_int(hw, "count", "spec.hardware.count"),
                                             system=_text(hw, "system", "spec.hardware.system")),
@@ -194,6 +193,27 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
         steps=_int(spec, "steps", "spec.steps"),
         pue=float(pue),
     )
+
+
+def _parallelism_msg(par: dict[str, Any]) -> scheduler_pb2.ParallelismSpec:
+    """The parallelism section as a message (structure and types only; the model checks the values)."""
+    msg = scheduler_pb2.ParallelismSpec(
+        **{k: _int(par, k, f"spec.parallelism.{k}", UINT32_MAX)
+           for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages")},
+        recompute=_text(par, "recompute", "spec.parallelism.recompute"),
+        grad_reduce_dtype=_text(par, "grad_reduce_dtype", "spec.parallelism.grad_reduce_dtype"),
+    )
+    for k in OVERLAPS:
+        v = par.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
+            raise InvalidArgument(f"spec.parallelism.{k}", f"must be a fraction in [0, 1], got {show(v)}")
+        setattr(msg, k, float(v))
+    if "distributed_optimizer" in par:
+        v = par["distributed_optimizer"]
+        if not isinstance(v, bool):
+            raise InvalidArgument("spec.parallelism.distributed_optimizer", f"must be true or false, got {show(v)}")
+        msg.distributed_optimizer = v
+    return msg
 
 
 def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
@@ -209,10 +229,15 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
     batch = {k: int(getattr(msg.batch, k)) for k in ("global_batch", "global_batch_tokens") if getattr(msg.batch, k)}
     if batch:
         out["batch"] = batch
-    par: dict[str, Any] = {k: int(getattr(msg.parallelism, k))
-                           for k in ("tp", "pp", "dp", "cp", "microbatch_size") if getattr(msg.parallelism, k)}
-    if msg.parallelism.recompute:
-        par["recompute"] = msg.parallelism.recompute
+    p = msg.parallelism
+    par: dict[str, Any] = {k: int(getattr(p, k))
+                           for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages") if getattr(p, k)}
+    par.update({k: float(getattr(p, k)) for k in OVERLAPS if getattr(p, k)})
+    for k in ("recompute", "grad_reduce_dtype"):
+        if getattr(p, k):
+            par[k] = getattr(p, k)
+    if p.HasField("distributed_optimizer"):
+        par["distributed_optimizer"] = bool(p.distributed_optimizer)
     if par:
         out["parallelism"] = par
     hw: dict[str, Any] = {}

@@ -17,20 +17,32 @@ class BatchSpec(_message.Message):
     def __init__(self, global_batch: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ...) -> None: ...
 
 class ParallelismSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute")
+    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
     CP_FIELD_NUMBER: _ClassVar[int]
     MICROBATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    TP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    CP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    PP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTED_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    GRAD_REDUCE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
     cp: int
     microbatch_size: int
     recompute: str
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ...) -> None: ...
+    virtual_stages: int
+    tp_comm_overlap: float
+    cp_comm_overlap: float
+    pp_comm_overlap: float
+    distributed_optimizer: bool
+    grad_reduce_dtype: str
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ...) -> None: ...
 
 class HardwareSpec(_message.Message):
     __slots__ = ("chip", "count", "system")
