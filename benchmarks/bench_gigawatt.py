@@ -1,0 +1,180 @@
+"""A gigawatt, live: a whole-site preset brought up as ``gigacluster up --preset`` does, then jobs on it.
+
+Measured, on the real processes (the same ``Stack`` as ``up``):
+
+- **up**: wall seconds from start to every service SERVING, and the resident memory of the whole
+  process tree (every chip shard, the fabric, broker, scheduler, router and the MQTT broker);
+- **one big job**: a Llama 3 405B job of ``--big-chips`` chips (TP 8, PP 16, DP the rest, the
+  published Llama 3 setup: 4 virtual stages, selective recompute, half the TP collectives
+  overlapped) runs ``--steps`` steps; its live step times against ``estimate train`` for the same
+  spec, and the fabric's own time per step (``gigacluster_fabric_*`` is not needed: the fabric's
+  CPU seconds over the run, from /proc);
+- **a mix** (``--mix``): ``--jobs`` jobs of 1k to ``--big-chips`` chips (Llama 3 8B/70B/405B) from
+  four tenants at once, each against its own estimate on an idle cluster (the slowdown a job
+  suffers from its neighbours).
+
+    python benchmarks/bench_gigawatt.py                      # 2gw-trainium3, the 100k job, 5 steps
+    python benchmarks/bench_gigawatt.py --mix --jobs 20      # and 20 concurrent jobs
+    python benchmarks/bench_gigawatt.py --preset 2gw-b200 --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.model.training import TrainSpec
+from gigacluster.planning import estimate_train
+from gigacluster.scheduler.v1 import scheduler_pb2
+from gigacluster.sites import get_preset
+from gigacluster.stack import Stack, StackConfig
+
+J = scheduler_pb2.Job
+
+
+def llama(preset: str, chip: str, count: int, *, tp: int, pp: int, steps: int, vs: int = 1,
+          batch_tokens: int = 0) -> dict[str, Any]:
+    """A Llama 3 spec on ``count`` chips: DP takes the rest; 2M tokens per 128 DP replicas as the batch."""
+    dp = count // (tp * pp)
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "microbatch_size": 1, "recompute": "selective"}
+    if vs > 1:
+        par.update(virtual_stages=vs, tp_comm_overlap=0.5)
+    return {"model": {"preset": preset}, "batch": {"global_batch_tokens": batch_tokens or 8192 * 2 * dp * pp},
+            "parallelism": par, "hardware": {"chip": chip, "count": count}, "precision": "bf16", "steps": steps}
+
+
+def tree_rss_bytes(pids: list[int]) -> int:
+    """Resident memory of these processes and all their descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(pathlib.Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    seen, todo, total = set(), list(pids), 0
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        todo.extend(children.get(p, []))
+        try:
+            for line in pathlib.Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (and its threads)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_jobs(gc: Client, specs: list[tuple[str, dict[str, Any]]], timeout_s: float) -> list[dict[str, Any]]:
+    """Submit every spec at once, wait for all to end, return live vs model per job."""
+    names = []
+    for label, spec in specs:
+        job = await gc.submit_job(spec, name=label, checkpoint_interval_steps=0)
+        names.append((label, spec, job.name))
+    deadline = time.monotonic() + timeout_s
+    done: dict[str, J] = {}
+    while len(done) < len(names) and time.monotonic() < deadline:
+        for _, _, name in names:
+            if name not in done:
+                j = await gc.get_job(name)
+                if j.state in (J.STATE_SUCCEEDED, J.STATE_FAILED, J.STATE_CANCELLED):
+                    done[name] = j
+        await asyncio.sleep(2.0)
+    rows = []
+    for label, spec, name in names:
+        j = done.get(name) or await gc.get_job(name)
+        trace = await gc.scheduler.GetJobTrace(scheduler_pb2.GetJobTraceRequest(name=name), metadata=gc.md)
+        steps = [s.step_time_s for s in trace.steps]
+        model = estimate_train(TrainSpec.from_dict(spec)).step_time_s
+        live = statistics.fmean(steps) if steps else float("nan")
+        rows.append({"job": label, "chips": spec["hardware"]["count"], "state": J.State.Name(j.state),
+                     "steps": len(steps), "model_step_s": model, "live_step_s": live, "err": live / model - 1,
+                     "first_step_s": steps[0] if steps else float("nan")})
+        if j.state not in (J.STATE_SUCCEEDED, J.STATE_FAILED, J.STATE_CANCELLED):
+            await gc.cancel_job(name)
+    return rows
+
+
+def mix(chip: str, big: int, n: int, steps: int) -> list[tuple[str, dict[str, Any]]]:
+    """``n`` jobs from 1k to ``big`` chips: one big 405B, a few 70B, the rest 8B, sizes spread geometrically."""
+    out = [("405b-big", llama("llama3-405b", chip, big, tp=8, pp=16, steps=steps, vs=4))]
+    sizes = [1024 * 2 ** (k % 5) for k in range(n - 1)]  # 1k, 2k, 4k, 8k, 16k, 1k, ...
+    for k, c in enumerate(sizes):
+        if k % 3 == 0:
+            out.append((f"70b-{k}", llama("llama3-70b", chip, c, tp=8, pp=4, steps=steps)))
+        else:
+            out.append((f"8b-{k}", llama("llama3-8b", chip, c, tp=1, pp=1, steps=steps)))
+    return out
+
+
+async def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="2gw-trainium3")
+    ap.add_argument("--big-chips", type=int, default=102_400)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--speedup", type=float, default=10.0)
+    ap.add_argument("--mix", action="store_true", help="also run --jobs concurrent jobs of 1k to --big-chips")
+    ap.add_argument("--jobs", type=int, default=20)
+    ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    site = get_preset(args.preset).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = StackConfig(chip=site["chip"], chips=site["chips"], shards=site["shards"], system=site["system"],
+                          tiers=site["tiers"], switch=site["switch"], nic=site["nic"], speedup=args.speedup,
+                          ports={k: 0 for k in DEFAULT_PORTS}, mqtt_port=0, state_dir=pathlib.Path(tmp),
+                          restart=False)
+        t0 = time.monotonic()
+        async with Stack(cfg) as st:
+            up_s = time.monotonic() - t0
+            pids = [p.proc.pid for p in st.procs.values() if p.proc is not None]
+            rss = tree_rss_bytes(pids)
+            print(f"{args.preset}: {site['chips']:,} x {site['chip']} in {site['shards']} shards, "
+                  f"{site['tiers']} tiers of {site['switch']}: up and SERVING in {up_s:.1f} s, "
+                  f"{rss / 2**30:.2f} GiB RSS over the process tree", flush=True)
+            fabric_pid = st.procs["fabric"].proc.pid  # type: ignore[union-attr]
+            key = await st.create_tenant("bench")
+            async with Client(st.endpoints, key) as gc:
+                f0, w0 = cpu_s(fabric_pid), time.monotonic()
+                big = [("405b-big", llama("llama3-405b", site["chip"], args.big_chips, tp=8, pp=16,
+                                          steps=args.steps, vs=4))]
+                rows = await run_jobs(gc, big, args.timeout_s)
+                fabric_cpu = cpu_s(fabric_pid) - f0
+                print(f"one {args.big_chips:,}-chip job: fabric CPU {fabric_cpu:.1f} s over "
+                      f"{time.monotonic() - w0:.1f} s wall, {fabric_cpu / max(rows[0]['steps'], 1):.2f} s per step",
+                      flush=True)
+                if args.mix:
+                    rows += await run_jobs(gc, mix(site["chip"], args.big_chips, args.jobs, args.steps),
+                                           args.timeout_s)
+    if args.markdown:
+        print("| job | chips | state | steps | model step (s) | live step (s) | error | first step (s) |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['job']} | {r['chips']:,} | {r['state']} | {r['steps']} | {r['model_step_s']:.3f} | "
+                  f"{r['live_step_s']:.3f} | {r['err'] * 100:+.2f}% | {r['first_step_s']:.3f} |")
+    else:
+        for r in rows:
+            print(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
