@@ -30,6 +30,8 @@ import tempfile
 import time
 from typing import Any
 
+from _table import print_rows
+
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
@@ -164,15 +166,11 @@ async def main(argv: list[str]) -> int:
                 if args.mix:
                     rows += await run_jobs(gc, mix(site["chip"], args.big_chips, args.jobs, args.steps),
                                            args.timeout_s)
-    if args.markdown:
-        print("| job | chips | state | steps | model step (s) | live step (s) | error | first step (s) |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|")
-        for r in rows:
-            print(f"| {r['job']} | {r['chips']:,} | {r['state']} | {r['steps']} | {r['model_step_s']:.3f} | "
-                  f"{r['live_step_s']:.3f} | {r['err'] * 100:+.2f}% | {r['first_step_s']:.3f} |")
-    else:
-        for r in rows:
-            print(r)
+    print_rows(rows, [
+        ("job", lambda r: r["job"]), ("chips", lambda r: f"{r['chips']:,}"), ("state", lambda r: r["state"]),
+        ("steps", lambda r: str(r["steps"])), ("model step (s)", lambda r: f"{r['model_step_s']:.3f}"),
+        ("live step (s)", lambda r: f"{r['live_step_s']:.3f}"), ("error", lambda r: f"{r['err'] * 100:+.2f}%"),
+        ("first step (s)", lambda r: f"{r['first_step_s']:.3f}")], markdown=args.markdown)
     return 0
 
 

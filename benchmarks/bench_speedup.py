@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import yaml
+from _table import print_rows
 
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.model.training import TrainSpec
@@ -67,15 +68,13 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--job", type=pathlib.Path, default=JOB, help="job file (default: the demo job)")
     args = ap.parse_args(argv)
     rows = [await one(s, args.steps, args.job) for s in args.speedups]
-    if args.markdown:
-        print("| speed-up | model step (s) | live step (s) | step error | makespan error | wall (s) |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for r in rows:
-            print(f"| {r['speedup']:g}x | {r['model_step_s']:.4f} | {r['live_step_s']:.4f} | "
-                  f"{r['step_err'] * 100:+.2f}% | {r['makespan_err'] * 100:+.1f}% | {r['wall_s']:.1f} |")
-    else:
-        for r in rows:
-            print(r)
+    print_rows(rows, [
+        ("speed-up", lambda r: f"{r['speedup']:g}x"), ("model step (s)", lambda r: f"{r['model_step_s']:.4f}"),
+        ("live step (s)", lambda r: f"{r['live_step_s']:.4f}"),
+        ("step error", lambda r: f"{r['step_err'] * 100:+.2f}%"),
+        ("makespan error", lambda r: f"{r['makespan_err'] * 100:+.1f}%"),
+        ("wall (s)", lambda r: f"{r['wall_s']:.1f}")],
+        markdown=args.markdown)
     return 0
 
 
