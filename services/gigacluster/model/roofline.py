@@ -25,11 +25,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gigacluster.hw.catalog import Chip, _raw
+from gigacluster.hw.catalog import PRECISIONS, Chip, _raw
 from gigacluster.model import SpecError
 
 KINDS = ("matmul", "attention", "elementwise", "memory")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp8")
 
 # Non-matrix work (norms, activations, optimizer) runs on vector units: a small fraction of the
 # matrix peak; it is almost always bandwidth bound anyway.

@@ -20,6 +20,7 @@ from typing import Any
 from gigacluster.hw.catalog import Chip, get_chip, get_system
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
+from gigacluster.model import moe
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
 from gigacluster.model.roofline import Work, works_time_s
 from gigacluster.model.train_spec import GRAD_DTYPES, TrainSpec
@@ -113,7 +114,7 @@ class StepBreakdown:
 
 
 def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
-    e = 1 if precision == "fp8" else 2
+    e = moe.OPERAND_BYTES[precision]
     return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
 
 
@@ -133,48 +134,80 @@ def _dims(spec: TrainSpec) -> tuple[int, int, int, int, int]:
     """(tokens per rank per microbatch, q width per TP rank, kv width per TP rank, ffn per rank, head_dim)."""
     a = spec.arch
     t_mb = spec.microbatch_size * a.seq_len // spec.cp
-    q_t = a.hidden // spec.tp
+    q_t = a.q_dim // spec.tp
     kv_t = max(a.kv_dim // spec.tp, a.head_dim)  # KV heads replicate when kv_heads < tp
     return t_mb, q_t, kv_t, a.ffn_hidden // spec.tp, a.head_dim
 
 
-def _layer_works(spec: TrainSpec) -> _LayerWorks:
+def _attn_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, int, int]]:
+    """(FLOPs, bytes, shape) of causal attention forward on one rank, load balanced over CP ranks:
+    each query sees seq_len / 2 keys on average (a window of w keys: w (1 - w / 2s))."""
+    a = spec.arch
+    T, q_t, kv_t, _, hd = _dims(spec)
+    s_eff = max(1, a.seq_len // 2)
+    if window and a.sliding_window < a.seq_len:
+        w = a.sliding_window
+        s_eff = max(1, round(w * (1 - w / (2 * a.seq_len))))
+    if a.attention == "mla":
+        heads_t = a.heads // spec.tp
+        qk, v = a.qk_head_dim, a.v_head_dim
+        flops = 2.0 * T * s_eff * heads_t * (qk + v)
+        bytes_ = 2.0 * (T * heads_t * (qk + v) + T * heads_t * v + a.seq_len * heads_t * (qk + v))
+        return flops, bytes_, (T, s_eff, qk)
+    return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
+
+
+def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) -> _LayerWorks:
+    """Works of one layer per microbatch: dense (the MLP of ``ffn_hidden``) or MoE, full or
+    sliding-window attention, GQA or MLA projections."""
     a = spec.arch
     tp, prec = spec.tp, spec.precision
     T, q_t, kv_t, f_t, hd = _dims(spec)
     h = a.hidden
     mlp_in = 2 if a.mlp == "swiglu" else 1
-    gemms = [(T, q_t + 2 * kv_t, h), (T, h, q_t), (T, mlp_in * f_t, h), (T, h, f_t)]
-    fwd: list[Work] = [_gemm(m, n, k, prec) for m, n, k in gemms]
+    if a.attention == "mla":
+        attn: list[moe.Gemm] = moe.attention_gemms(spec, T)
+        q_t = (a.heads // tp) * a.qk_head_dim
+        kv_t = (a.heads // tp) * (a.head_dim + a.v_head_dim) // 2
+    else:
+        attn = [(T, q_t + 2 * kv_t, h, 1), (T, h, q_t, 1)]
+    if is_moe:
+        mlp = moe.moe_gemms(spec, T)
+        model_mlp = moe.moe_gemms(spec, T, balanced=True)
+        ffn_tok = moe.ffn_token_width(spec, T)
+    else:
+        mlp = model_mlp = [(T, mlp_in * f_t, h, 1), (T, h, f_t, 1)]
+        ffn_tok = T * f_t
+    gemms = attn + mlp
+    fwd: list[Work] = [_gemm(m, n, k, prec, c) for m, n, k, c in gemms]
     bwd: list[Work] = []
-    for m, n, k in gemms:
-        bwd.append(_gemm(m, k, n, prec))  # data gradient
-        bwd.append(_gemm(k, n, m, prec))  # weight gradient
-    # Causal attention, load balanced over CP ranks: each query sees seq_len / 2 keys on average.
-    s_eff = max(1, a.seq_len // 2)
-    attn_flops = 4.0 * T * s_eff * q_t
-    attn_bytes = 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t)
-    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
+    for m, n, k, c in gemms:
+        bwd.append(_gemm(m, k, n, prec, c))  # data gradient
+        bwd.append(_gemm(k, n, m, prec, c))  # weight gradient
+    attn_flops, attn_bytes, attn_shape = _attn_core(spec, window)
+    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
     # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
+    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
     # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens, RoPE on
-    # q and k, the MLP activation.
+    # q and k, the MLP activation (MoE: plus permuting tokens to their experts and back).
     t_sp = T / tp
     norm_b = 2 * (2.0 * t_sp * h * 2)
     resid_b = 2 * (3.0 * t_sp * h * 2)
     rope_b = 2.0 * T * (q_t + kv_t) * 2
-    act_b = (mlp_in + 1.0) * T * f_t * 2
+    act_b = (mlp_in + 1.0) * ffn_tok * 2
     elem_b = norm_b + resid_b + rope_b + act_b
-    elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + T * f_t)
+    if is_moe:
+        elem_b += 2 * 2.0 * moe.routed_tokens(spec, T) * h * 2
+    elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + ffn_tok)
     fwd.append(Work(elem_f, elem_b, "bf16", "elementwise"))
     bwd.append(Work(2 * elem_f, 2 * elem_b, "bf16", "elementwise"))
     if spec.recompute == "full":
         rec: tuple[Work, ...] = tuple(fwd)
     elif spec.recompute == "selective":
-        rec = (Work(8.0 * (t_sp * h * 2 + T * f_t), norm_b + act_b, "bf16", "elementwise"),)
+        rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
     else:
         rec = ()
-    model = 3.0 * (sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops)
+    model = 3.0 * (sum(2.0 * m * n * k * c for m, n, k, c in attn + model_mlp) + attn_flops)
     return _LayerWorks(tuple(fwd), tuple(bwd), rec, model)
 
 
@@ -198,6 +231,17 @@ def _head_works(spec: TrainSpec, first: bool, last: bool) -> tuple[list[Work], l
         fwd.append(Work(5.0 * T * v_t, ce_b, "bf16", "elementwise"))
         bwd.append(Work(3.0 * T * v_t, ce_b, "bf16", "elementwise"))
         model = 3.0 * 2.0 * T * v_t * a.hidden
+        if a.mtp_layers:
+            # Multi-token prediction (DeepSeek-V3): per module a 2h -> h projection, one more layer
+            # and one more pass through the shared output head and loss.
+            lw = _layer_works(spec, is_moe=a.is_moe)
+            proj = (T, a.hidden, 2 * a.hidden)
+            mf = [_gemm(*proj, spec.precision), *lw.fwd, *fwd[-2:]]
+            mb = [_gemm(T, 2 * a.hidden, a.hidden, spec.precision), _gemm(2 * a.hidden, a.hidden, T, spec.precision),
+                  *lw.bwd, *bwd[-3:]]
+            fwd += [_scale(w, a.mtp_layers) for w in mf]
+            bwd += [_scale(w, a.mtp_layers) for w in mb]
+            model += a.mtp_layers * (lw.model_flops + model + 3.0 * 2.0 * T * a.hidden * 2 * a.hidden)
     return fwd, bwd, model
 
 
@@ -215,6 +259,37 @@ def _stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(pp))
 
 
+def _weighted_stage_layers(spec: TrainSpec, layer_flops: float) -> tuple[int, ...]:
+    """Layers per pipeline rank for MoE / MTP models, whose output head (and MTP modules) weigh
+    several layers: the last rank counts them as layers of equal FLOPs and takes only what is left
+    of an even share (Megatron-LM's account-for-loss pipeline split; DualPipe pairs the shallowest
+    and deepest chunks on one rank for the same reason). The other ranks split the rest evenly."""
+    a, pp = spec.arch, spec.pp
+    if pp == 1:
+        return (a.layers,)
+    _, _, head = _head_works(spec, False, True)
+    head_layers = head / layer_flops if layer_flops > 0 else 0.0
+    last = max(0, min(a.layers - (pp - 1), round((a.layers + head_layers) / pp - head_layers)))
+    base, extra = divmod(a.layers - last, pp - 1)
+    return (*(base + (1 if i < extra else 0) for i in range(pp - 1)), last)
+
+
+def _stage_kinds(spec: TrainSpec, stage_layers: tuple[int, ...], i: int) -> list[tuple[bool, bool, int]]:
+    """(MoE layer, windowed attention, how many) of the layers pipeline rank ``i`` holds."""
+    a = spec.arch
+    start = sum(stage_layers[:i])
+    counts: dict[tuple[bool, bool], int] = {}
+    for j in range(start, start + stage_layers[i]):
+        key = (a.is_moe_layer(j), a.is_window_layer(j))
+        counts[key] = counts.get(key, 0) + 1
+    return [(m, w, n) for (m, w), n in counts.items()]
+
+
+def _stage_range(stage_layers: tuple[int, ...], i: int) -> range:
+    start = sum(stage_layers[:i])
+    return range(start, start + stage_layers[i])
+
+
 def _layout(spec: TrainSpec, size: int, stride: int) -> GroupLayout:
     """Layout of a group of ``size`` ranks spaced ``stride`` apart (Megatron order tp, cp, dp, pp)."""
     dom = get_system(spec.system).chips
@@ -229,10 +304,12 @@ def _stage_params(spec: TrainSpec, layers: int, first: bool, last: bool) -> floa
     return p / spec.tp
 
 
-def _act_bytes_per_token_layer(spec: TrainSpec) -> float:
-    """Activation bytes kept for backward per token per layer on one TP rank (bf16)."""
+def _act_bytes_per_token_layer(spec: TrainSpec, dense_mlp: bool = True) -> float:
+    """Activation bytes kept for backward per token per layer on one TP rank (bf16); without the
+    dense MLP's part when ``dense_mlp`` is False (an MoE layer adds its own, see :mod:`.moe`)."""
     a = spec.arch
     _, q_t, kv_t, f_t, _ = _dims(spec)
+    f_t = f_t if dense_mlp else 0
     h_sp = a.hidden / spec.tp
     mlp_in = 2 if a.mlp == "swiglu" else 1
     if spec.recompute == "full":
@@ -260,14 +337,28 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
         in_flight = min(m, pp - i)
         # Interleaving makes the first stage hold (1 + (pp-1)/(pp v)) x pp microbatches' worth.
         in_flight_f = in_flight * (1 + (pp - 1) / (pp * v)) if v > 1 and i == 0 else float(in_flight)
-        acts = per_tok * T * stage_layers[i] * in_flight_f
+        opt = 12.0 * params / shard
+        if spec.arch.is_moe:
+            params, experts = moe.stage_param_split(spec, _stage_range(stage_layers, i), first, last)
+            eshard = spec.dp * spec.cp // spec.ep if spec.distributed_optimizer else 1
+            opt = 12.0 * params / shard + 12.0 * experts / eshard
+            params += experts
+            n_moe = sum(n for is_moe, _, n in _stage_kinds(spec, stage_layers, i) if is_moe)
+            attn_tok = (moe.mla_act_bytes_per_token(spec) if spec.arch.attention == "mla"
+                        else _act_bytes_per_token_layer(spec, False))
+            dense_mlp = _act_bytes_per_token_layer(spec) - _act_bytes_per_token_layer(spec, False)
+            dense_tok = attn_tok + dense_mlp * moe.cached_bytes(spec) / 2.0
+            moe_tok = attn_tok + moe.moe_act_bytes_per_token(spec, T)
+            acts = (dense_tok * (stage_layers[i] - n_moe) + moe_tok * n_moe) * T * in_flight_f
+        else:
+            acts = per_tok * T * stage_layers[i] * in_flight_f
         if spec.recompute == "full":
             acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none"))) * T
         other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
         mb = MemoryBreakdown(
             weights_bytes=2.0 * params,
             grads_bytes=float(grad_b) * params,
-            optimizer_bytes=12.0 * params / shard,
+            optimizer_bytes=opt,
             activations_bytes=acts,
             other_bytes=other,
             reserved_bytes=reserved,
@@ -281,12 +372,31 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
 
 def model_flops_per_token(arch: ModelArch) -> float:
     """6N-style model FLOPs per token: 6 x (non-embedding params + logits) + causal attention."""
-    dense = 6.0 * (arch.layers * arch.params_per_layer + arch.vocab * arch.hidden)
-    return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
+    if not (arch.is_moe or arch.mtp_layers or arch.sliding_window or arch.attention != "gqa"
+            or arch.q_dim != arch.hidden):
+        dense = 6.0 * (arch.layers * arch.params_per_layer + arch.vocab * arch.hidden)
+        return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
+    # Only the experts a token runs count (its top-k and the shared ones); attention per layer is
+    # 3 x 2 x keys seen x heads x (qk + v width); MTP modules add their layer, projection and head.
+    s = arch.seq_len
+
+    def attn(i: int) -> float:
+        keys = s / 2
+        if arch.is_window_layer(i) and arch.sliding_window < s:
+            keys = arch.sliding_window * (1 - arch.sliding_window / (2 * s))
+        return 6.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_dim_per_head)
+
+    total = 6.0 * arch.active_params + sum(attn(i) for i in range(arch.layers))
+    if arch.mtp_layers:
+        layer = arch.moe_layer_active_params if arch.is_moe else arch.params_per_layer
+        total += arch.mtp_layers * (6.0 * (2 * arch.hidden * arch.hidden + layer + arch.vocab * arch.hidden)
+                                    + attn(arch.layers))
+    return total
 
 
-def _demands(spec: TrainSpec, L: int, params: float) -> list[CollectiveDemand]:
-    """The collectives of one step on the critical stage (``L`` layers, ``params`` parameters)."""
+def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: float = 0.0) -> list[CollectiveDemand]:
+    """The collectives of one step on the critical stage (``L`` layers of which ``moe_l`` MoE,
+    ``params`` parameters replicated over EP, ``experts`` routed-expert parameters)."""
     T, _, kv_t, _, _ = _dims(spec)
     a = spec.arch
     m, pp, v, tp, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.tp, spec.cp, spec.dp
@@ -326,6 +436,31 @@ def _demands(spec: TrainSpec, L: int, params: float) -> list[CollectiveDemand]:
             demands.append(CollectiveDemand("dp_param", "all_gather", 2.0 * params, lay, 1, window="param"))
         else:
             demands.append(CollectiveDemand("dp_grad", "all_reduce", gbytes, lay, 1, window="grad"))
+    if moe_l:
+        demands += _moe_demands(spec, moe_l, experts)
+    return demands
+
+
+def _moe_demands(spec: TrainSpec, moe_l: int, experts: float) -> list[CollectiveDemand]:
+    """Token dispatch and combine (all-to-all over the EP group, per MoE layer and microbatch) and
+    the expert gradients' reduce-scatter / parameter all-gather over the expert-DP group."""
+    T, _, _, _, _ = _dims(spec)
+    tp, cp, ep, dp = spec.tp, spec.cp, spec.ep, spec.dp
+    demands: list[CollectiveDemand] = []
+    if ep > 1:
+        calls, _ = moe.a2a_calls(spec)
+        demands.append(CollectiveDemand(
+            "ep_a2a", "all_to_all", moe.a2a_bytes(spec, T), _layout(spec, ep, tp * cp),
+            calls * moe_l * spec.microbatches, hidden_fraction=spec.moe_overlap,
+        ))
+    if dp // ep > 1:
+        lay = _layout(spec, dp // ep, tp * cp * ep)
+        gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * experts
+        if spec.distributed_optimizer:
+            demands.append(CollectiveDemand("ep_grad", "reduce_scatter", gbytes, lay, 1, window="grad"))
+            demands.append(CollectiveDemand("ep_param", "all_gather", 2.0 * experts, lay, 1, window="param"))
+        else:
+            demands.append(CollectiveDemand("ep_grad", "all_reduce", gbytes, lay, 1, window="grad"))
     return demands
 
 
@@ -352,31 +487,43 @@ def plan_step(spec: TrainSpec) -> StepPlan:
     chip = get_chip(spec.chip)
     a = spec.arch
     m, pp, v, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.cp, spec.dp
-    lw = _layer_works(spec)
-    stage_layers = _stage_layers(a.layers, pp)
+    works = {(mo, wi): _layer_works(spec, mo, wi) for mo in (False, True) if mo <= a.is_moe
+             for wi in (False, True) if wi <= bool(a.sliding_window)}
+    if a.is_moe or a.mtp_layers:
+        stage_layers = _weighted_stage_layers(spec, works[(a.is_moe, False)].model_flops)
+    else:
+        stage_layers = _stage_layers(a.layers, pp)
     # Choose the critical stage: the one with the longest nominal per-microbatch time.
     candidates = []
     for i in sorted({0, pp // 2, pp - 1}):
         first, last = i == 0, i == pp - 1
         hf, hb, hmodel = _head_works(spec, first, last)
-        L = stage_layers[i]
-        fwd = [_scale(w, L * m) for w in lw.fwd] + [_scale(w, m) for w in hf]
-        bwd = [_scale(w, L * m) for w in lw.bwd] + [_scale(w, m) for w in hb]
-        rec = [_scale(w, L * m) for w in lw.recompute]
+        kinds = [(works[(mo, wi)], n) for mo, wi, n in _stage_kinds(spec, stage_layers, i)]
+        fwd = [_scale(w, n * m) for lw, n in kinds for w in lw.fwd] + [_scale(w, m) for w in hf]
+        bwd = [_scale(w, n * m) for lw, n in kinds for w in lw.bwd] + [_scale(w, m) for w in hb]
+        rec = [_scale(w, n * m) for lw, n in kinds for w in lw.recompute]
         t = works_time_s(chip, fwd + bwd + rec)
         label = "first" if first else ("last" if last else "middle")
-        candidates.append((t, label, i, fwd, bwd, rec, (lw.model_flops * L + hmodel) * m))
+        candidates.append((t, label, i, fwd, bwd, rec, (sum(lw.model_flops * n for lw, n in kinds) + hmodel) * m))
     _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
     first, last = crit_i == 0, crit_i == pp - 1
     params = _stage_params(spec, stage_layers[crit_i], first, last)
     shard = dp * cp if spec.distributed_optimizer else 1
-    opt = [Work(12.0 * params / shard, 30.0 * params / shard, "bf16", "elementwise")]
+    opt_flops, opt_bytes = 12.0 * params / shard, 30.0 * params / shard
+    experts, moe_l = 0.0, 0
+    if a.is_moe:
+        params, experts = moe.stage_param_split(spec, _stage_range(stage_layers, crit_i), first, last)
+        eshard = dp * cp // spec.ep if spec.distributed_optimizer else 1
+        opt_flops = 12.0 * params / shard + 12.0 * experts / eshard
+        opt_bytes = 2.5 * opt_flops
+        moe_l = sum(n for mo, _, n in _stage_kinds(spec, stage_layers, crit_i) if mo) + (a.mtp_layers if last else 0)
+    opt = [Work(opt_flops, opt_bytes, "bf16", "elementwise")]
     t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
     t_opt = works_time_s(chip, opt)
     t_pipe = t_fwd + t_bwd + t_rec
     compute = tuple(fwd + rec + bwd + opt)
 
-    demands = _demands(spec, stage_layers[crit_i], params)
+    demands = _demands(spec, stage_layers[crit_i], params, moe_l, experts)
     memory = _memory(spec, stage_layers)
     _check_fits(spec, chip, memory)
     total = t_pipe + t_opt
