@@ -46,6 +46,17 @@ def attention_gemms(spec: TrainSpec, T: int) -> list[Gemm]:
     return [*q, *kv, (T, h, heads_t * a.v_head_dim, 1)]
 
 
+def quantize_bytes(gemms: list[Gemm]) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of casting GEMM operands to an 8-bit-or-narrower format online
+    (read bf16, write the narrow copy and its scales: about 3 bytes per element): forward the
+    inputs, backward the output gradients and, for the weight gradient, the inputs and output
+    gradients again along the other axis (DeepSeek-V3 report section 3.3: 1x128 activation tiles,
+    transposed for backward)."""
+    ins = sum(float(m) * k * c for m, _, k, c in gemms)
+    outs = sum(float(m) * n * c for m, n, _, c in gemms)
+    return 3.0 * ins, 3.0 * (2 * outs + ins)
+
+
 def routed_tokens(spec: TrainSpec, T: int, *, balanced: bool = False) -> float:
     """Token-expert assignments the critical EP rank computes per microbatch (T tokens per rank)."""
     a = spec.arch

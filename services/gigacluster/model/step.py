@@ -22,7 +22,7 @@ from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
 from gigacluster.model import moe
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
-from gigacluster.model.roofline import Work, works_time_s
+from gigacluster.model.roofline import EfficiencyParams, Work, works_time_s
 from gigacluster.model.train_spec import GRAD_DTYPES, TrainSpec
 
 # Memory the framework cannot give to tensors: CUDA/Neuron context, NCCL buffers, allocator
@@ -97,6 +97,8 @@ class StepPlan:
     model_flops_per_step: float  # whole job, 6N-style incl. causal attention, no recompute
     critical_model_flops: float  # model FLOPs of the critical rank
     memory: MemoryBreakdown
+    schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
+    a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +203,10 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + ffn_tok)
     fwd.append(Work(elem_f, elem_b, "bf16", "elementwise"))
     bwd.append(Work(2 * elem_f, 2 * elem_b, "bf16", "elementwise"))
+    if a.is_moe and moe.OPERAND_BYTES[prec] < 2:
+        fq, bq = moe.quantize_bytes(gemms)
+        fwd.append(Work(fq / 3, fq, "bf16", "elementwise"))
+        bwd.append(Work(bq / 3, bq, "bf16", "elementwise"))
     if spec.recompute == "full":
         rec: tuple[Work, ...] = tuple(fwd)
     elif spec.recompute == "selective":
@@ -337,6 +343,8 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
         in_flight = min(m, pp - i)
         # Interleaving makes the first stage hold (1 + (pp-1)/(pp v)) x pp microbatches' worth.
         in_flight_f = in_flight * (1 + (pp - 1) / (pp * v)) if v > 1 and i == 0 else float(in_flight)
+        if spec.pipeline_schedule == "dualpipe":
+            in_flight_f = float(min(m, pp + 1))  # DeepSeek-V3 report, Table 2: PP + 1 per device
         opt = 12.0 * params / shard
         if spec.arch.is_moe:
             params, experts = moe.stage_param_split(spec, _stage_range(stage_layers, i), first, last)
@@ -356,7 +364,7 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
             acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none"))) * T
         other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
         mb = MemoryBreakdown(
-            weights_bytes=2.0 * params,
+            weights_bytes=2.0 * params * (2 if spec.pipeline_schedule == "dualpipe" else 1),
             grads_bytes=float(grad_b) * params,
             optimizer_bytes=opt,
             activations_bytes=acts,
@@ -516,7 +524,10 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         eshard = dp * cp // spec.ep if spec.distributed_optimizer else 1
         opt_flops = 12.0 * params / shard + 12.0 * experts / eshard
         opt_bytes = 2.5 * opt_flops
-        moe_l = sum(n for mo, _, n in _stage_kinds(spec, stage_layers, crit_i) if mo) + (a.mtp_layers if last else 0)
+        # The all-to-all of the rank with the most MoE layers: every rank runs the same microbatch
+        # cadence, so the busiest one's exchanges pace the pipeline when they are not hidden.
+        moe_l = max(sum(n for mo, _, n in _stage_kinds(spec, stage_layers, i) if mo) + (a.mtp_layers if i == pp - 1 else 0)
+                    for i in range(pp))
     opt = [Work(opt_flops, opt_bytes, "bf16", "elementwise")]
     t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
     t_opt = works_time_s(chip, opt)
@@ -541,6 +552,9 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         model_flops_per_step=model_flops_per_token(a) * spec.tokens_per_step,
         critical_model_flops=crit_model,
         memory=memory,
+        schedule=spec.pipeline_schedule,
+        a2a_compute_share=(EfficiencyParams.for_chip(chip).overlap_compute_share
+                           if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
     )
 
 
@@ -559,9 +573,21 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
             raise SpecError("comm_s", f"missing seconds for collective {d.name!r}")
     pipe = compute_s * plan.pipelined_fraction
     inline = sum((1.0 - d.hidden_fraction) * comm_s[d.name] for d in plan.collectives if d.window == "inline")
+    hidden = sum(d.hidden_fraction * comm_s[d.name] for d in plan.collectives
+                 if d.window == "inline" and d.op == "all_to_all")
+    if hidden > 0:
+        # No more all-to-all hides than there is compute to hide it behind; while it runs beside
+        # compute it still occupies compute units (DeepSeek-V3 gives its dispatch/combine kernels 20
+        # of 132 SMs), so the compute it overlaps slows down.
+        share = plan.a2a_compute_share
+        inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
     slots = pipe + inline
     m = plan.microbatches
     bubble = slots * (plan.pp - 1) / (plan.virtual_stages * m) if plan.pp > 1 else 0.0
+    if plan.schedule == "dualpipe":
+        # DeepSeek-V3 report, Table 2: (PP/2 - 1)(F&B + B - 3W) slots, with F&B = F + B and the
+        # weight-gradient half of backward W = B / 2.
+        bubble = slots / m * (plan.pp / 2 - 1) * (plan.fwd_fraction + plan.bwd_fraction / 2)
     windowed = 0.0
     for d in plan.collectives:
         if d.window == "grad":

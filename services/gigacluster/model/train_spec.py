@@ -16,6 +16,7 @@ from gigacluster.model import SpecError
 from gigacluster.model.arch import ALL_ARCH_KEYS, ARCH_FIELDS, ARCH_TEXT_FIELDS, MOE_ARCH_FIELDS, ModelArch, arch_from_dict
 
 RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "dualpipe")
 TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
 """Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
 A chip runs only the formats its catalog entry lists (``Chip.precisions``)."""
@@ -24,7 +25,7 @@ _TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
-    "moe_overlap",
+    "moe_overlap", "pipeline_schedule",
 )
 
 
@@ -93,6 +94,7 @@ class TrainSpec:
     ep: int = 1  # expert parallelism: ranks taken from DP (as Megatron-LM), each holding experts / ep
     capacity_factor: float = 1.0  # tokens on the most loaded EP rank / the mean (1.0: balanced routing)
     moe_overlap: float = 0.0  # fraction of the expert all-to-all hidden behind compute (DualPipe-style)
+    pipeline_schedule: str = "1f1b"  # or "dualpipe" (DeepSeek-V3: bidirectional, two parameter copies)
     steps: int | None = None
     tokens: int | None = None
     pue: float = 1.1
@@ -140,6 +142,13 @@ class TrainSpec:
             raise SpecError(
                 "parallelism.pp", f"pp x virtual_stages ({self.pp}x{self.virtual_stages}) exceeds layers ({a.layers})"
             )
+        if self.pipeline_schedule not in SCHEDULES:
+            raise SpecError("parallelism.pipeline_schedule",
+                            f"allowed: {', '.join(SCHEDULES)}; got {_show(self.pipeline_schedule)}")
+        if self.pipeline_schedule == "dualpipe" and (self.pp < 2 or self.pp % 2 or self.virtual_stages != 1):
+            raise SpecError("parallelism.pipeline_schedule",
+                            f"dualpipe needs an even pp >= 2 and virtual_stages 1; got pp {self.pp},"
+                            f" virtual_stages {self.virtual_stages}")
         if self.virtual_stages > 1 and self.pp == 1:
             raise SpecError("parallelism.virtual_stages", "needs pp > 1")
         if self.global_batch % (self.dp * self.microbatch_size):
@@ -249,6 +258,7 @@ class TrainSpec:
             ep=_int(par, "ep", "parallelism.ep", 1) or 1,
             capacity_factor=_finite(par.get("capacity_factor", 1.0), "parallelism.capacity_factor", "a number >= 1"),
             moe_overlap=_frac(par, "moe_overlap", "parallelism.moe_overlap", 0.0),
+            pipeline_schedule=str(par.get("pipeline_schedule", "1f1b")).lower(),
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
             pue=pue,
@@ -355,7 +365,7 @@ def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[
     for k in ("precision", "name"):
         if k in d and not isinstance(d[k], str):
             raise SpecError(k, f"must be a string, got {_show(d[k])}")
-    for k in ("recompute", "grad_reduce_dtype"):
+    for k in ("recompute", "grad_reduce_dtype", "pipeline_schedule"):
         if k in par and not isinstance(par[k], str):
             raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
     dist = par.get("distributed_optimizer", True)
