@@ -57,7 +57,9 @@ class Chip:
                 raise CatalogError(f"chip {self.name}: peak_tflops.{p} missing")
         unknown = set(self.peak_tflops) - set(PRECISIONS)
         if unknown:
-            raise CatalogError(f"chip {self.name}: unknown precision {sorted(unknown)[0]!r}; allowed: {', '.join(PRECISIONS)}")
+            raise CatalogError(
+                f"chip {self.name}: unknown precision {sorted(unknown)[0]!r}; allowed: {', '.join(PRECISIONS)}"
+            )
 
     def precisions(self) -> tuple[str, ...]:
         """The number formats this chip has a peak for, in :data:`PRECISIONS` order."""

@@ -176,7 +176,8 @@ class ModelArch:
     @property
     def moe_layer_active_params(self) -> int:
         """Weights one token runs through in an MoE layer."""
-        return self.attn_params + self.router_params + (self.experts_per_token + self.shared_experts) * self.expert_params
+        routed = self.experts_per_token + self.shared_experts
+        return self.attn_params + self.router_params + routed * self.expert_params
 
     @property
     def mtp_params(self) -> int:

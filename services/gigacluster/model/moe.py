@@ -37,10 +37,7 @@ def attention_gemms(spec: TrainSpec, T: int) -> list[Gemm]:
     a = spec.arch
     h, heads_t = a.hidden, a.heads // spec.tp
     qk = heads_t * a.qk_head_dim
-    if a.q_lora_rank:
-        q = [(T, a.q_lora_rank, h, 1), (T, qk, a.q_lora_rank, 1)]
-    else:
-        q = [(T, qk, h, 1)]
+    q = [(T, a.q_lora_rank, h, 1), (T, qk, a.q_lora_rank, 1)] if a.q_lora_rank else [(T, qk, h, 1)]
     kv = [(T, a.kv_lora_rank + a.qk_rope_head_dim, h, 1),
           (T, heads_t * (a.head_dim + a.v_head_dim), a.kv_lora_rank, 1)]
     return [*q, *kv, (T, h, heads_t * a.v_head_dim, 1)]

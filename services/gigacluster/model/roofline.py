@@ -102,7 +102,8 @@ class EfficiencyParams:
         if self.tile_m < 1 or self.tile_n < 1 or self.compute_units < 1:
             raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
         if not 0 <= self.overlap_compute_share < 1:
-            raise SpecError("efficiency.overlap_compute_share", f"must be in [0, 1), got {self.overlap_compute_share!r}")
+            raise SpecError("efficiency.overlap_compute_share",
+                            f"must be in [0, 1), got {self.overlap_compute_share!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
             raise SpecError("efficiency.k_overhead", "must be >= 0")
 

@@ -13,7 +13,14 @@ from typing import Any
 
 from gigacluster.hw.catalog import CatalogError, Chip, default_system, facility, get_chip, get_system
 from gigacluster.model import SpecError
-from gigacluster.model.arch import ALL_ARCH_KEYS, ARCH_FIELDS, ARCH_TEXT_FIELDS, MOE_ARCH_FIELDS, ModelArch, arch_from_dict
+from gigacluster.model.arch import (
+    ALL_ARCH_KEYS,
+    ARCH_FIELDS,
+    ARCH_TEXT_FIELDS,
+    MOE_ARCH_FIELDS,
+    ModelArch,
+    arch_from_dict,
+)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "dualpipe")
@@ -171,7 +178,8 @@ class TrainSpec:
         a = self.arch
         if not a.is_moe:
             if self.ep != 1:
-                raise SpecError("parallelism.ep", f"needs a mixture-of-experts model (model.experts > 0); got {self.ep}")
+                raise SpecError("parallelism.ep",
+                                f"needs a mixture-of-experts model (model.experts > 0); got {self.ep}")
             return
         if a.experts % self.ep:
             raise SpecError("parallelism.ep", f"must divide model.experts ({a.experts}); got {self.ep}"
