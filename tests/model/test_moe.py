@@ -254,3 +254,19 @@ def test_nemo_moe_rows_stay_at_their_documented_error(
                                 "hardware": {"chip": chip, "count": gpus}, "precision": prec})
     per_gpu = fabric_estimate(spec).tokens_per_s / gpus
     assert per_gpu / published - 1 == pytest.approx(error, abs=0.03)
+
+
+def test_every_moe_demand_has_live_rank_groups() -> None:
+    """The scheduler can place each MoE demand: EP groups of ep consecutive DP ranks cover every rank once;
+    expert-DP groups of dp/ep ranks strided by ep."""
+    from gigacluster.scheduler.core import rank_groups
+
+    spec = _ds()
+    for d in plan_step(spec).collectives:
+        size, stride, copies, offsets = rank_groups(spec, d.name)
+        assert size == d.layout.size and copies == len(offsets)
+    size, stride, copies, offsets = rank_groups(spec, "ep_a2a")
+    ranks = sorted(o + stride * k for o in offsets for k in range(size))
+    assert ranks == list(range(spec.count))
+    size, stride, copies, _ = rank_groups(spec, "ep_grad")
+    assert (size, stride, copies) == (spec.dp // spec.ep, spec.ep, spec.pp * spec.ep)
