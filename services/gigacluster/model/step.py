@@ -305,13 +305,7 @@ def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: fl
             )
         )
     if dp * cp > 1:
-        lay = _layout(spec, dp * cp, tp)
-        gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
-        if spec.distributed_optimizer:
-            demands.append(CollectiveDemand("dp_grad", "reduce_scatter", gbytes, lay, 1, window="grad"))
-            demands.append(CollectiveDemand("dp_param", "all_gather", 2.0 * params, lay, 1, window="param"))
-        else:
-            demands.append(CollectiveDemand("dp_grad", "all_reduce", gbytes, lay, 1, window="grad"))
+        demands += _grad_demands(spec, "dp", params, _layout(spec, dp * cp, tp))
     if moe_l:
         demands += _moe_demands(spec, moe_l, experts)
     return demands
@@ -330,14 +324,18 @@ def _moe_demands(spec: TrainSpec, moe_l: int, experts: float) -> list[Collective
             calls * moe_l * spec.microbatches, hidden_fraction=spec.moe_overlap,
         ))
     if dp // ep > 1:
-        lay = _layout(spec, dp // ep, tp * cp * ep)
-        gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * experts
-        if spec.distributed_optimizer:
-            demands.append(CollectiveDemand("ep_grad", "reduce_scatter", gbytes, lay, 1, window="grad"))
-            demands.append(CollectiveDemand("ep_param", "all_gather", 2.0 * experts, lay, 1, window="param"))
-        else:
-            demands.append(CollectiveDemand("ep_grad", "all_reduce", gbytes, lay, 1, window="grad"))
+        demands += _grad_demands(spec, "ep", experts, _layout(spec, dp // ep, tp * cp * ep))
     return demands
+
+
+def _grad_demands(spec: TrainSpec, prefix: str, params: float, lay: GroupLayout) -> list[CollectiveDemand]:
+    """Gradient reduce-scatter and parameter all-gather (distributed optimizer) or one all-reduce of
+    ``params`` over a data-parallel group: ``dp`` for replicated weights, ``ep`` for routed experts."""
+    gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
+    if spec.distributed_optimizer:
+        return [CollectiveDemand(f"{prefix}_grad", "reduce_scatter", gbytes, lay, 1, window="grad"),
+                CollectiveDemand(f"{prefix}_param", "all_gather", 2.0 * params, lay, 1, window="param")]
+    return [CollectiveDemand(f"{prefix}_grad", "all_reduce", gbytes, lay, 1, window="grad")]
 
 
 def plan_step(spec: TrainSpec) -> StepPlan:
