@@ -32,7 +32,7 @@ from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import preset
 from gigacluster.model.comm import CommModel
 from gigacluster.model.power import host_overhead_w
-from gigacluster.model.training import TrainEstimate, TrainSpec
+from gigacluster.model.training import TRAIN_PRECISIONS, TrainEstimate, TrainSpec
 from gigacluster.model.training import estimate_train as _estimate_train
 
 
@@ -77,12 +77,15 @@ def _with_hardware(
     max_dp = count // per_replica
     if max_dp < 1:
         return None
-    dp = max_dp
+    # Expert parallelism stays the spec's where the chips allow: the largest divisor of the experts
+    # up to it that DP can hold; DP is then a multiple of EP (EP ranks come from DP).
+    ep = max(d for d in range(1, min(base.ep, max_dp) + 1) if base.arch.experts % d == 0)
+    dp = max_dp - max_dp % ep
     if base.arch.layers < pp * virtual or pp == 1:
         virtual = 1 if pp == 1 or base.arch.layers < pp * virtual else virtual
     try:
         return dataclasses.replace(
-            base, chip=chip, system=default_system(chip), count=per_replica * dp, tp=tp, pp=pp, dp=dp,
+            base, chip=chip, system=default_system(chip), count=per_replica * dp, tp=tp, pp=pp, dp=dp, ep=ep,
             recompute=recompute, virtual_stages=virtual, price_per_chip_hour_usd=None,
             global_batch=_batch_for(base, dp),
         )
@@ -153,6 +156,9 @@ def compare(spec: TrainSpec, chips: list[str], *, same_power: bool = False, sear
     for c in chips:
         if c not in chip_names():
             raise SpecError("chips", f"unknown chip {c!r}; allowed: {', '.join(chip_names())}")
+        if spec.precision not in get_chip(c).peak_tflops:
+            have = ", ".join(p for p in get_chip(c).precisions() if p in TRAIN_PRECISIONS)
+            raise SpecError("precision", f"{c} has no {spec.precision} units; it supports: {have}")
     budget_w = spec.count * provisioned_power_w(spec.chip)
     rows = []
     for c in chips:

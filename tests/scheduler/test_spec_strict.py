@@ -190,3 +190,39 @@ def test_job_names_in_errors_are_short() -> None:
         with pytest.raises(InvalidArgument) as err:
             svc.book.visible(p, name)
         assert len(str(err.value)) < 120
+
+
+def test_an_moe_job_file_round_trips_through_the_proto() -> None:
+    """The DeepSeek-V3 example (ep, capacity factor, all-to-all overlap, DualPipe, fp8) and a custom MoE/MLA model
+    travel in a job unchanged, so the spec `estimate train` reads can be submitted as is."""
+    from pathlib import Path
+
+    from gigacluster import safeyaml
+    from gigacluster.scheduler.spec import proto_to_spec
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "train-deepseek-v3-h800.yaml"
+    spec, _ = split_job_file(safeyaml.load_file(path))
+    back = proto_to_spec(spec_to_proto(spec))
+    assert TrainSpec.from_dict(back) == TrainSpec.from_dict(spec)
+    custom = {**SPEC, "model": {"layers": 4, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, "vocab": 32000,
+                                "seq_len": 1024, "attention": "mla", "kv_lora_rank": 128, "qk_rope_head_dim": 32,
+                                "v_head_dim": 64, "head_dim": 64, "experts": 16, "experts_per_token": 2,
+                                "shared_experts": 1, "expert_ffn_hidden": 512, "first_dense_layers": 1,
+                                "mtp_layers": 1, "mlp": "swiglu"},
+              "parallelism": {"ep": 2}, "precision": "fp16"}
+    back = proto_to_spec(spec_to_proto(custom))
+    assert back["model"] == custom["model"] and back["precision"] == "fp16"
+    assert TrainSpec.from_dict(back) == TrainSpec.from_dict(custom)
+
+
+@pytest.mark.parametrize(("key", "value", "field"), [
+    ("parallelism.capacity_factor", 0.5, "spec.parallelism.capacity_factor"),
+    ("parallelism.moe_overlap", 2.0, "spec.parallelism.moe_overlap"),
+    ("parallelism.ep", -1, "spec.parallelism.ep"),
+    ("precision", "fp4", "spec.precision"),
+])
+def test_bad_moe_job_fields_are_refused_by_field(key: str, value: Any, field: str) -> None:
+    """EP, the capacity factor, the overlap and the precision are checked at the edge, naming the field."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto(with_(key, value))
+    assert err.value.field == field

@@ -80,7 +80,10 @@ def print_table(est: TrainEstimate) -> None:
     t.add_column("value", justify="right")
     bd = d["breakdown"]
     rows: list[tuple[str, str]] = [
-        ("parallelism", f"TP {p['tp']} PP {p['pp']}x{p['virtual_stages']} DP {p['dp']} CP {p['cp']}, "
+        ("parallelism", f"TP {p['tp']} PP {p['pp']}x{p['virtual_stages']} DP {p['dp']} CP {p['cp']}"
+         + (f" EP {p['ep']} ({p['pipeline_schedule']}, all-to-all {p['moe_overlap']:.0%} hidden)"
+            if p["ep"] > 1 else "")
+         + ", "
          f"{p['microbatches']} microbatches of {p['microbatch_size']}, recompute {p['recompute']}"),
         ("step time", _fmt_s(d["step_time_s"])),
         ("  compute", _fmt_s(bd["compute_s"])),
@@ -90,6 +93,7 @@ def print_table(est: TrainEstimate) -> None:
         ("model TFLOP/s per chip", f"{d['model_tflops_per_chip']:,.1f}"),
         ("hardware TFLOP/s per chip", f"{d['hardware_tflops_per_chip']:,.1f}"),
         ("MFU / HFU", f"{d['mfu']:.1%} / {d['hfu']:.1%}"),
+        ("parameters (active per token)", f"{d['params'] / 1e9:,.1f}B ({d['active_params'] / 1e9:,.1f}B)"),
         ("memory per chip", f"{d['memory_per_chip_bytes'] / 2**30:,.1f} GiB of {d['hbm_bytes'] / 2**30:,.1f}"),
         ("clock factor / temperature", f"{d['clock_factor']:.3f} / {d['temperature_c']:.0f} C"),
         ("power per chip (chip / with host)", f"{d['chip_power_w']:,.0f} W / {d['system_power_w']:,.0f} W"),

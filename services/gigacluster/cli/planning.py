@@ -21,6 +21,7 @@ from rich.table import Table
 
 from gigacluster.cli.estimate_train import load_spec
 from gigacluster.model import DoesNotFitError, SpecError
+from gigacluster.model.training import TRAIN_PRECISIONS
 from gigacluster.planning import CompareRow, compare, plan_power
 
 DEFAULT_CHIPS = "trainium3,mi355x,b200,h100-sxm"
@@ -34,7 +35,8 @@ def register(subparsers: Any) -> None:
     c.add_argument(
         "--same-power", action="store_true", help="give each chip the spec's provisioned power, not its count"
     )
-    c.add_argument("--precision", choices=("bf16", "fp8"), default=None, help="override the spec's precision")
+    c.add_argument("--precision", choices=TRAIN_PRECISIONS, default=None,
+                   help="override the spec's precision (each chip must have it)")
     c.add_argument("--search", action="store_true", help="search TP/PP/recompute per chip for the fastest layout")
     c.add_argument("--png", type=Path, default=None, help="write a bar chart (matplotlib, Agg)")
     c.add_argument("--json", action="store_true", help="print a JSON list")
@@ -44,7 +46,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--power-mw", type=float, required=True, help="facility power budget, MW")
     p.add_argument("--chip", required=True, help="chip name from the catalog")
     p.add_argument("--pue", type=float, default=None, help="power usage effectiveness (default: catalog)")
-    p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16", help="training precision (default bf16)")
+    p.add_argument("--precision", choices=TRAIN_PRECISIONS, default="bf16", help="training precision (default bf16)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run_plan)
 
@@ -67,7 +69,7 @@ def run_compare(args: argparse.Namespace) -> int:
         return 0
     basis = "same provisioned power" if args.same_power else "same chip count"
     t = Table(title=f"{spec.name}: {spec.arch.name} ({spec.precision}), {basis}")
-    for col in ("chip", "chips", "TP/PP/DP/CP", "step", "tokens/s", "MFU", "clock", "power/chip",
+    for col in ("chip", "chips", "TP/PP/DP/CP/EP", "step", "tokens/s", "MFU", "clock", "power/chip",
                 "days (job)", "MWh facility", "$ job", "$ / M tokens"):
         t.add_column(col, justify="right")
     for r in rows:
@@ -78,7 +80,8 @@ def run_compare(args: argparse.Namespace) -> int:
         usd = "-" if d["cost_usd"] is None else f"{d['cost_usd'] / 1e6:,.2f}M"
         t.add_row(
             r.chip, f"{d['count']:,}" + (f" (+{r.idle_chips} idle)" if r.idle_chips else ""),
-            f"{p['tp']}/{p['pp']}/{p['dp']}/{p['cp']}", f"{d['step_time_s']:.2f} s", f"{d['tokens_per_s']:,.0f}",
+            f"{p['tp']}/{p['pp']}/{p['dp']}/{p['cp']}/{p['ep']}", f"{d['step_time_s']:.2f} s",
+            f"{d['tokens_per_s']:,.0f}",
             f"{d['mfu']:.1%}", f"{d['clock_factor']:.2f}", f"{d['system_power_w']:,.0f} W", days, mwh, usd,
             f"{d['cost_usd_per_million_tokens']:.3f}",
         )

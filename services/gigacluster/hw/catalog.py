@@ -15,7 +15,10 @@ from typing import Any
 
 import yaml
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp8")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
+"""Every number format a chip's ``peak_tflops`` may list: fp8 is FP8 with block (or MX) scaling;
+mxfp6 / mxfp4 the OCP microscaling formats; nvfp4 NVIDIA's FP4 with 16-element FP8 scales.
+A chip supports exactly the formats its catalog entry lists (see :meth:`Chip.precisions`)."""
 
 
 class CatalogError(ValueError):
@@ -52,12 +55,21 @@ class Chip:
         for p in ("fp32", "bf16", "fp8"):
             if self.peak_tflops.get(p, 0) <= 0:
                 raise CatalogError(f"chip {self.name}: peak_tflops.{p} missing")
+        unknown = set(self.peak_tflops) - set(PRECISIONS)
+        if unknown:
+            raise CatalogError(
+                f"chip {self.name}: unknown precision {sorted(unknown)[0]!r}; allowed: {', '.join(PRECISIONS)}"
+            )
+
+    def precisions(self) -> tuple[str, ...]:
+        """The number formats this chip has a peak for, in :data:`PRECISIONS` order."""
+        return tuple(p for p in PRECISIONS if p in self.peak_tflops)
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s at ``precision`` (fp32, tf32, bf16, fp8)."""
+        """Dense peak FLOP/s at ``precision`` (one of :meth:`precisions`)."""
         if precision not in self.peak_tflops:
             raise CatalogError(
-                f"chip {self.name} has no {precision!r} rate; allowed: {', '.join(sorted(self.peak_tflops))}"
+                f"chip {self.name} has no {precision!r} rate; it supports: {', '.join(self.precisions())}"
             )
         return self.peak_tflops[precision] * 1e12
 

@@ -25,11 +25,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gigacluster.hw.catalog import Chip, _raw
+from gigacluster.hw.catalog import PRECISIONS, Chip, _raw
 from gigacluster.model import SpecError
 
 KINDS = ("matmul", "attention", "elementwise", "memory")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp8")
 
 # Non-matrix work (norms, activations, optimizer) runs on vector units: a small fraction of the
 # matrix peak; it is almost always bandwidth bound anyway.
@@ -92,6 +91,7 @@ class EfficiencyParams:
     power_compute_share: float
     power_memory_share: float
     power_clock_exponent: float
+    overlap_compute_share: float  # of compute units a communication kernel overlapping compute occupies
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
@@ -101,6 +101,9 @@ class EfficiencyParams:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
         if self.tile_m < 1 or self.tile_n < 1 or self.compute_units < 1:
             raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
+        if not 0 <= self.overlap_compute_share < 1:
+            raise SpecError("efficiency.overlap_compute_share",
+                            f"must be in [0, 1), got {self.overlap_compute_share!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
             raise SpecError("efficiency.k_overhead", "must be >= 0")
 

@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
-from gigacluster.hw.catalog import Chip, get_chip, get_system
-from gigacluster.model import DoesNotFitError, SpecError
+from gigacluster.hw.catalog import get_chip, get_system
+from gigacluster.model import SpecError, moe
 from gigacluster.model.arch import ModelArch
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
-from gigacluster.model.roofline import Work, works_time_s
+from gigacluster.model.roofline import EfficiencyParams, Work, works_time_s
+from gigacluster.model.step_memory import (
+    RESERVED_FIXED_BYTES as RESERVED_FIXED_BYTES,
+)
+from gigacluster.model.step_memory import (
+    RESERVED_FRACTION as RESERVED_FRACTION,
+)
+from gigacluster.model.step_memory import (
+    MemoryBreakdown,
+    _check_fits,
+    _dims,
+    _memory,
+    _stage_kinds,
+    _stage_layers,
+    _stage_params,
+    _stage_range,
+)
 from gigacluster.model.train_spec import GRAD_DTYPES, TrainSpec
-
-# Memory the framework cannot give to tensors: CUDA/Neuron context, NCCL buffers, allocator
-# fragmentation. Assumed: 2 GiB plus 5% of HBM (PyTorch caching allocator fragmentation).
-RESERVED_FIXED_BYTES = 2 * 2**30
-RESERVED_FRACTION = 0.05
-
 
 # --- the step plan -----------------------------------------------------------------------------
 
@@ -53,33 +62,6 @@ class CollectiveDemand:
 
 
 @dataclasses.dataclass(frozen=True)
-class MemoryBreakdown:
-    """HBM bytes per chip on the stage that needs the most."""
-
-    weights_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    other_bytes: float
-    reserved_bytes: float
-    stage: str
-
-    @property
-    def total_bytes(self) -> float:
-        """Everything the chip must hold."""
-        return (
-            self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-            + self.other_bytes + self.reserved_bytes
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        d = dataclasses.asdict(self)
-        d["total_bytes"] = self.total_bytes
-        return d
-
-
-@dataclasses.dataclass(frozen=True)
 class StepPlan:
     """What one step asks of the critical rank and of each parallel group."""
 
@@ -96,6 +78,8 @@ class StepPlan:
     model_flops_per_step: float  # whole job, 6N-style incl. causal attention, no recompute
     critical_model_flops: float  # model FLOPs of the critical rank
     memory: MemoryBreakdown
+    schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
+    a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +97,7 @@ class StepBreakdown:
 
 
 def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
-    e = 1 if precision == "fp8" else 2
+    e = moe.OPERAND_BYTES[precision]
     return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
 
 
@@ -129,52 +113,79 @@ class _LayerWorks:
     model_flops: float  # per layer per microbatch, fwd + bwd, no recompute
 
 
-def _dims(spec: TrainSpec) -> tuple[int, int, int, int, int]:
-    """(tokens per rank per microbatch, q width per TP rank, kv width per TP rank, ffn per rank, head_dim)."""
+def _attn_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, int, int]]:
+    """(FLOPs, bytes, shape) of causal attention forward on one rank, load balanced over CP ranks:
+    each query sees seq_len / 2 keys on average (a window of w keys: w (1 - w / 2s))."""
     a = spec.arch
-    t_mb = spec.microbatch_size * a.seq_len // spec.cp
-    q_t = a.hidden // spec.tp
-    kv_t = max(a.kv_dim // spec.tp, a.head_dim)  # KV heads replicate when kv_heads < tp
-    return t_mb, q_t, kv_t, a.ffn_hidden // spec.tp, a.head_dim
+    T, q_t, kv_t, _, hd = _dims(spec)
+    s_eff = max(1, a.seq_len // 2)
+    if window and a.sliding_window < a.seq_len:
+        w = a.sliding_window
+        s_eff = max(1, round(w * (1 - w / (2 * a.seq_len))))
+    if a.attention == "mla":
+        heads_t = a.heads // spec.tp
+        qk, v = a.qk_head_dim, a.v_head_dim
+        flops = 2.0 * T * s_eff * heads_t * (qk + v)
+        bytes_ = 2.0 * (T * heads_t * (qk + v) + T * heads_t * v + a.seq_len * heads_t * (qk + v))
+        return flops, bytes_, (T, s_eff, qk)
+    return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
 
 
-def _layer_works(spec: TrainSpec) -> _LayerWorks:
+def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) -> _LayerWorks:
+    """Works of one layer per microbatch: dense (the MLP of ``ffn_hidden``) or MoE, full or
+    sliding-window attention, GQA or MLA projections."""
     a = spec.arch
     tp, prec = spec.tp, spec.precision
-    T, q_t, kv_t, f_t, hd = _dims(spec)
+    T, q_t, kv_t, f_t, _ = _dims(spec)
     h = a.hidden
     mlp_in = 2 if a.mlp == "swiglu" else 1
-    gemms = [(T, q_t + 2 * kv_t, h), (T, h, q_t), (T, mlp_in * f_t, h), (T, h, f_t)]
-    fwd: list[Work] = [_gemm(m, n, k, prec) for m, n, k in gemms]
+    if a.attention == "mla":
+        attn: list[moe.Gemm] = moe.attention_gemms(spec, T)
+        q_t = (a.heads // tp) * a.qk_head_dim
+        kv_t = (a.heads // tp) * (a.head_dim + a.v_head_dim) // 2
+    else:
+        attn = [(T, q_t + 2 * kv_t, h, 1), (T, h, q_t, 1)]
+    if is_moe:
+        mlp = moe.moe_gemms(spec, T)
+        model_mlp = moe.moe_gemms(spec, T, balanced=True)
+        ffn_tok = moe.ffn_token_width(spec, T)
+    else:
+        mlp = model_mlp = [(T, mlp_in * f_t, h, 1), (T, h, f_t, 1)]
+        ffn_tok = T * f_t
+    gemms = attn + mlp
+    fwd: list[Work] = [_gemm(m, n, k, prec, c) for m, n, k, c in gemms]
     bwd: list[Work] = []
-    for m, n, k in gemms:
-        bwd.append(_gemm(m, k, n, prec))  # data gradient
-        bwd.append(_gemm(k, n, m, prec))  # weight gradient
-    # Causal attention, load balanced over CP ranks: each query sees seq_len / 2 keys on average.
-    s_eff = max(1, a.seq_len // 2)
-    attn_flops = 4.0 * T * s_eff * q_t
-    attn_bytes = 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t)
-    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
+    for m, n, k, c in gemms:
+        bwd.append(_gemm(m, k, n, prec, c))  # data gradient
+        bwd.append(_gemm(k, n, m, prec, c))  # weight gradient
+    attn_flops, attn_bytes, attn_shape = _attn_core(spec, window)
+    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
     # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, (T, s_eff, hd)))
+    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
     # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens, RoPE on
-    # q and k, the MLP activation.
+    # q and k, the MLP activation (MoE: plus permuting tokens to their experts and back).
     t_sp = T / tp
     norm_b = 2 * (2.0 * t_sp * h * 2)
     resid_b = 2 * (3.0 * t_sp * h * 2)
     rope_b = 2.0 * T * (q_t + kv_t) * 2
-    act_b = (mlp_in + 1.0) * T * f_t * 2
+    act_b = (mlp_in + 1.0) * ffn_tok * 2
     elem_b = norm_b + resid_b + rope_b + act_b
-    elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + T * f_t)
+    if is_moe:
+        elem_b += 2 * 2.0 * moe.routed_tokens(spec, T) * h * 2
+    elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + ffn_tok)
     fwd.append(Work(elem_f, elem_b, "bf16", "elementwise"))
     bwd.append(Work(2 * elem_f, 2 * elem_b, "bf16", "elementwise"))
+    if a.is_moe and moe.OPERAND_BYTES[prec] < 2:
+        fq, bq = moe.quantize_bytes(gemms)
+        fwd.append(Work(fq / 3, fq, "bf16", "elementwise"))
+        bwd.append(Work(bq / 3, bq, "bf16", "elementwise"))
     if spec.recompute == "full":
         rec: tuple[Work, ...] = tuple(fwd)
     elif spec.recompute == "selective":
-        rec = (Work(8.0 * (t_sp * h * 2 + T * f_t), norm_b + act_b, "bf16", "elementwise"),)
+        rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
     else:
         rec = ()
-    model = 3.0 * (sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops)
+    model = 3.0 * (sum(2.0 * m * n * k * c for m, n, k, c in attn + model_mlp) + attn_flops)
     return _LayerWorks(tuple(fwd), tuple(bwd), rec, model)
 
 
@@ -198,21 +209,33 @@ def _head_works(spec: TrainSpec, first: bool, last: bool) -> tuple[list[Work], l
         fwd.append(Work(5.0 * T * v_t, ce_b, "bf16", "elementwise"))
         bwd.append(Work(3.0 * T * v_t, ce_b, "bf16", "elementwise"))
         model = 3.0 * 2.0 * T * v_t * a.hidden
+        if a.mtp_layers:
+            # Multi-token prediction (DeepSeek-V3): per module a 2h -> h projection, one more layer
+            # and one more pass through the shared output head and loss.
+            lw = _layer_works(spec, is_moe=a.is_moe)
+            proj = (T, a.hidden, 2 * a.hidden)
+            mf = [_gemm(*proj, spec.precision), *lw.fwd, *fwd[-2:]]
+            mb = [_gemm(T, 2 * a.hidden, a.hidden, spec.precision), _gemm(2 * a.hidden, a.hidden, T, spec.precision),
+                  *lw.bwd, *bwd[-3:]]
+            fwd += [_scale(w, a.mtp_layers) for w in mf]
+            bwd += [_scale(w, a.mtp_layers) for w in mb]
+            model += a.mtp_layers * (lw.model_flops + model + 3.0 * 2.0 * T * a.hidden * 2 * a.hidden)
     return fwd, bwd, model
 
 
-def _stage_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per pipeline rank: middle ranks take ceil(L/pp); first and last share the rest
-    (they also hold the embedding and the logits, as Llama 3 balanced its pipeline)."""
+def _weighted_stage_layers(spec: TrainSpec, layer_flops: float) -> tuple[int, ...]:
+    """Layers per pipeline rank for MoE / MTP models, whose output head (and MTP modules) weigh
+    several layers: the last rank counts them as layers of equal FLOPs and takes only what is left
+    of an even share (Megatron-LM's account-for-loss pipeline split; DualPipe pairs the shallowest
+    and deepest chunks on one rank for the same reason). The other ranks split the rest evenly."""
+    a, pp = spec.arch, spec.pp
     if pp == 1:
-        return (layers,)
-    k = -(-layers // pp)
-    rem = layers - k * (pp - 2)
-    if pp > 2 and 2 <= rem <= 2 * k:
-        first = rem // 2
-        return (first, *([k] * (pp - 2)), rem - first)
-    base, extra = divmod(layers, pp)
-    return tuple(base + (1 if i < extra else 0) for i in range(pp))
+        return (a.layers,)
+    _, _, head = _head_works(spec, False, True)
+    head_layers = head / layer_flops if layer_flops > 0 else 0.0
+    last = max(0, min(a.layers - (pp - 1), round((a.layers + head_layers) / pp - head_layers)))
+    base, extra = divmod(a.layers - last, pp - 1)
+    return (*(base + (1 if i < extra else 0) for i in range(pp - 1)), last)
 
 
 def _layout(spec: TrainSpec, size: int, stride: int) -> GroupLayout:
@@ -223,70 +246,33 @@ def _layout(spec: TrainSpec, size: int, stride: int) -> GroupLayout:
     return GroupLayout(size, per_dom, sharing)
 
 
-def _stage_params(spec: TrainSpec, layers: int, first: bool, last: bool) -> float:
-    a = spec.arch
-    p = layers * a.params_per_layer + (a.vocab * a.hidden if first else 0) + (a.vocab * a.hidden if last else 0)
-    return p / spec.tp
-
-
-def _act_bytes_per_token_layer(spec: TrainSpec) -> float:
-    """Activation bytes kept for backward per token per layer on one TP rank (bf16)."""
-    a = spec.arch
-    _, q_t, kv_t, f_t, _ = _dims(spec)
-    h_sp = a.hidden / spec.tp
-    mlp_in = 2 if a.mlp == "swiglu" else 1
-    if spec.recompute == "full":
-        return 2.0 * h_sp
-    # Norm inputs, q, k, v, attention output, MLP up-projection output (+ norm outputs and the
-    # activation output unless selective recompute rebuilds them).
-    keep = 2 * h_sp + 2 * q_t + 2 * kv_t + mlp_in * f_t
-    if spec.recompute == "none":
-        keep += 2 * h_sp + f_t
-    return 2.0 * keep
-
-
-def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
-    chip = get_chip(spec.chip)
-    T, _, _, _, _ = _dims(spec)
-    m, pp, v = spec.microbatches, spec.pp, spec.virtual_stages
-    per_tok = _act_bytes_per_token_layer(spec)
-    grad_b = GRAD_DTYPES[spec.grad_reduce_dtype]
-    shard = spec.dp * spec.cp if spec.distributed_optimizer else 1
-    reserved = RESERVED_FIXED_BYTES + RESERVED_FRACTION * chip.hbm_bytes
-    best: MemoryBreakdown | None = None
-    for i in sorted({0, pp // 2, pp - 1}):
-        first, last = i == 0, i == pp - 1
-        params = _stage_params(spec, stage_layers[i], first, last)
-        in_flight = min(m, pp - i)
-        # Interleaving makes the first stage hold (1 + (pp-1)/(pp v)) x pp microbatches' worth.
-        in_flight_f = in_flight * (1 + (pp - 1) / (pp * v)) if v > 1 and i == 0 else float(in_flight)
-        acts = per_tok * T * stage_layers[i] * in_flight_f
-        if spec.recompute == "full":
-            acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none"))) * T
-        other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
-        mb = MemoryBreakdown(
-            weights_bytes=2.0 * params,
-            grads_bytes=float(grad_b) * params,
-            optimizer_bytes=12.0 * params / shard,
-            activations_bytes=acts,
-            other_bytes=other,
-            reserved_bytes=reserved,
-            stage="first" if first else ("last" if last else "middle"),
-        )
-        if best is None or mb.total_bytes > best.total_bytes:
-            best = mb
-    assert best is not None
-    return best
-
-
 def model_flops_per_token(arch: ModelArch) -> float:
     """6N-style model FLOPs per token: 6 x (non-embedding params + logits) + causal attention."""
-    dense = 6.0 * (arch.layers * arch.params_per_layer + arch.vocab * arch.hidden)
-    return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
+    if not (arch.is_moe or arch.mtp_layers or arch.sliding_window or arch.attention != "gqa"
+            or arch.q_dim != arch.hidden):
+        dense = 6.0 * (arch.layers * arch.params_per_layer + arch.vocab * arch.hidden)
+        return dense + 6.0 * arch.layers * arch.seq_len * arch.hidden
+    # Only the experts a token runs count (its top-k and the shared ones); attention per layer is
+    # 3 x 2 x keys seen x heads x (qk + v width); MTP modules add their layer, projection and head.
+    s = arch.seq_len
+
+    def attn(i: int) -> float:
+        keys = s / 2
+        if arch.is_window_layer(i) and arch.sliding_window < s:
+            keys = arch.sliding_window * (1 - arch.sliding_window / (2 * s))
+        return 6.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_dim_per_head)
+
+    total = 6.0 * arch.active_params + sum(attn(i) for i in range(arch.layers))
+    if arch.mtp_layers:
+        layer = arch.moe_layer_active_params if arch.is_moe else arch.params_per_layer
+        total += arch.mtp_layers * (6.0 * (2 * arch.hidden * arch.hidden + layer + arch.vocab * arch.hidden)
+                                    + attn(arch.layers))
+    return total
 
 
-def _demands(spec: TrainSpec, L: int, params: float) -> list[CollectiveDemand]:
-    """The collectives of one step on the critical stage (``L`` layers, ``params`` parameters)."""
+def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: float = 0.0) -> list[CollectiveDemand]:
+    """The collectives of one step on the critical stage (``L`` layers of which ``moe_l`` MoE,
+    ``params`` parameters replicated over EP, ``experts`` routed-expert parameters)."""
     T, _, kv_t, _, _ = _dims(spec)
     a = spec.arch
     m, pp, v, tp, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.tp, spec.cp, spec.dp
@@ -319,29 +305,37 @@ def _demands(spec: TrainSpec, L: int, params: float) -> list[CollectiveDemand]:
             )
         )
     if dp * cp > 1:
-        lay = _layout(spec, dp * cp, tp)
-        gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
-        if spec.distributed_optimizer:
-            demands.append(CollectiveDemand("dp_grad", "reduce_scatter", gbytes, lay, 1, window="grad"))
-            demands.append(CollectiveDemand("dp_param", "all_gather", 2.0 * params, lay, 1, window="param"))
-        else:
-            demands.append(CollectiveDemand("dp_grad", "all_reduce", gbytes, lay, 1, window="grad"))
+        demands += _grad_demands(spec, "dp", params, _layout(spec, dp * cp, tp))
+    if moe_l:
+        demands += _moe_demands(spec, moe_l, experts)
     return demands
 
 
-def _check_fits(spec: TrainSpec, chip: Chip, memory: MemoryBreakdown) -> None:
-    """DoesNotFitError, with the memory breakdown and what to change, if the stage exceeds HBM."""
-    if memory.total_bytes > chip.hbm_bytes:
-        gib = 2**30
-        raise DoesNotFitError(
-            f"{spec.chip}: the {memory.stage} pipeline stage needs {memory.total_bytes / gib:.1f} GiB per chip"
-            f" (weights {memory.weights_bytes / gib:.1f}, grads {memory.grads_bytes / gib:.1f}, optimizer"
-            f" {memory.optimizer_bytes / gib:.1f}, activations {memory.activations_bytes / gib:.1f}, other"
-            f" {memory.other_bytes / gib:.1f}, reserved {memory.reserved_bytes / gib:.1f}) but has"
-            f" {chip.hbm_bytes / gib:.1f} GiB; raise tp/pp/cp, use recompute, or lower microbatch_size",
-            need_bytes=memory.total_bytes,
-            have_bytes=float(chip.hbm_bytes),
-        )
+def _moe_demands(spec: TrainSpec, moe_l: int, experts: float) -> list[CollectiveDemand]:
+    """Token dispatch and combine (all-to-all over the EP group, per MoE layer and microbatch) and
+    the expert gradients' reduce-scatter / parameter all-gather over the expert-DP group."""
+    T, _, _, _, _ = _dims(spec)
+    tp, cp, ep, dp = spec.tp, spec.cp, spec.ep, spec.dp
+    demands: list[CollectiveDemand] = []
+    if ep > 1:
+        calls, _ = moe.a2a_calls(spec)
+        demands.append(CollectiveDemand(
+            "ep_a2a", "all_to_all", moe.a2a_bytes(spec, T), _layout(spec, ep, tp * cp),
+            calls * moe_l * spec.microbatches, hidden_fraction=spec.moe_overlap,
+        ))
+    if dp // ep > 1:
+        demands += _grad_demands(spec, "ep", experts, _layout(spec, dp // ep, tp * cp * ep))
+    return demands
+
+
+def _grad_demands(spec: TrainSpec, prefix: str, params: float, lay: GroupLayout) -> list[CollectiveDemand]:
+    """Gradient reduce-scatter and parameter all-gather (distributed optimizer) or one all-reduce of
+    ``params`` over a data-parallel group: ``dp`` for replicated weights, ``ep`` for routed experts."""
+    gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
+    if spec.distributed_optimizer:
+        return [CollectiveDemand(f"{prefix}_grad", "reduce_scatter", gbytes, lay, 1, window="grad"),
+                CollectiveDemand(f"{prefix}_param", "all_gather", 2.0 * params, lay, 1, window="param")]
+    return [CollectiveDemand(f"{prefix}_grad", "all_reduce", gbytes, lay, 1, window="grad")]
 
 
 def plan_step(spec: TrainSpec) -> StepPlan:
@@ -352,31 +346,46 @@ def plan_step(spec: TrainSpec) -> StepPlan:
     chip = get_chip(spec.chip)
     a = spec.arch
     m, pp, v, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.cp, spec.dp
-    lw = _layer_works(spec)
-    stage_layers = _stage_layers(a.layers, pp)
+    works = {(mo, wi): _layer_works(spec, mo, wi) for mo in (False, True) if mo <= a.is_moe
+             for wi in (False, True) if wi <= bool(a.sliding_window)}
+    if a.is_moe or a.mtp_layers:
+        stage_layers = _weighted_stage_layers(spec, works[(a.is_moe, False)].model_flops)
+    else:
+        stage_layers = _stage_layers(a.layers, pp)
     # Choose the critical stage: the one with the longest nominal per-microbatch time.
     candidates = []
     for i in sorted({0, pp // 2, pp - 1}):
         first, last = i == 0, i == pp - 1
         hf, hb, hmodel = _head_works(spec, first, last)
-        L = stage_layers[i]
-        fwd = [_scale(w, L * m) for w in lw.fwd] + [_scale(w, m) for w in hf]
-        bwd = [_scale(w, L * m) for w in lw.bwd] + [_scale(w, m) for w in hb]
-        rec = [_scale(w, L * m) for w in lw.recompute]
+        kinds = [(works[(mo, wi)], n) for mo, wi, n in _stage_kinds(spec, stage_layers, i)]
+        fwd = [_scale(w, n * m) for lw, n in kinds for w in lw.fwd] + [_scale(w, m) for w in hf]
+        bwd = [_scale(w, n * m) for lw, n in kinds for w in lw.bwd] + [_scale(w, m) for w in hb]
+        rec = [_scale(w, n * m) for lw, n in kinds for w in lw.recompute]
         t = works_time_s(chip, fwd + bwd + rec)
         label = "first" if first else ("last" if last else "middle")
-        candidates.append((t, label, i, fwd, bwd, rec, (lw.model_flops * L + hmodel) * m))
+        candidates.append((t, label, i, fwd, bwd, rec, (sum(lw.model_flops * n for lw, n in kinds) + hmodel) * m))
     _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
     first, last = crit_i == 0, crit_i == pp - 1
     params = _stage_params(spec, stage_layers[crit_i], first, last)
     shard = dp * cp if spec.distributed_optimizer else 1
-    opt = [Work(12.0 * params / shard, 30.0 * params / shard, "bf16", "elementwise")]
+    opt_flops, opt_bytes = 12.0 * params / shard, 30.0 * params / shard
+    experts, moe_l = 0.0, 0
+    if a.is_moe:
+        params, experts = moe.stage_param_split(spec, _stage_range(stage_layers, crit_i), first, last)
+        eshard = dp * cp // spec.ep if spec.distributed_optimizer else 1
+        opt_flops = 12.0 * params / shard + 12.0 * experts / eshard
+        opt_bytes = 2.5 * opt_flops
+        # The all-to-all of the rank with the most MoE layers: every rank runs the same microbatch
+        # cadence, so the busiest one's exchanges pace the pipeline when they are not hidden.
+        moe_l = max(sum(n for mo, _, n in _stage_kinds(spec, stage_layers, i) if mo)
+                    + (a.mtp_layers if i == pp - 1 else 0) for i in range(pp))
+    opt = [Work(opt_flops, opt_bytes, "bf16", "elementwise")]
     t_fwd, t_bwd, t_rec = works_time_s(chip, fwd), works_time_s(chip, bwd), works_time_s(chip, rec)
     t_opt = works_time_s(chip, opt)
     t_pipe = t_fwd + t_bwd + t_rec
     compute = tuple(fwd + rec + bwd + opt)
 
-    demands = _demands(spec, stage_layers[crit_i], params)
+    demands = _demands(spec, stage_layers[crit_i], params, moe_l, experts)
     memory = _memory(spec, stage_layers)
     _check_fits(spec, chip, memory)
     total = t_pipe + t_opt
@@ -394,6 +403,9 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         model_flops_per_step=model_flops_per_token(a) * spec.tokens_per_step,
         critical_model_flops=crit_model,
         memory=memory,
+        schedule=spec.pipeline_schedule,
+        a2a_compute_share=(EfficiencyParams.for_chip(chip).overlap_compute_share
+                           if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
     )
 
 
@@ -412,9 +424,21 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
             raise SpecError("comm_s", f"missing seconds for collective {d.name!r}")
     pipe = compute_s * plan.pipelined_fraction
     inline = sum((1.0 - d.hidden_fraction) * comm_s[d.name] for d in plan.collectives if d.window == "inline")
+    hidden = sum(d.hidden_fraction * comm_s[d.name] for d in plan.collectives
+                 if d.window == "inline" and d.op == "all_to_all")
+    if hidden > 0:
+        # No more all-to-all hides than there is compute to hide it behind; while it runs beside
+        # compute it still occupies compute units (DeepSeek-V3 gives its dispatch/combine kernels 20
+        # of 132 SMs), so the compute it overlaps slows down.
+        share = plan.a2a_compute_share
+        inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
     slots = pipe + inline
     m = plan.microbatches
     bubble = slots * (plan.pp - 1) / (plan.virtual_stages * m) if plan.pp > 1 else 0.0
+    if plan.schedule == "dualpipe":
+        # DeepSeek-V3 report, Table 2: (PP/2 - 1)(F&B + B - 3W) slots, with F&B = F + B and the
+        # weight-gradient half of backward W = B / 2.
+        bubble = slots / m * (plan.pp / 2 - 1) * (plan.fwd_fraction + plan.bwd_fraction / 2)
     windowed = 0.0
     for d in plan.collectives:
         if d.window == "grad":

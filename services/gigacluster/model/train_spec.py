@@ -13,15 +13,26 @@ from typing import Any
 
 from gigacluster.hw.catalog import CatalogError, Chip, default_system, facility, get_chip, get_system
 from gigacluster.model import SpecError
-from gigacluster.model.arch import ModelArch, arch_from_dict
+from gigacluster.model.arch import (
+    ALL_ARCH_KEYS,
+    ARCH_FIELDS,
+    ARCH_TEXT_FIELDS,
+    MOE_ARCH_FIELDS,
+    ModelArch,
+    arch_from_dict,
+)
 
 RECOMPUTE = ("none", "selective", "full")
-TRAIN_PRECISIONS = ("bf16", "fp8")
+SCHEDULES = ("1f1b", "dualpipe")
+TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
+"""Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
+A chip runs only the formats its catalog entry lists (``Chip.precisions``)."""
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
 _TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost")
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
-    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype",
+    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
+    "moe_overlap", "pipeline_schedule",
 )
 
 
@@ -87,6 +98,10 @@ class TrainSpec:
     pp_comm_overlap: float = 0.0
     distributed_optimizer: bool = True
     grad_reduce_dtype: str = "fp32"
+    ep: int = 1  # expert parallelism: ranks taken from DP (as Megatron-LM), each holding experts / ep
+    capacity_factor: float = 1.0  # tokens on the most loaded EP rank / the mean (1.0: balanced routing)
+    moe_overlap: float = 0.0  # fraction of the expert all-to-all hidden behind compute (DualPipe-style)
+    pipeline_schedule: str = "1f1b"  # or "dualpipe" (DeepSeek-V3: bidirectional, two parameter copies)
     steps: int | None = None
     tokens: int | None = None
     pue: float = 1.1
@@ -107,6 +122,9 @@ class TrainSpec:
             )
         if self.precision not in TRAIN_PRECISIONS:
             raise SpecError("precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {_show(self.precision)}")
+        if self.precision not in chip.peak_tflops:
+            have = ", ".join(p for p in chip.precisions() if p in TRAIN_PRECISIONS)
+            raise SpecError("precision", f"{chip.name} has no {self.precision} units; it supports: {have}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
         if self.grad_reduce_dtype not in GRAD_DTYPES:
@@ -122,14 +140,22 @@ class TrainSpec:
             raise SpecError("parallelism.tp", f"must divide model.heads ({a.heads}); got {self.tp}")
         if a.kv_heads % self.tp and self.tp % a.kv_heads:
             raise SpecError("parallelism.tp", f"must divide or be a multiple of kv_heads ({a.kv_heads})")
-        if a.ffn_hidden % self.tp:
+        if a.ffn_hidden % self.tp and a.moe_layers < a.layers:
             raise SpecError("parallelism.tp", f"must divide model.ffn_hidden ({a.ffn_hidden})")
+        self._check_moe()
         if a.seq_len % (2 * self.cp) and self.cp > 1:
             raise SpecError("parallelism.cp", f"2 x cp must divide model.seq_len ({a.seq_len}); got {self.cp}")
         if a.layers < self.pp * self.virtual_stages:
             raise SpecError(
                 "parallelism.pp", f"pp x virtual_stages ({self.pp}x{self.virtual_stages}) exceeds layers ({a.layers})"
             )
+        if self.pipeline_schedule not in SCHEDULES:
+            raise SpecError("parallelism.pipeline_schedule",
+                            f"allowed: {', '.join(SCHEDULES)}; got {_show(self.pipeline_schedule)}")
+        if self.pipeline_schedule == "dualpipe" and (self.pp < 2 or self.pp % 2 or self.virtual_stages != 1):
+            raise SpecError("parallelism.pipeline_schedule",
+                            f"dualpipe needs an even pp >= 2 and virtual_stages 1; got pp {self.pp},"
+                            f" virtual_stages {self.virtual_stages}")
         if self.virtual_stages > 1 and self.pp == 1:
             raise SpecError("parallelism.virtual_stages", "needs pp > 1")
         if self.global_batch % (self.dp * self.microbatch_size):
@@ -146,6 +172,29 @@ class TrainSpec:
             v = getattr(self, f)
             if v is not None and v < 0:
                 raise SpecError(f"cost.{f}", f"must be >= 0, got {v!r}")
+
+    def _check_moe(self) -> None:
+        """Expert parallelism and load balance: EP divides the experts and DP, the model has experts."""
+        a = self.arch
+        if not a.is_moe:
+            if self.ep != 1:
+                raise SpecError("parallelism.ep",
+                                f"needs a mixture-of-experts model (model.experts > 0); got {self.ep}")
+            return
+        if a.experts % self.ep:
+            raise SpecError("parallelism.ep", f"must divide model.experts ({a.experts}); got {self.ep}"
+                            f" ({a.experts} experts over {self.ep} ranks leaves {a.experts % self.ep} over)")
+        if self.dp % self.ep:
+            raise SpecError("parallelism.ep", f"must divide dp ({self.dp}): EP ranks are taken from the data-parallel"
+                            f" ranks; got {self.ep}")
+        if a.expert_ffn_hidden % self.tp:
+            raise SpecError("parallelism.tp", f"must divide model.expert_ffn_hidden ({a.expert_ffn_hidden})")
+        if not 1.0 <= self.capacity_factor <= self.ep:
+            raise SpecError("parallelism.capacity_factor",
+                            f"must be in [1, ep={self.ep}] (the busiest EP rank's share over the mean);"
+                            f" got {self.capacity_factor!r}")
+        if not 0.0 <= self.moe_overlap <= 1.0:
+            raise SpecError("parallelism.moe_overlap", f"must be in [0, 1], got {self.moe_overlap!r}")
 
     # --- derived ---------------------------------------------------------------------------
     @property
@@ -214,6 +263,10 @@ class TrainSpec:
             pp_comm_overlap=_frac(par, "pp_comm_overlap", "parallelism.pp_comm_overlap", 0.0),
             distributed_optimizer=dist,
             grad_reduce_dtype=gdt,
+            ep=_int(par, "ep", "parallelism.ep", 1) or 1,
+            capacity_factor=_finite(par.get("capacity_factor", 1.0), "parallelism.capacity_factor", "a number >= 1"),
+            moe_overlap=_frac(par, "moe_overlap", "parallelism.moe_overlap", 0.0),
+            pipeline_schedule=str(par.get("pipeline_schedule", "1f1b")).lower(),
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
             pue=pue,
@@ -226,16 +279,20 @@ class TrainSpec:
 def _parse_model(model: Any) -> ModelArch:
     """The ``model`` section: a preset name or a mapping of architecture fields."""
     if isinstance(model, Mapping):
-        for k in set(model) & {"preset", "name", "mlp"}:
+        for k in set(model) & {"preset", "name", *ARCH_TEXT_FIELDS}:
             if not isinstance(model[k], str) or len(model[k]) > 64:
                 raise SpecError(f"model.{k}", f"must be a short string, got {_show(model[k])}")
-        for k in set(model) & {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}:
+        for k in set(model) & set(ARCH_FIELDS):
             _int(model, k, f"model.{k}", None)
-        extra = {str(k) for k in model} - {"preset", "name", "mlp", "layers", "hidden", "heads", "kv_heads",
-                                            "ffn_hidden", "vocab", "seq_len"}
+        for k in set(model) & set(MOE_ARCH_FIELDS):
+            v = model[k]
+            if v != 0:
+                _int(model, k, f"model.{k}", None)
+        extra = {str(k) for k in model} - set(ALL_ARCH_KEYS)
         if extra:
-            raise SpecError(f"model.{_first(extra)}", "unknown field; allowed: preset, name, layers, hidden, "
-                            "heads, kv_heads, ffn_hidden, vocab, seq_len, mlp")
+            raise SpecError(f"model.{_first(extra)}", f"unknown field; allowed: {', '.join(ALL_ARCH_KEYS)}")
+        model = {k: (str(v).lower() if k in ARCH_TEXT_FIELDS else v) for k, v in model.items()}
+        model = {k: (int(v) if k in MOE_ARCH_FIELDS or k in ARCH_FIELDS else v) for k, v in model.items()}
     return arch_from_dict(dict(model) if isinstance(model, Mapping) else model)
 
 
@@ -316,7 +373,7 @@ def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[
     for k in ("precision", "name"):
         if k in d and not isinstance(d[k], str):
             raise SpecError(k, f"must be a string, got {_show(d[k])}")
-    for k in ("recompute", "grad_reduce_dtype"):
+    for k in ("recompute", "grad_reduce_dtype", "pipeline_schedule"):
         if k in par and not isinstance(par[k], str):
             raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
     dist = par.get("distributed_optimizer", True)

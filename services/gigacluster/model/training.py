@@ -93,6 +93,7 @@ class TrainEstimate:
             "name": s.name,
             "model": s.arch.name,
             "params": s.arch.params,
+            "active_params": s.arch.active_params,
             "chip": s.chip,
             "system": s.system,
             "count": s.count,
@@ -100,6 +101,8 @@ class TrainEstimate:
             "parallelism": {
                 "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "virtual_stages": s.virtual_stages,
                 "microbatch_size": s.microbatch_size, "microbatches": s.microbatches, "recompute": s.recompute,
+                "ep": s.ep, "capacity_factor": s.capacity_factor, "moe_overlap": s.moe_overlap,
+                "pipeline_schedule": s.pipeline_schedule,
             },
             "tokens_per_step": s.tokens_per_step,
             "step_time_s": self.step_time_s,

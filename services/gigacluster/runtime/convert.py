@@ -17,6 +17,10 @@ PRECISION_NAMES: dict[int, str] = {
     common_pb2.PRECISION_TF32: "tf32",
     common_pb2.PRECISION_BF16: "bf16",
     common_pb2.PRECISION_FP8: "fp8",
+    common_pb2.PRECISION_FP16: "fp16",
+    common_pb2.PRECISION_MXFP6: "mxfp6",
+    common_pb2.PRECISION_MXFP4: "mxfp4",
+    common_pb2.PRECISION_NVFP4: "nvfp4",
 }
 PRECISION_ENUMS = {v: k for k, v in PRECISION_NAMES.items()}
 

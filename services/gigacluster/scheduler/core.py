@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from gigacluster.errors import FailedPrecondition, InvalidArgument
-from gigacluster.model import SpecError
+from gigacluster.model import SpecError, moe
 from gigacluster.model.training import StepPlan, TrainEstimate, TrainSpec, plan_step
 from gigacluster.planning import estimate_train
 
@@ -230,4 +230,6 @@ def rank_groups(spec: TrainSpec, name: str) -> tuple[int, int, int, list[int]]:
         return 2, stage, stage, list(range(stage))
     if name in ("dp_grad", "dp_param"):
         return dp * cp, tp, tp * pp, [s * stage + r for s in range(pp) for r in range(tp)]
+    if name in ("ep_a2a", "ep_grad", "ep_param"):
+        return moe.moe_rank_groups(spec, name)
     raise ValueError(f"unknown collective demand {name!r}")

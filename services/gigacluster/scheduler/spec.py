@@ -14,7 +14,8 @@ from typing import Any
 
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
-from gigacluster.model.arch import ARCH_FIELDS
+from gigacluster.model.arch import ARCH_FIELDS, ARCH_TEXT_FIELDS, MOE_ARCH_FIELDS
+from gigacluster.model.train_spec import TRAIN_PRECISIONS
 from gigacluster.runtime.convert import PRECISION_ENUMS, precision_name
 from gigacluster.scheduler.v1 import scheduler_pb2
 
@@ -22,18 +23,21 @@ JOB_FIELDS = ("name", "queue", "priority", "checkpoint_interval_steps", "max_res
 # What a TrainingSpec message carries, per section: a job file may hold nothing else.
 SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue"),
-    "model": ("preset", *ARCH_FIELDS),
+    "model": ("preset", *ARCH_FIELDS, *MOE_ARCH_FIELDS, *ARCH_TEXT_FIELDS),
     "batch": ("global_batch", "global_batch_tokens"),
     "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
-                    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype"),
+                    "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep",
+                    "capacity_factor", "moe_overlap", "pipeline_schedule"),
     "hardware": ("chip", "count", "system"),
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
     "": ("cost",),
-    "model": ("name", "mlp"),
+    "model": ("name",),
 }
-OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap")
+OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")
+PAR_INTS = ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages", "ep")
+PAR_TEXTS = ("recompute", "grad_reduce_dtype", "pipeline_schedule")
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -62,7 +66,9 @@ def _strict(section: Any, where: str) -> dict[str, Any]:
     if extra:
         hint = ("a field of `estimate train` specs that a scheduler job does not carry; remove it to submit"
                 if extra[0] in ESTIMATE_ONLY.get(where, ()) else "unknown field")
-        raise InvalidArgument(f"{field}.{extra[0]}", f"{hint}; allowed here: {', '.join(allowed)}")
+        names = ", ".join(allowed)
+        names = names if len(names) <= 100 else names[:names.rfind(",", 0, 100)] + ", ... (see `estimate train`)"
+        raise InvalidArgument(f"{field}.{extra[0]}", f"{hint}; allowed here: {names}")
     return section
 
 
@@ -143,20 +149,22 @@ def check_bounds(msg: scheduler_pb2.SubmitJobRequest, b: SpecBounds) -> None:
         raise InvalidArgument("queue", f"lowercase letters, digits and '-', at most 63; got {show(msg.queue)}")
     if len(msg.request_id) > 128:
         raise InvalidArgument("request_id", f"at most 128 characters, got {len(msg.request_id)}")
-    for k in ARCH_FIELDS:
+    for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS):
         cap(f"spec.model.{k}", getattr(s.model, k), b.max_arch)
-    for k, text in (("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
-                    ("spec.hardware.system", s.hardware.system),
-                    ("spec.parallelism.recompute", s.parallelism.recompute),
-                    ("spec.parallelism.grad_reduce_dtype", s.parallelism.grad_reduce_dtype)):
+    texts = [("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
+             ("spec.hardware.system", s.hardware.system)]
+    texts += [(f"spec.model.{k}", getattr(s.model, k)) for k in ARCH_TEXT_FIELDS]
+    texts += [(f"spec.parallelism.{k}", getattr(s.parallelism, k)) for k in PAR_TEXTS]
+    for k, text in texts:
         if len(text) > 64:
             raise InvalidArgument(k, f"at most 64 characters, got {show(text)}")
     cap("spec.batch.global_batch", s.batch.global_batch, b.max_global_batch)
     cap("spec.batch.global_batch_tokens", s.batch.global_batch_tokens, b.max_global_batch * b.max_arch)
-    for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages"):
+    for k in PAR_INTS:
         cap(f"spec.parallelism.{k}", getattr(s.parallelism, k), b.max_parallel)
     for k in OVERLAPS:
         cap(f"spec.parallelism.{k}", getattr(s.parallelism, k), 1.0)
+    cap("spec.parallelism.capacity_factor", s.parallelism.capacity_factor, b.max_parallel)
     cap("spec.hardware.count", s.hardware.count, b.max_chips)
     cap("spec.steps", s.steps, b.max_steps)
     cap("spec.tokens", s.tokens, b.max_tokens)
@@ -168,14 +176,17 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
     """A spec mapping as a TrainingSpec message (structure only; the model validates values)."""
     spec = _strict(spec, "")
     model = _strict(spec.get("model"), "model")
-    arch = common_pb2.ModelArchitecture(preset=_text(model, "preset", "spec.model.preset"),
-                                        **{k: _int(model, k, f"spec.model.{k}", UINT32_MAX) for k in ARCH_FIELDS})
+    arch = common_pb2.ModelArchitecture(preset=_text(model, "preset", "spec.model.preset"))
+    for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS):
+        setattr(arch, k, _int(model, k, f"spec.model.{k}", UINT32_MAX))
+    for k in ARCH_TEXT_FIELDS:
+        setattr(arch, k, _text(model, k, f"spec.model.{k}"))
     batch = _strict(spec.get("batch"), "batch")
     par = _strict(spec.get("parallelism"), "parallelism")
     hw = _strict(spec.get("hardware"), "hardware")
     precision = spec.get("precision", "bf16")
     if not isinstance(precision, str) or precision not in PRECISION_ENUMS:
-        raise InvalidArgument("spec.precision", f"allowed: bf16, fp8; got {show(precision)}")
+        raise InvalidArgument("spec.precision", f"allowed: {', '.join(TRAIN_PRECISIONS)}; got {show(precision)}")
     pue = spec.get("pue", 0.0) or 0.0
     if isinstance(pue, bool) or not isinstance(pue, int | float) or not math.isfinite(pue):
         raise InvalidArgument("spec.pue", f"must be a finite number >= 1, got {show(pue)}")
@@ -197,12 +208,16 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
 
 def _parallelism_msg(par: dict[str, Any]) -> scheduler_pb2.ParallelismSpec:
     """The parallelism section as a message (structure and types only; the model checks the values)."""
-    msg = scheduler_pb2.ParallelismSpec(
-        **{k: _int(par, k, f"spec.parallelism.{k}", UINT32_MAX)
-           for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages")},
-        recompute=_text(par, "recompute", "spec.parallelism.recompute"),
-        grad_reduce_dtype=_text(par, "grad_reduce_dtype", "spec.parallelism.grad_reduce_dtype"),
-    )
+    msg = scheduler_pb2.ParallelismSpec()
+    for k in PAR_INTS:
+        setattr(msg, k, _int(par, k, f"spec.parallelism.{k}", UINT32_MAX))
+    for k in PAR_TEXTS:
+        setattr(msg, k, _text(par, k, f"spec.parallelism.{k}"))
+    if "capacity_factor" in par:
+        v = par["capacity_factor"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 1.0:
+            raise InvalidArgument("spec.parallelism.capacity_factor", f"must be a finite number >= 1, got {show(v)}")
+        msg.capacity_factor = float(v)
     for k in OVERLAPS:
         v = par.get(k, 0.0)
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
@@ -221,19 +236,21 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
     model: dict[str, Any] = {}
     if msg.model.preset:
         model["preset"] = msg.model.preset
-    for k in ARCH_FIELDS:
+    for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS):
         v = getattr(msg.model, k)
         if v:
             model[k] = int(v)
+    for k in ARCH_TEXT_FIELDS:
+        if getattr(msg.model, k):
+            model[k] = getattr(msg.model, k)
     out: dict[str, Any] = {"model": model}
     batch = {k: int(getattr(msg.batch, k)) for k in ("global_batch", "global_batch_tokens") if getattr(msg.batch, k)}
     if batch:
         out["batch"] = batch
     p = msg.parallelism
-    par: dict[str, Any] = {k: int(getattr(p, k))
-                           for k in ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages") if getattr(p, k)}
-    par.update({k: float(getattr(p, k)) for k in OVERLAPS if getattr(p, k)})
-    for k in ("recompute", "grad_reduce_dtype"):
+    par: dict[str, Any] = {k: int(getattr(p, k)) for k in PAR_INTS if getattr(p, k)}
+    par.update({k: float(getattr(p, k)) for k in (*OVERLAPS, "capacity_factor") if getattr(p, k)})
+    for k in PAR_TEXTS:
         if getattr(p, k):
             par[k] = getattr(p, k)
     if p.HasField("distributed_optimizer"):

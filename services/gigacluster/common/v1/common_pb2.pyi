@@ -12,11 +12,19 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRECISION_TF32: _ClassVar[Precision]
     PRECISION_BF16: _ClassVar[Precision]
     PRECISION_FP8: _ClassVar[Precision]
+    PRECISION_FP16: _ClassVar[Precision]
+    PRECISION_MXFP6: _ClassVar[Precision]
+    PRECISION_MXFP4: _ClassVar[Precision]
+    PRECISION_NVFP4: _ClassVar[Precision]
 PRECISION_UNSPECIFIED: Precision
 PRECISION_FP32: Precision
 PRECISION_TF32: Precision
 PRECISION_BF16: Precision
 PRECISION_FP8: Precision
+PRECISION_FP16: Precision
+PRECISION_MXFP6: Precision
+PRECISION_MXFP4: Precision
+PRECISION_NVFP4: Precision
 
 class DeviceRange(_message.Message):
     __slots__ = ("start", "end")
@@ -39,7 +47,7 @@ class Usage(_message.Message):
     def __init__(self, energy_it_j: _Optional[float] = ..., energy_facility_j: _Optional[float] = ..., chip_hours: _Optional[float] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class ModelArchitecture(_message.Message):
-    __slots__ = ("preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+    __slots__ = ("preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "head_dim", "attention", "mlp", "sliding_window", "global_attention_every", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "experts", "experts_per_token", "shared_experts", "expert_ffn_hidden", "first_dense_layers", "mtp_layers")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +56,21 @@ class ModelArchitecture(_message.Message):
     FFN_HIDDEN_FIELD_NUMBER: _ClassVar[int]
     VOCAB_FIELD_NUMBER: _ClassVar[int]
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    MLP_FIELD_NUMBER: _ClassVar[int]
+    SLIDING_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_ATTENTION_EVERY_FIELD_NUMBER: _ClassVar[int]
+    Q_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    KV_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    QK_ROPE_HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    V_HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    EXPERTS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SHARED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_FFN_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DENSE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    MTP_LAYERS_FIELD_NUMBER: _ClassVar[int]
     preset: str
     layers: int
     hidden: int
@@ -56,7 +79,22 @@ class ModelArchitecture(_message.Message):
     ffn_hidden: int
     vocab: int
     seq_len: int
-    def __init__(self, preset: _Optional[str] = ..., layers: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., kv_heads: _Optional[int] = ..., ffn_hidden: _Optional[int] = ..., vocab: _Optional[int] = ..., seq_len: _Optional[int] = ...) -> None: ...
+    head_dim: int
+    attention: str
+    mlp: str
+    sliding_window: int
+    global_attention_every: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    experts: int
+    experts_per_token: int
+    shared_experts: int
+    expert_ffn_hidden: int
+    first_dense_layers: int
+    mtp_layers: int
+    def __init__(self, preset: _Optional[str] = ..., layers: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., kv_heads: _Optional[int] = ..., ffn_hidden: _Optional[int] = ..., vocab: _Optional[int] = ..., seq_len: _Optional[int] = ..., head_dim: _Optional[int] = ..., attention: _Optional[str] = ..., mlp: _Optional[str] = ..., sliding_window: _Optional[int] = ..., global_attention_every: _Optional[int] = ..., q_lora_rank: _Optional[int] = ..., kv_lora_rank: _Optional[int] = ..., qk_rope_head_dim: _Optional[int] = ..., v_head_dim: _Optional[int] = ..., experts: _Optional[int] = ..., experts_per_token: _Optional[int] = ..., shared_experts: _Optional[int] = ..., expert_ffn_hidden: _Optional[int] = ..., first_dense_layers: _Optional[int] = ..., mtp_layers: _Optional[int] = ...) -> None: ...
 
 class LatencySummary(_message.Message):
     __slots__ = ("count", "p50_s", "p90_s", "p99_s", "p999_s", "mean_s", "max_s")

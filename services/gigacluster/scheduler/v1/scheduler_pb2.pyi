@@ -17,7 +17,7 @@ class BatchSpec(_message.Message):
     def __init__(self, global_batch: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ...) -> None: ...
 
 class ParallelismSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype")
+    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor", "moe_overlap", "pipeline_schedule")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,10 @@ class ParallelismSpec(_message.Message):
     PP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     DISTRIBUTED_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     GRAD_REDUCE_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MOE_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -42,7 +46,11 @@ class ParallelismSpec(_message.Message):
     pp_comm_overlap: float
     distributed_optimizer: bool
     grad_reduce_dtype: str
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ...) -> None: ...
+    ep: int
+    capacity_factor: float
+    moe_overlap: float
+    pipeline_schedule: str
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ..., ep: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., moe_overlap: _Optional[float] = ..., pipeline_schedule: _Optional[str] = ...) -> None: ...
 
 class HardwareSpec(_message.Message):
     __slots__ = ("chip", "count", "system")
