@@ -174,7 +174,7 @@ def test_out_of_range_overlap_on_the_wire_is_refused_before_any_work() -> None:
     """A raw SubmitJob whose overlap is NaN or above 1 fails check_bounds, naming the field."""
     req = scheduler_pb2.SubmitJobRequest(spec=spec_to_proto(SPEC))
     req.spec.parallelism.tp_comm_overlap = float("nan")
-    with pytest.raises(InvalidArgument, match="spec.parallelism.tp_comm_overlap"):
+    with pytest.raises(InvalidArgument, match=r"spec\.parallelism\.tp_comm_overlap"):
         check_bounds(req, SpecBounds())
 
 
