@@ -102,7 +102,7 @@ def test_unknown_keys_are_refused_with_the_key_named(path: tuple[Any, ...], valu
     (("tenants", 1, "weight"), float("nan"), "tenants.beta.weight"),
     (("jobs", 0, "tenant"), "gamma", "jobs[0].tenant"),
     (("jobs", 0, "at_s"), -5, "jobs.alpha/a.at_s"),
-    (("jobs", 0, "spec", "parallelism", "tp"), 3, "jobs.alpha/a.parallelism"),
+    (("jobs", 0, "spec", "parallelism", "tp"), 3, "jobs.alpha/a.hardware.count"),  # not a multiple of TP
     (("jobs", 0, "spec", "model", "preset"), "gpt-9", "jobs.alpha/a.model.preset"),
     (("jobs", 0, "spec", "cost"), {"energy_price_usd_per_kwh": 0.1}, "jobs.alpha/a.cost"),
     (("jobs", 0, "priority"), "high", "jobs.alpha/a.priority"),
@@ -156,7 +156,7 @@ def _obs() -> dict[str, Any]:
     job = {"name": "jobs/j-1", "step": 10, "steps_total": 100, "goodput": 0.5, "started_s": 100.0,
            "finished_s": 300.0, "lost_s": 20.0, "restart_s": 10.0, "checkpoint_pause_s": 5.0, "failures": 1,
            "restarts": 1, "preemptions": 0, "mfu": 0.4, "compute_s": 1.0, "exposed_comm_s": 0.1, "bubble_s": 0.0,
-           "slowdown": 0.0, "performance_alert": "", "state": "CANCELLED",
+           "state": "CANCELLED",
            "usage": {"energy_it_j": 3.6e6, "energy_facility_j": 7.2e6, "chip_hours": 2.0, "cost_usd": 10.0}}
     tier = {"tier": "leaf", "links": 8, "mean_utilization": 0.2, "max_utilization": 0.9, "links_down": 0,
             "links_degraded": 1}
@@ -181,14 +181,16 @@ def test_the_report_computes_goodput_slowdown_energy_and_tiers() -> None:
     a, b = rep["jobs"]
     assert a["mean_step_s"] == pytest.approx(1.1) and a["slowdown"] == pytest.approx(0.1)
     assert a["allocated_s"] == 200.0 and a["useful_s"] == 100.0
+    assert a["stepping_share"] == pytest.approx((10 * 1.1 + 20.0) / 200.0)
     assert b["slowdown"] is None and b["error"].startswith("RESOURCE_EXHAUSTED")
     alpha = rep["tenants"][0]
     assert alpha["goodput"] == pytest.approx(0.5) and alpha["energy_it_kwh"] == pytest.approx(1.0)
-    assert alpha["energy_facility_kwh"] == pytest.approx(2.0) and alpha["lost_chip_hours"] == pytest.approx(20 * 64 / 3600)
+    assert alpha["energy_facility_kwh"] == pytest.approx(2.0)
+    assert alpha["lost_chip_hours"] == pytest.approx(20 * 64 / 3600)
     assert rep["tenants"][1]["goodput"] is None
     assert rep["totals"]["chip_hours"] == 2.0 and rep["speedup_reached"] == 20.0
     assert rep["tiers"] == [{"tier": "leaf", "links": 8, "samples": 2, "mean_utilization": pytest.approx(0.3),
                              "peak_utilization": 0.9, "max_links_faulty": 1}]
     assert end_to_end_check(rep) == []
     md = report.markdown(rep)
-    assert "| alpha/a | 64 | RUNNING | 10/100 |" in md and "+10.0%" in md
+    assert "| alpha/a | 64 | RUNNING | 10/100 | 1.1 | 1 | +10.0% |" in md and "+10.0%" in md

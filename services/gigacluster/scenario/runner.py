@@ -44,7 +44,7 @@ RPC_TIMEOUT_S = 30.0
 TERMINAL = {scheduler_pb2.Job.STATE_SUCCEEDED, scheduler_pb2.Job.STATE_FAILED, scheduler_pb2.Job.STATE_CANCELLED}
 JOB_FIELDS = ("name", "step", "steps_total", "goodput", "started_s", "finished_s", "lost_s", "restart_s",
               "checkpoint_pause_s", "failures", "restarts", "preemptions", "mfu", "compute_s", "exposed_comm_s",
-              "bubble_s", "slowdown", "performance_alert", "last_step_time_s", "instance")
+              "bubble_s", "last_step_time_s", "instance")
 
 
 @dataclasses.dataclass

@@ -266,8 +266,9 @@ def _job_source(d: dict[str, Any], where: str, sc_dir: pathlib.Path) -> tuple[di
         path = p if p.is_absolute() or p.exists() else sc_dir / p
         try:
             data = safeyaml.load_file(path)
-        except OSError as exc:
-            raise InvalidArgument(f"{where}.file", f"cannot read {d['file'][:80]!r}: {exc.strerror or exc}") from None
+        except (OSError, InvalidArgument) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.message.rpartition(": ")[2]
+            raise InvalidArgument(f"{where}.file", f"cannot read {d['file'][:80]!r}: {why}") from None
     else:
         data = d["spec"]
     try:
@@ -299,17 +300,18 @@ def _jobs(raw: Any, tenants: tuple[Tenant, ...], site: Site, sc_dir: pathlib.Pat
             spec.pop("tokens", None)
             spec["steps"] = _number(d["steps"], f"{where}.steps", lo=1, hi=2**40, integer=True)
         fields.update({k: d[k] for k in ("priority", "queue", "checkpoint_interval_steps", "max_restarts") if k in d})
+        hw = spec.get("hardware") if isinstance(spec.get("hardware"), dict) else {}
+        chip, count = str(hw.get("chip", ""))[:40], hw.get("count", 0)
+        if chip != site.chip:
+            raise InvalidArgument(f"{where}.hardware.chip", f"{chip!r}, but the site is {site.chip}")
+        if isinstance(count, int) and count > site.chips:
+            raise InvalidArgument(f"{where}.chips", f"{count:,} chips, but the site has {site.chips:,}")
         try:
             fields = job_fields(fields)
             spec_to_proto(spec)
-            count = TrainSpec.from_dict(spec).count
+            TrainSpec.from_dict(spec)
         except InvalidArgument as exc:
             raise _rewrap(exc, where) from None
-        chip = str((spec.get("hardware") or {}).get("chip", ""))
-        if chip != site.chip:
-            raise InvalidArgument(f"{where}.hardware.chip", f"{chip[:40]!r}, but the site is {site.chip}")
-        if count > site.chips:
-            raise InvalidArgument(f"{where}.chips", f"{count:,} chips, but the site has {site.chips:,}")
         repeat = _number(d.get("repeat", 1), f"{where}.repeat", lo=1, hi=limits.max_jobs, integer=True)
         at_s = _number(d.get("at_s", 0.0), f"{where}.at_s", hi=limits.max_duration_s)
         every_s = _number(d.get("every_s", 0.0), f"{where}.every_s", hi=limits.max_duration_s)
