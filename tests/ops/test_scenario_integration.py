@@ -11,7 +11,7 @@ import pytest
 from gigacluster.scenario import runner, spec
 from tests.conftest import live_stack
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration  # about 40 s on a loaded 2-core machine
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A small model (4 layers, hidden 1024, as tests/integration/test_scheduler_live.py) so steps are short.
 SMALL: dict[str, Any] = {

@@ -194,3 +194,16 @@ def test_the_report_computes_goodput_slowdown_energy_and_tiers() -> None:
     assert end_to_end_check(rep) == []
     md = report.markdown(rep)
     assert "| alpha/a | 64 | RUNNING | 10/100 | 1.1 | 1 | +10.0% |" in md and "+10.0%" in md
+
+
+def test_the_cli_checks_a_file_and_refuses_a_bad_one_naming_the_field(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gigacluster scenario check` summarises a good file; a bad file exits 2 naming the field, no stack needed."""
+    from gigacluster.cli.main import main
+
+    assert main(["scenario", "check", str(ROOT / "examples" / "gigawatt-small.yaml")]) == 0
+    assert "7 jobs" in capsys.readouterr().out
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nsite: {chip: trainium3, chips: 64}\nduration_s: 10\ntenants: [{name: Bad!}]\n")
+    assert main(["scenario", "run", str(p), "--cluster", "nonexistent"]) == 2
+    assert "tenants[0].name" in capsys.readouterr().err

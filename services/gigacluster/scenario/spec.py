@@ -300,7 +300,8 @@ def _jobs(raw: Any, tenants: tuple[Tenant, ...], site: Site, sc_dir: pathlib.Pat
             spec.pop("tokens", None)
             spec["steps"] = _number(d["steps"], f"{where}.steps", lo=1, hi=2**40, integer=True)
         fields.update({k: d[k] for k in ("priority", "queue", "checkpoint_interval_steps", "max_restarts") if k in d})
-        hw = spec.get("hardware") if isinstance(spec.get("hardware"), dict) else {}
+        hw_raw = spec.get("hardware")
+        hw: dict[str, Any] = hw_raw if isinstance(hw_raw, dict) else {}
         chip, count = str(hw.get("chip", ""))[:40], hw.get("count", 0)
         if chip != site.chip:
             raise InvalidArgument(f"{where}.hardware.chip", f"{chip!r}, but the site is {site.chip}")
