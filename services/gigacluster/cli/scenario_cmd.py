@@ -30,14 +30,17 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
     r = sub.add_parser("run", help="run a scenario and print its report (tenants, jobs, fabric tiers, inference)")
     r.add_argument("file", metavar="FILE", help="scenario YAML (see examples/gigawatt-small.yaml)")
-    r.add_argument("--cluster", default="local", help="cluster whose credentials to read (default local)")
-    r.add_argument("--speedup", type=float, default=None, metavar="X",
-                   help="the speed-up the stack runs at (default the file's speedup; checked against its clock)")
-    r.add_argument("--duration-s", type=float, default=None, metavar="S",
-                   help="override the file's duration_s (virtual seconds)")
-    r.add_argument("--out", default="", metavar="FILE",
-                   help="report JSON (default ~/.gigacluster/<cluster>/scenario/<name>-<time>.json)")
-    r.add_argument("--markdown", action="store_true", help="also write the markdown tables next to the JSON (.md)")
+    options: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("--cluster", {"default": "local", "help": "cluster whose credentials to read (default local)"}),
+        ("--speedup", {"type": float, "metavar": "X",
+                       "help": "the stack's speed-up (default the file's speedup; checked against its clock)"}),
+        ("--duration-s", {"type": float, "metavar": "S", "help": "override the file's duration_s (virtual seconds)"}),
+        ("--out", {"default": "", "metavar": "FILE",
+                   "help": "report JSON (default ~/.gigacluster/<cluster>/scenario/<name>-<time>.json)"}),
+        ("--markdown", {"action": "store_true", "help": "also write the markdown tables next to the JSON (.md)"}),
+    )
+    for flag, kw in options:
+        r.add_argument(flag, **kw)
     r.set_defaults(handler=cmd_run)
     c = sub.add_parser("check", help="validate a scenario file (no stack needed)")
     c.add_argument("file", metavar="FILE")

@@ -83,9 +83,9 @@ class Job:
 
     tenant: str
     name: str
-    at_s: float
     spec: dict[str, Any]
-    fields: dict[str, Any]
+    at_s: float = 0.0
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -318,7 +318,7 @@ def _jobs(raw: Any, tenants: tuple[Tenant, ...], site: Site, sc_dir: pathlib.Pat
         every_s = _number(d.get("every_s", 0.0), f"{where}.every_s", hi=limits.max_duration_s)
         for k in range(repeat):
             jname = name if repeat == 1 else f"{name}-{k}"
-            out.append(Job(d["tenant"], jname, at_s + k * every_s, spec, {**fields, "name": jname}))
+            out.append(Job(d["tenant"], jname, spec, at_s + k * every_s, {**fields, "name": jname}))
         if len(out) > limits.max_jobs:
             raise InvalidArgument("jobs", f"more than {limits.max_jobs} jobs")
     keys = [j.key for j in out]
