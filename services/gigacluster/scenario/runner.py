@@ -360,6 +360,16 @@ async def finish(run: _Run) -> dict[str, dict[str, Any]]:
     return out
 
 
+async def abort(run: _Run) -> None:
+    """Best effort after an interrupted run: cancel the jobs it submitted and clear the faults it left on."""
+    for key, name in run.submitted.items():
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await run.tenants[key.partition("/")[0]][1].cancel_job(name)
+    for fault, ranges, target in list(run.active):
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await clear(run, fault, ranges, target)
+
+
 async def tenant_usage(run: _Run) -> list[dict[str, Any]]:
     """Each tenant's GetTenantUsage (as the tenant), with its id and weight."""
     rows = []
@@ -394,9 +404,13 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
         await asyncio.gather(sampler, return_exceptions=True)
         await fleet
         tenants = await tenant_usage(run)
-    finally:
+    except BaseException:
+        # Interrupted (Ctrl-C, a failed call): leave the stack as found -- no job of ours running, no fault on.
         for task in (*timed, sampler, fleet):
             task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(abort(run), timeout=RPC_TIMEOUT_S)
+        raise
     jobs = []
     for j in run.sc.jobs:
         name = run.submitted.get(j.key, "")
