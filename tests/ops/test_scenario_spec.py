@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
 from gigacluster.safeyaml import YamlError
 from gigacluster.scenario import report, spec
-from gigacluster.scenario.runner import end_to_end_check
+from gigacluster.scenario.runner import end_to_end_check, nth_device
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRACE = "loadtest/data/azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv"
@@ -207,3 +208,9 @@ def test_the_cli_checks_a_file_and_refuses_a_bad_one_naming_the_field(
     p.write_text("name: x\nsite: {chip: trainium3, chips: 64}\nduration_s: 10\ntenants: [{name: Bad!}]\n")
     assert main(["scenario", "run", str(p), "--cluster", "nonexistent"]) == 2
     assert "tenants[0].name" in capsys.readouterr().err
+
+
+def test_a_chip_fault_finds_its_device_across_an_instances_ranges() -> None:
+    """device_index counts through the instance's ranges in order, as the job's ranks do."""
+    ranges = [common_pb2.DeviceRange(start=64, end=72), common_pb2.DeviceRange(start=128, end=136)]
+    assert [nth_device(ranges, i) for i in (0, 7, 8, 15)] == [64, 71, 128, 135]

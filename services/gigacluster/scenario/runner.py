@@ -184,6 +184,15 @@ async def submit_at(run: _Run, job: Job) -> None:
     run.say(f"t={run.now_v():.0f}s submitted {job.key} ({job.chips:,} chips) as {j.name}")
 
 
+def nth_device(ranges: Any, index: int) -> int:
+    """The ``index``-th device id of an instance's ranges (without expanding a 100k-device instance)."""
+    for rg in ranges:
+        if index < rg.end - rg.start:
+            return int(rg.start + index)
+        index -= rg.end - rg.start
+    raise FailedPrecondition(f"the instance has fewer devices than device_index {index}")
+
+
 async def _fault_devices(run: _Run, fault: Fault, deadline_v: float) -> list[int]:
     """The device ids a chip fault hits: its ``device``, or its job's ``device_index``-th device once placed."""
     if fault.device >= 0:
@@ -197,8 +206,7 @@ async def _fault_devices(run: _Run, fault: Fault, deadline_v: float) -> list[int
             if j.instance and j.state == scheduler_pb2.Job.STATE_RUNNING:
                 inst = await run.admin.broker.GetInstance(broker_pb2.GetInstanceRequest(name=j.instance),
                                                           metadata=run.admin.md, timeout=RPC_TIMEOUT_S)
-                devs = [d for rg in inst.instance.devices for d in range(rg.start, rg.end)]
-                return [devs[fault.device_index]]
+                return [nth_device(inst.instance.devices, fault.device_index)]
         await asyncio.sleep(0.1)
     raise FailedPrecondition(f"{fault.job} was not running by the end of the scenario")
 
