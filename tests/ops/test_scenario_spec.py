@@ -214,3 +214,14 @@ def test_a_chip_fault_finds_its_device_across_an_instances_ranges() -> None:
     """device_index counts through the instance's ranges in order, as the job's ranks do."""
     ranges = [common_pb2.DeviceRange(start=64, end=72), common_pb2.DeviceRange(start=128, end=136)]
     assert [nth_device(ranges, i) for i in (0, 7, 8, 15)] == [64, 71, 128, 135]
+
+
+def test_the_parser_and_the_report_import_no_grpc() -> None:
+    """spec and report are pure (only the runner talks to the stack): importing them loads no grpc."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gigacluster.scenario.spec, gigacluster.scenario.report; "
+            "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
