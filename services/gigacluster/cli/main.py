@@ -22,6 +22,7 @@ from gigacluster.cli import (
     planning,
     protos_cmd,
     report_cmds,
+    scenario_cmd,
     serve,
     trace_cmds,
     up,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.register(sub)
     mqtt_files.register(sub)
     loadtest_cmd.register(sub)
+    scenario_cmd.register(sub)
     protos_cmd.register(sub)
     return parser
 
