@@ -38,3 +38,24 @@ def test_slow_compute_on_healthy_chips_is_chip_contention() -> None:
     """Longer compute with every chip at nominal clock: other work on the chips."""
     d = diagnose(EXP, obs(step_s=1.2, compute_s=0.8))
     assert d is not None and d.cause == "chip_contention"
+
+
+def test_the_job_message_carries_the_diagnosis_while_the_job_runs() -> None:
+    """GetJob shows a running job's slowdown and its likely cause (they were computed but never sent, so
+    clients always read 0), and neither once the job has ended."""
+    import json
+
+    from gigacluster.model.training import plan_step
+    from gigacluster.scheduler.core import JobRecord, State, parse_spec
+    from gigacluster.scheduler.messages import job_msg
+    from tests.scheduler.test_spec_strict import SPEC
+
+    spec = parse_spec(json.dumps(SPEC, sort_keys=True))
+    job = JobRecord(job_id="j-1", tenant="tenants/a", display_name="j", queue="default", priority=0, spec_dict=SPEC,
+                    spec=spec, plan=plan_step(spec), steps_total=100, checkpoint_interval_steps=10, max_restarts=2,
+                    created_s=0.0, state=State.RUNNING, instance="instances/i-1",
+                    performance_alert="fabric_contention: dp_grad 0.7 s vs 0.3 s", slowdown=0.4)
+    msg = job_msg(job, None)
+    assert msg.slowdown == 0.4 and msg.performance_alert.startswith("fabric_contention")
+    job.state = State.SUCCEEDED
+    assert job_msg(job, None).slowdown == 0.0 and job_msg(job, None).performance_alert == ""

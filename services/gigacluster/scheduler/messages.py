@@ -40,6 +40,7 @@ def job_msg(job: JobRecord, spec_msg: Any, now_s: float = 0.0) -> scheduler_pb2.
         dp_spine_crossings=job.dp_spine_crossings if running else 0,
         estimated_end_s=(now_s + job.eta_s) if running else 0.0,
         reserved_start_s=job.reserved_start_s if job.state == State.QUEUED else 0.0, failures=job.failures,
+        performance_alert=job.performance_alert if running else "", slowdown=job.slowdown if running else 0.0,
     )
 
 
