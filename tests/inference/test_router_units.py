@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from gigacluster.broker.v1 import broker_pb2
+from gigacluster.chip.shard import ChipShard
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from gigacluster.hw.catalog import default_system, get_chip, get_system
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
@@ -30,6 +32,7 @@ from gigacluster.runtime.auth import CAPABILITY_HEADER, Principal
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import ConfigError, RouterConfig
 from gigacluster.security import RateLimited
+from gigacluster.wire import chip as chip_wire
 from tests.inference.conftest import run_until_idle
 
 ALICE, BOB = Principal("tenant", "tenants/alice"), Principal("tenant", "tenants/bob")
@@ -222,19 +225,32 @@ def test_long_names_are_refused_without_echo() -> None:
     assert ei.value.field == "model.preset" and len(ei.value.message) < 100
 
 
+def _shard() -> ChipShard:
+    return ChipShard(get_chip("h100-sxm"), get_system(default_system("h100-sxm")), offset=0, count=8, start_s=0.0)
+
+
 class _Chip:
-    """A fake ChipService stub: refuses the token 'old', records the tokens it saw."""
+    """A fake ChipService stub: refuses the token 'old', records the tokens it saw, books on a real shard."""
 
     def __init__(self) -> None:
         self.tokens: list[str] = []
+        self.calls: list[int] = []  # iterations per ReportWork call
+        self.stretch = 1.0  # a slow chip: its iterations take this many times the shard's time
+        self.shard = _shard()
 
-    async def ExecuteWork(self, req: Any, metadata: Any, timeout: float) -> Any:
+    async def ReportWork(self, req: Any, metadata: Any, timeout: float) -> Any:
         tok = dict(metadata)[CAPABILITY_HEADER]
         self.tokens.append(tok)
         if tok == "old":
             raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                        "capability expired")
-        return SimpleNamespace(start_s=0.0, end_s=1.0, energy_j=0.0)
+        self.calls.append(len(req.iterations))
+        out = []
+        for i in req.iterations:
+            r = self.shard.execute(np.arange(1), chip_wire.works(i.items), not_before_s=i.not_before_s, now_s=0.0)
+            out.append(SimpleNamespace(start_s=r.start_s, end_s=r.start_s + self.stretch * (r.end_s - r.start_s),
+                                       energy_j=r.energy_j))
+        return SimpleNamespace(results=out)
 
 
 async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
@@ -246,25 +262,88 @@ async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
     return rep, chip
 
 
-async def test_refused_token_is_refreshed_and_the_iteration_retried() -> None:
-    """A chip refusing the token makes the replica fetch a new one and retry the same call on it."""
+def _iterations(n: int) -> list[Any]:
+    """``n`` decode iterations of one 8B replica (32 sequences, growing context), from the engine itself."""
+    eng = ReplicaEngine(ReplicaConfig(preset("llama3-8b"), "h100-sxm"))
+    for k in range(32):
+        eng.admit(Request(f"r{k}", np.arange(64) + k, n + 1), 0.0)
+    out, t = [], 0.0
+    while len(out) < n:
+        it = eng.next_iteration(t)
+        assert it is not None
+        t += it.predicted_s
+        eng.complete(it, t)
+        out.append((it, t - it.predicted_s))
+    return out
+
+
+async def test_refused_token_is_refreshed_and_the_report_retried() -> None:
+    """A chip refusing the token makes the reporter fetch a new one and retry the same report on it."""
     async def refresh(instance: str) -> tuple[str, float]:
         return "new", time.time() + 30
 
     rep, chip = await _replica(refresh)
-    resp = await rep._execute(SimpleNamespace(work=[], start_s=0.0), [])
-    assert resp.end_s == 1.0 and chip.tokens == ["old", "new"] and not rep.lease.lost
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert chip.tokens == ["old", "new"] and chip.calls == [1] and not rep.lease.lost
+    assert rep.reporter.error is None and rep.energy_j > 0
     await rep.channel.close()
 
 
 async def test_token_refused_for_a_lost_instance_marks_the_lease_lost() -> None:
-    """When the broker no longer knows the instance, the iteration returns None and the lease is lost."""
+    """When the broker no longer knows the instance, the report stops and the reporter says the instance is lost."""
     async def refresh(instance: str) -> tuple[str, float]:
         raise grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
 
     rep, chip = await _replica(refresh)
-    assert await rep._execute(SimpleNamespace(work=[], start_s=0.0), []) is None
-    assert rep.lease.lost and chip.tokens == ["old"]
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert rep.lease.lost and rep.reporter.lost and chip.tokens == ["old"]
+    await rep.channel.close()
+
+
+async def test_batched_reports_book_exactly_what_one_call_per_iteration_did() -> None:
+    """Iterations reported in batches, off the token path, leave the chip's busy time and energy exactly as
+    one ExecuteWork per iteration would (the same shard arithmetic, the same starts), in fewer calls."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    rep.reporter.max_batch = 16
+    its = _iterations(40)
+    for it, start in its:
+        rep.reporter.add(it, start)  # never waits: the first call goes out, the rest queue behind it
+    await rep.reporter.drain()
+    one_by_one = _shard()
+    energy = 0.0
+    for it, start in its:
+        energy += one_by_one.execute(np.arange(1), list(it.work), not_before_s=start, now_s=0.0).energy_j
+    assert sum(chip.calls) == 40 and len(chip.calls) < 40 and max(chip.calls) <= 16
+    assert chip.shard.busy_s[0] == one_by_one.busy_s[0] and chip.shard.above_idle_j[0] == one_by_one.above_idle_j[0]
+    assert chip.shard.busy_until_s[0] == one_by_one.busy_until_s[0]
+    assert rep.energy_j == pytest.approx(energy, rel=1e-12)
+    assert rep.reporter.ratio == pytest.approx(1.0)  # a healthy chip runs at the roofline's time
+    await rep.channel.close()
+
+
+async def test_slow_chip_slows_the_next_iterations() -> None:
+    """A chip running twice as slow shows in the report, and the replica times its next iterations by it."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    chip.stretch = 2.0
+    its = _iterations(4)
+    for it, start in its:
+        rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    it = its[-1][0]
+    assert rep.reporter.ratio == pytest.approx(2.0) and rep.reporter.duration_s(it) == pytest.approx(2 * it.compute_s)
+    assert rep.slow_ratio == pytest.approx(rep.reporter.ratio)
     await rep.channel.close()
 
 

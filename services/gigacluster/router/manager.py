@@ -136,7 +136,8 @@ class DeploymentManager:
     def _add_replica(self, dep: LiveDeployment, i: int, cfg: ReplicaConfig, instance: str,
                      devs: list[tuple[int, int]], inv: Any, lease: Lease) -> None:
         rep = Replica(i, cfg, instance=instance, devices=devs, endpoint=shard_endpoint(inv, devs), lease=lease,
-                      clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s)
+                      clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s,
+                      report_max_iterations=self.config.report_max_iterations)
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         dep.add(rep)

@@ -118,10 +118,11 @@ class ChipConfig(CommonConfig):
     max_io_bytes: int = _f(4 * 1024 * 1024, "bytes one ReadMemory/WriteMemory call may move (more: RESOURCE_EXHAUSTED)")
     not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie (further: "
                                              "INVALID_ARGUMENT), so no start can hold devices for ever")
+    max_report_iterations: int = _f(4096, "batch iterations one ReportWork call may book (more: RESOURCE_EXHAUSTED)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s")
+        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s", "max_report_iterations")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.system and self.system not in system_names():
@@ -252,6 +253,8 @@ class RouterConfig(CommonConfig):
     http_max_header_bytes: int = _f(64 * 1024, "longest HTTP request line or header value the parser reads; a longer "
                                                "one is refused by the HTTP parser itself, before any handler")
     heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
+    report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
+                                          "(at most the shards' max_report_iterations)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
 
@@ -259,7 +262,7 @@ class RouterConfig(CommonConfig):
         super().__post_init__()
         for name in ("max_prompt_bytes", "default_max_tokens", "max_tokens_limit", "max_queue_limit",
                      "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth",
-                     "http_max_header_bytes"):
+                     "http_max_header_bytes", "report_max_iterations"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.default_max_tokens > self.max_tokens_limit:
