@@ -12,10 +12,11 @@ processes (``--clients``), one phase per protocol and rate. For every successful
 * latency overhead = client-observed end-to-end minus modelled end-to-end, likewise.
 
 Reported per phase: p50/p99 of both, the statuses (no CANCELLED is the target; overload must be
-RESOURCE_EXHAUSTED / HTTP 429), the router's CPU share (all its processes), the chip shard's,
-and the load client's own. Then the rate is raised (x1.5 a step) until the router no longer
-keeps up (served < 95% of offered, or p99 TTFT overhead above ``--sat-p99-ms``): the saturation
-point is the last rate that kept up.
+RESOURCE_EXHAUSTED / HTTP 429), and over the arrival window the CPU share (of one core) of the
+router (all its processes), of the chip shard and of the load client (all its processes).
+Then the rate is raised (x1.5 a step) until the router no longer keeps up (served < 95% of
+offered, or p99 TTFT overhead above ``--sat-p99-ms``): the saturation point is the last rate
+that kept up.
 
     python benchmarks/bench_router.py [--seconds 5] [--rates 200,500,1000] [--clients 2] [--workers N]
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -81,16 +83,34 @@ async def _drive(proto: str, rate: float, seconds: float, seed: int, target: run
     run = await runner.run(scenario, target)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     wall = time.monotonic() - t0
+    # The arrival window (CLOCK_MONOTONIC is the same in every process): CPU shares are measured over it.
+    window = (t0 + runner.START_LEAD_S + 0.3, t0 + runner.START_LEAD_S + seconds)
     rows = []
     for r in run.results:
-        rows.append((r.status, r.ttft_s - r.send_lag_s, r.virtual_ttft_s, r.e2e_s - r.send_lag_s, r.virtual_e2e_s,
+        rows.append((r.status, r.ttft_s - r.send_lag_s, r.virtual_ttft_s, r.e2e_s - r.send_lag_s,
+                     getattr(r, "virtual_e2e_s", math.nan),  # absent from older load clients
                      r.send_lag_s, r.e2e_s, r.detail[:80]))
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    return {"rows": rows, "cpu_s": cpu, "wall_s": wall}
+    return {"rows": rows, "cpu_s": cpu, "wall_s": wall, "window": window}
 
 
 def _drive_proc(q: Any, *args: Any) -> None:
     q.put(asyncio.run(_drive(*args)))
+
+
+async def _sample(pids: dict[str, list[int]], out: list[tuple[float, dict[str, float]]], stop: asyncio.Event) -> None:
+    """CPU seconds of each group of processes every 0.2 s, with the time, until ``stop``."""
+    while not stop.is_set():
+        out.append((time.monotonic(), {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.2)
+
+
+def _share(samples: list[tuple[float, dict[str, float]]], key: str, t0: float, t1: float) -> float:
+    """CPU share (of one core) of group ``key`` between the samples nearest ``t0`` and ``t1``."""
+    a = min(samples, key=lambda s: abs(s[0] - t0))
+    b = min(samples, key=lambda s: abs(s[0] - t1))
+    return (b[1][key] - a[1][key]) / (b[0] - a[0]) if b[0] > a[0] else math.nan
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -107,17 +127,18 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
              for i in range(args.clients)]
     router_pid = st.procs["router"].proc.pid  # type: ignore[union-attr]
     chip_pid = st.procs["chip"].proc.pid  # type: ignore[union-attr]
-    pids = family_pids(router_pid)
-    c0 = [cpu_s(p) for p in pids]
-    chip0, t0 = cpu_s(chip_pid), time.monotonic()
     for p in procs:
         p.start()
+    groups = {"router": family_pids(router_pid), "chip": [chip_pid], "client": [p.pid for p in procs if p.pid]}
+    samples: list[tuple[float, dict[str, float]]] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample(groups, samples, stop))
     got = [await asyncio.to_thread(q.get, True, args.seconds + 120) for _ in procs]
+    stop.set()
+    await sampler
     for p in procs:
         p.join(30)
-    wall = time.monotonic() - t0
-    router_cpu = sum(cpu_s(p) - c for p, c in zip(pids, c0, strict=True))
-    chip_cpu = cpu_s(chip_pid) - chip0
+    w0, w1 = max(g["window"][0] for g in got), min(g["window"][1] for g in got)
     rows = [row for g in got for row in g["rows"]]
     statuses = collections.Counter(r[0] for r in rows)
     ok = [r for r in rows if r[0] == "OK" and not math.isnan(r[2])]
@@ -129,8 +150,8 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
             "ttft_p50": _pct(ttft_over, 50), "ttft_p99": _pct(ttft_over, 99),
             "e2e_p50": _pct(e2e_over, 50), "e2e_p99": _pct(e2e_over, 99),
             "send_lag_p99": _pct([r[5] * 1e3 for r in rows], 99),
-            "router_cpu": router_cpu / wall, "chip_cpu": chip_cpu / wall,
-            "client_cpu": sum(g["cpu_s"] for g in got) / max(g["wall_s"] for g in got),
+            "router_cpu": _share(samples, "router", w0, w1), "chip_cpu": _share(samples, "chip", w0, w1),
+            "client_cpu": _share(samples, "client", w0, w1),
             "cancelled_after_ms_p50": _pct(cancelled, 50) if cancelled else None,
             "details": dict(details.most_common(3))}
 

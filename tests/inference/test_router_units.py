@@ -17,7 +17,7 @@ import pytest
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.shard import ChipShard
 from gigacluster.common.v1 import common_pb2
-from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from gigacluster.hw.catalog import default_system, get_chip, get_system
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.policies import make_policy
@@ -25,12 +25,14 @@ from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
+from gigacluster.router.overload import Overload
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import CAPABILITY_HEADER, Principal
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import ConfigError, RouterConfig
+from gigacluster.runtime.errors import to_status
 from gigacluster.security import RateLimited
 from gigacluster.wire import chip as chip_wire
 from tests.inference.conftest import run_until_idle
@@ -475,3 +477,58 @@ async def test_reconcile_retried_mid_deployment_builds_each_replica_once(tmp_pat
     finally:
         await dep.close()
         svc.store.close()
+
+
+def test_router_refuses_streams_beyond_max_streams_with_retry_after() -> None:
+    """Past max_streams open streams a new request is RESOURCE_EXHAUSTED with a retry-after; a release (once,
+    however often called) frees its slot."""
+    ov = Overload(max_streams=2, max_loop_lag_s=0.25, retry_after_s=0.2)
+    first, _second = ov.admit(), ov.admit()
+    with pytest.raises(ResourceExhausted) as ei:
+        ov.admit()
+    assert ei.value.retry_after_s == 0.2 and ei.value.reason == "ROUTER_SATURATED" and ov.refused == 1
+    first()
+    first()
+    assert ov.open == 1
+    ov.admit()
+    assert ov.open == 2
+
+
+def test_router_refuses_while_its_event_loop_lags() -> None:
+    """A router whose loop runs behind max_loop_lag_s refuses at once, asking to retry after at least the lag."""
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2)
+    ov.lag_s = 0.4
+    with pytest.raises(ResourceExhausted) as ei:
+        ov.admit()
+    assert ei.value.retry_after_s == 0.4 and ov.open == 0
+
+
+def test_overload_status_carries_retry_after_ms_trailer() -> None:
+    """A RESOURCE_EXHAUSTED with a retry-after reaches gRPC clients as retry-after-s and retry-after-ms trailers."""
+    status = to_status(ResourceExhausted("saturated", retry_after_s=0.2004))
+    trailers = dict(status.trailing_metadata)
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert trailers["retry-after-s"] == "0.200" and trailers["retry-after-ms"] == "200"
+
+
+async def test_admission_releases_the_stream_slot_when_a_request_is_refused_or_ends() -> None:
+    """A request refused after taking its slot (a bad field) gives it back at once."""
+    svc = _svc()
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(InvalidArgument):
+        svc.generate(ALICE, "deployments/m", text="hi", max_tokens=0)
+    assert svc.admission.overload.open == 0
+
+
+def test_late_token_emission_counts_as_lag_for_one_sample() -> None:
+    """Replicas emitting tokens late make the router refuse until a sample passes without it."""
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2)
+    ov.observe_emit_lag(0.3)
+    ov.observe_emit_lag(0.1)
+    ov.tick(0.0)
+    assert ov.lag_s == 0.3
+    with pytest.raises(ResourceExhausted):
+        ov.admit()
+    ov.tick(0.001)
+    assert ov.lag_s == 0.001
+    ov.admit()

@@ -60,6 +60,7 @@ class DeploymentManager:
         self.reconciled = asyncio.Event()
         self._restoring: dict[str, tuple[DeploySpec, tuple[str, ...]]] = {}
         self._kept: set[str] = set()  # instances of stored deployments that could not be rebuilt
+        self.on_lag: Callable[[float], None] = lambda lag_s: None  # given to every replica (router-wide admission)
 
     def _smd(self) -> tuple[tuple[str, str], ...]:
         return call_metadata(api_key=self.config.service_key)
@@ -140,6 +141,7 @@ class DeploymentManager:
                       report_max_iterations=self.config.report_max_iterations)
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
+        rep.on_lag = self.on_lag
         dep.add(rep)
 
     def _reacquirer(self, dep: LiveDeployment) -> ReacquireFn:

@@ -198,6 +198,7 @@ class Replica:
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
         self.on_dropped: Callable[[Replica, Stream], None] | None = None
         self.reacquire: ReacquireFn | None = None
+        self.on_lag: Callable[[float], None] = lambda lag_s: None  # how late (wall s) an iteration's tokens went out
         self.reacquires = 0
         lease.on_lost.append(self.wake.set)
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
@@ -353,6 +354,7 @@ class Replica:
             self.reporter.add(it, start)
             end = start + duration + it.comm_s
             await self.clock.sleep_until(end)
+            self.on_lag(self.clock.wall_s(self.clock.now() - end))
             # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
             energy = self.engine.iteration_energy_j(it, duration_s=end - start)
             self._emit(self.engine.complete(it, end, energy_j=energy), on_finish)

@@ -253,6 +253,13 @@ class RouterConfig(CommonConfig):
     http_max_header_bytes: int = _f(64 * 1024, "longest HTTP request line or header value the parser reads; a longer "
                                                "one is refused by the HTTP parser itself, before any handler")
     heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
+    max_streams: int = _f(8192, "open Generate streams (gRPC and HTTP) one router process holds; more are refused "
+                                "RESOURCE_EXHAUSTED (HTTP 429) with overload_retry_after_s, before any work")
+    max_loop_lag_s: float = _f(0.25, "a router process whose event loop runs this far behind refuses new requests "
+                                     "RESOURCE_EXHAUSTED (HTTP 429) until it catches up")
+    overload_retry_after_s: float = _f(0.2, "retry-after the router's own overload refusals carry (at least the lag)")
+    grpc_max_pending_calls: int = _f(20000, "calls gRPC's core queues for the router before its event loop picks them "
+                                            "up; beyond, the core itself cancels them (CANCELLED)")
     report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
                                           "(at most the shards' max_report_iterations)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
@@ -262,13 +269,15 @@ class RouterConfig(CommonConfig):
         super().__post_init__()
         for name in ("max_prompt_bytes", "default_max_tokens", "max_tokens_limit", "max_queue_limit",
                      "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth",
-                     "http_max_header_bytes", "report_max_iterations"):
+                     "http_max_header_bytes", "report_max_iterations", "max_streams", "grpc_max_pending_calls"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.default_max_tokens > self.max_tokens_limit:
             raise ConfigError("default_max_tokens must be <= max_tokens_limit")
         if not self.heal_backoff_max_s > 0:
             raise ConfigError("heal_backoff_max_s must be > 0")
+        if not (self.max_loop_lag_s > 0 and self.overload_retry_after_s > 0):  # also refuses NaN
+            raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
         for path in self.routing_policy_paths:
             if ":" not in path:
                 raise ConfigError(f"routing_policies must be import paths pkg.module:Class, got {path[:64]!r}")
