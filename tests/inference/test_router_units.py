@@ -19,10 +19,11 @@ from gigacluster.chip.shard import ChipShard
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from gigacluster.hw.catalog import default_system, get_chip, get_system
-from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
+from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
+from gigacluster.router.generation import Generation
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
 from gigacluster.router.overload import Overload
@@ -532,3 +533,19 @@ def test_late_token_emission_counts_as_lag_for_one_sample() -> None:
     ov.tick(0.001)
     assert ov.lag_s == 0.001
     ov.admit()
+
+
+async def test_tokens_that_piled_up_go_out_as_one_message() -> None:
+    """Tokens queued while the client was behind are coalesced into one chunk (one GenerateResponse, one SSE
+    event) holding all their ids; the slot is released once the last is out."""
+    svc = _svc()
+    dep = _dep(svc, "tenants/alice", "m")
+    release = svc.admission.overload.admit()
+    req = Request("r1", np.arange(8), 3)
+    stream = Stream(asyncio.Queue(), req, SimpleNamespace(index=0))  # type: ignore[arg-type]
+    gen = Generation(dep, stream, svc.admission.tokenizer(dep.cfg.arch.vocab), 8, release=release)
+    for i, tok in enumerate((300, 301, 302)):
+        stream.queue.put_nowait(TokenEvent("r1", i, tok, 0.01 * i, finished=i == 2, finish_reason="length"))
+    got = [c async for c in gen.chunks()]
+    assert len(got) == 1 and got[0].token_ids == [300, 301, 302] and got[0].finish_reason == "length"
+    assert svc.admission.overload.open == 0

@@ -281,21 +281,26 @@ class OpenAIServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Request-Id": fmt.gen.request_id})
         await resp.prepare(request)
+        # Events produced together go out in one write: the chat role with the first chunk, the last chunk
+        # with the usage event and [DONE]; tokens that piled up while the client was behind are already one
+        # chunk (Generation.chunks merges them).
+        head = fmt.sse(fmt.chat_role()) if fmt.kind == "chat.completion" else b""
         try:
-            if fmt.kind == "chat.completion":
-                await resp.write(fmt.sse(fmt.chat_role()))
             c: Chunk | None = first
-            last = first
             while c is not None:
-                last = c
-                await resp.write(fmt.sse(fmt.chunk(c)))
-                c = None if c.finish_reason else await chunks.__anext__()
-            if include_usage:
-                await resp.write(fmt.sse(fmt.usage_chunk(last)))
-            await resp.write(b"data: [DONE]\n\n")
+                out = head + fmt.sse(fmt.chunk(c))
+                head = b""
+                if c.finish_reason:
+                    if include_usage:
+                        out += fmt.sse(fmt.usage_chunk(c))
+                    out += b"data: [DONE]\n\n"
+                    c = None
+                await resp.write(out)
+                if c is not None:
+                    c = await chunks.__anext__()
         except DomainError as exc:  # after the headers went out: an error event, then close
             err = json.loads(domain_error_response(exc).text or "{}")
-            await resp.write(fmt.sse(err))
+            await resp.write(head + fmt.sse(err))
         await resp.write_eof()
         return resp
 
