@@ -144,7 +144,6 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
     ok = [r for r in rows if r[0] == "OK" and not math.isnan(r[2])]
     ttft_over = [(r[1] - r[2] / st.cfg.speedup) * 1e3 for r in ok]
     e2e_over = [(r[3] - r[4] / st.cfg.speedup) * 1e3 for r in ok if not math.isnan(r[4])]
-    cancelled = [r[6] * 1e3 for r in rows if r[0] == "CANCELLED" and not math.isnan(r[6])]
     details = collections.Counter(f"{r[0]}: {r[7]}" for r in rows if r[0] != "OK")
     return {"proto": proto, "rate": rate, "offered": len(rows), "ok": len(ok), "statuses": dict(statuses),
             "ttft_p50": _pct(ttft_over, 50), "ttft_p99": _pct(ttft_over, 99),
@@ -152,24 +151,80 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
             "send_lag_p99": _pct([r[5] * 1e3 for r in rows], 99),
             "router_cpu": _share(samples, "router", w0, w1), "chip_cpu": _share(samples, "chip", w0, w1),
             "client_cpu": _share(samples, "client", w0, w1),
-            "cancelled_after_ms_p50": _pct(cancelled, 50) if cancelled else None,
             "details": dict(details.most_common(3))}
 
 
 def kept_up(r: dict[str, Any], args: argparse.Namespace) -> bool:
-    return r["ok"] >= 0.95 * r["offered"] and r["ttft_p99"] <= args.sat_p99_ms
+    """The router followed the offered load: >= 95% served, TTFT overhead p50 within ``--sat-p50-ms``."""
+    return r["ok"] >= 0.95 * r["offered"] and r["ttft_p50"] <= args.sat_p50_ms
 
 
 def row(r: dict[str, Any]) -> str:
     other = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()) if k != "OK") or "-"
-    return (f"| {r['proto']} | {r['rate']:g} | {r['offered']} | {r['ok']} | {other} | {r['ttft_p50']:.1f} | "
+    if r["details"]:
+        print(f"  {r['build']} {r['proto']} {r['rate']:g}: {r['details']}", file=sys.stderr)
+    return (f"| {r['build']} | {r['proto']} | {r['rate']:g} | {r['offered']} | {r['ok']} | {other} | "
+            f"{r['ttft_p50']:.1f} | "
             f"{r['ttft_p99']:.1f} | {r['e2e_p50']:.1f} | {r['e2e_p99']:.1f} | {r['router_cpu']:.0%} | "
             f"{r['chip_cpu']:.0%} | {r['client_cpu']:.0%} |")
 
 
-HEAD = ("| protocol | offered req/s | sent | ok | other statuses | TTFT overhead p50 ms | p99 ms | "
+HEAD = ("| build | protocol | offered req/s | sent | ok | other statuses | TTFT overhead p50 ms | p99 ms | "
         "latency overhead p50 ms | p99 ms | router CPU | chip CPU | load client CPU |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+async def start_stack(tmp: pathlib.Path, env: dict[str, str], replicas: int, max_queue: int) -> tuple[Stack, str]:
+    """A mesh with the benchmark's deployment ready, and the tenant key that owns it."""
+    cfg = StackConfig(chip="h100-sxm", chips=8, shards=1, speedup=1.0, ports={k: 0 for k in DEFAULT_PORTS},
+                      mqtt_port=0, state_dir=tmp, http_port=0, restart=False, extra_env=env)
+    st = Stack(cfg)
+    await st.start()
+    key = await st.default_tenant_key()
+    async with Client(st.endpoints, key) as c:
+        await c.router.DeployModel(router_pb2.DeployModelRequest(
+            deployment_id=DEPLOYMENT, model=common_pb2.ModelArchitecture(preset="llama3-8b"),
+            chip="h100-sxm", tp=1, replicas=replicas, max_batch=256, max_queue=max_queue), metadata=c.md, timeout=60)
+        for _ in range(600):
+            d = (await c.router.GetDeployment(router_pb2.GetDeploymentRequest(name=f"deployments/{DEPLOYMENT}"),
+                                              metadata=c.md, timeout=10)).deployment
+            if d.state == router_pb2.Deployment.STATE_READY:
+                break
+            await asyncio.sleep(0.1)
+    return st, key
+
+
+async def sweep(stacks: dict[str, tuple[Stack, str]], proto: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rates, each on every build in turn (so they share the machine's conditions), then the saturation
+    search for each build still keeping up."""
+    out = []
+    for st, key in stacks.values():
+        await phase(st, key, proto, 50.0, argparse.Namespace(**{**vars(args), "seconds": 1.0}))  # warm-up
+    rate = 0.0
+    for rate in (float(x) for x in args.rates.split(",")):
+        for build, (st, key) in stacks.items():
+            r = {"build": build, **await phase(st, key, proto, rate, args)}
+            out.append(r)
+            print(row(r), flush=True)
+    if not args.saturate:
+        return out
+    best = {b: max((r["rate"] for r in out if r["build"] == b and kept_up(r, args)), default=0.0) for b in stacks}
+    going = {b for b in stacks if all(kept_up(r, args) for r in out if r["build"] == b)}
+    while going and rate < args.sat_max:
+        rate = round(rate * 1.5, -1)
+        for build in sorted(going):
+            st, key = stacks[build]
+            r = {"build": build, **await phase(st, key, proto, rate, args)}
+            out.append(r)
+            print(row(r), flush=True)
+            if kept_up(r, args):
+                best[build] = rate
+            else:
+                going.discard(build)
+    for b, v in best.items():
+        print(f"{b} {proto}: saturation point {v:g} req/s (the last rate served >= 95% with TTFT overhead p50 "
+              f"<= {args.sat_p50_ms:g} ms)", flush=True)
+    return out
 
 
 async def main() -> None:
@@ -182,68 +237,31 @@ async def main() -> None:
     ap.add_argument("--max-queue", type=int, default=256)
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=0, help="router front-end processes (0: the router's default)")
     ap.add_argument("--saturate", action="store_true", help="after the rates, raise the rate until it no longer "
                                                            "keeps up")
-    ap.add_argument("--sat-p99-ms", type=float, default=50.0)
+    ap.add_argument("--sat-p50-ms", type=float, default=50.0)
     ap.add_argument("--sat-max", type=float, default=6000.0)
-    ap.add_argument("--state-dir", default="", help="keep the mesh's state and logs here (default: a temporary one)")
+    ap.add_argument("--baseline", default="", help="also run the services of this source tree (its services/ "
+                                                  "directory), alternating phases with this one: before/after")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     env = {"GIGACLUSTER_ROUTER_RATE_OPS_PER_S": "100000"}  # measure the router, not the per-tenant limit
-    if args.workers:
-        env["GIGACLUSTER_ROUTER_WORKERS"] = str(args.workers)
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = args.state_dir or tmp_dir
-        cfg = StackConfig(chip="h100-sxm", chips=8, shards=1, speedup=1.0, ports={k: 0 for k in DEFAULT_PORTS},
-                          mqtt_port=0, state_dir=pathlib.Path(tmp), http_port=0, restart=False, extra_env=env)
-        st = Stack(cfg)
-        await st.start()
-        results = []
+    builds = {"this": env}
+    if args.baseline:
+        builds = {"before": {**env, "PYTHONPATH": str(pathlib.Path(args.baseline) / "services")}, "after": env}
+    stacks: dict[str, tuple[Stack, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
         try:
-            key = await st.default_tenant_key()
-            async with Client(st.endpoints, key) as c:
-                await c.router.DeployModel(router_pb2.DeployModelRequest(
-                    deployment_id=DEPLOYMENT, model=common_pb2.ModelArchitecture(preset="llama3-8b"),
-                    chip="h100-sxm", tp=1, replicas=args.replicas, max_batch=256, max_queue=args.max_queue),
-                    metadata=c.md, timeout=60)
-                for _ in range(600):
-                    d = (await c.router.GetDeployment(router_pb2.GetDeploymentRequest(name=f"deployments/{DEPLOYMENT}"),
-                                                      metadata=c.md, timeout=10)).deployment
-                    if d.state == router_pb2.Deployment.STATE_READY:
-                        break
-                    await asyncio.sleep(0.1)
+            for name, e in builds.items():
+                stacks[name] = await start_stack(pathlib.Path(tmp) / name, e, args.replicas, args.max_queue)
             print(HEAD, flush=True)
             for proto in args.protocols.split(","):
-                await phase(st, key, proto, 50.0, argparse.Namespace(**{**vars(args), "seconds": 1.0}))  # warm-up
-                rate = 0.0
-                for rate in (float(x) for x in args.rates.split(",")):
-                    r = await phase(st, key, proto, rate, args)
-                    results.append(r)
-                    print(row(r), flush=True)
-                if not args.saturate:
-                    continue
-                best = max((r["rate"] for r in results if r["proto"] == proto and kept_up(r, args)), default=0.0)
-                while rate < args.sat_max:
-                    rate = round(rate * 1.5, -1)
-                    r = await phase(st, key, proto, rate, args)
-                    results.append(r)
-                    print(row(r), flush=True)
-                    if not kept_up(r, args):
-                        break
-                    best = rate
-                print(f"{proto}: saturation point {best:g} req/s (the last rate served >= 95% with TTFT overhead "
-                      f"p99 <= {args.sat_p99_ms:g} ms)", flush=True)
+                await sweep(stacks, proto, args)
         finally:
-            await st.stop()
+            for st, _ in stacks.values():
+                await st.stop()
     print(f"cpus={os.cpu_count()} loadavg={load0:.1f}->{os.getloadavg()[0]:.1f} seconds={args.seconds} "
-          f"clients={args.clients} replicas={args.replicas} workers={args.workers or 'default'}", file=sys.stderr)
-    for r in results:
-        if r["cancelled_after_ms_p50"] is not None:
-            print(f"{r['proto']} {r['rate']:g}: CANCELLED after {r['cancelled_after_ms_p50']:.1f} ms (p50)",
-                  file=sys.stderr)
-        if r["details"]:
-            print(f"{r['proto']} {r['rate']:g}: {r['details']}", file=sys.stderr)
+          f"clients={args.clients} replicas={args.replicas}", file=sys.stderr)
 
 
 if __name__ == "__main__":

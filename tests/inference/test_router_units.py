@@ -23,7 +23,7 @@ from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, 
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
-from gigacluster.router.generation import Generation
+from gigacluster.router.generation import Coalesce, Generation
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
 from gigacluster.router.overload import Overload
@@ -549,3 +549,39 @@ async def test_tokens_that_piled_up_go_out_as_one_message() -> None:
     got = [c async for c in gen.chunks()]
     assert len(got) == 1 and got[0].token_ids == [300, 301, 302] and got[0].finish_reason == "length"
     assert svc.admission.overload.open == 0
+
+
+def test_only_late_tokens_that_are_not_the_last_are_held() -> None:
+    """A token going out behind its virtual time is held for more (unless it is the last); one on time is not."""
+    clock = VirtualClock.starting_now()
+    co = Coalesce(clock, lag_s=0.005, hold_s=0.01)
+    now = clock.now()
+    assert co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=False))
+    assert not co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=True))
+    assert not co.behind(TokenEvent("r", 3, 300, now + 0.5, finished=False))
+    assert not co.behind(ReplicaFailed("gone"))
+
+
+async def test_a_rate_limited_report_is_sent_again_not_a_failure() -> None:
+    """A chip refusing a report for the tenant's RPC rate gets it again a moment later; the replica is fine."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    real = chip.ReportWork
+    refused: list[int] = []
+
+    async def once_limited(req: Any, metadata: Any, timeout: float) -> Any:
+        if not refused:
+            refused.append(len(req.iterations))
+            raise grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "over the tenant's RPC rate")
+        return await real(req, metadata, timeout)
+
+    chip.ReportWork = once_limited  # type: ignore[method-assign]
+    for it, start in _iterations(3):
+        rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert refused == [3] and chip.calls == [3] and rep.reporter.error is None
+    await rep.channel.close()

@@ -204,6 +204,7 @@ class Replica:
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
         self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
+        self._idle_report: asyncio.Future[None] | None = None
         self.reporter = WorkReporter(self._report_target, self._on_reported, self.wake.set,
                                      max_batch=report_max_iterations, tag=lambda: self.instance)
 
@@ -236,8 +237,8 @@ class Replica:
         per change; the last ExecuteWork carried the value of the iteration before it."""
         await self.reporter.drain()  # the last report carried the memory of its last iteration
         mem = replica_memory_bytes(self.engine)
-        if mem in (self._reported_memory, self.reporter.reported_memory):
-            return
+        if mem in (self._reported_memory, self.reporter.reported_memory) or self.reporter.busy:
+            return  # unchanged, or a report under way carries it
         try:
             await self.stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=ranges, bytes_per_device=mem),
                                            metadata=call_metadata(capability=self.lease()), timeout=2)
@@ -345,7 +346,8 @@ class Replica:
             it = self.engine.next_iteration(start)
             if it is None:
                 self.wake.clear()
-                await self._report_memory(convert.range_msgs(self.devices))
+                if self._idle_report is None or self._idle_report.done():  # never waited for: work may come
+                    self._idle_report = asyncio.ensure_future(self._report_memory(convert.range_msgs(self.devices)))
                 if self.reporter.error is None and not self.reporter.lost:
                     await self.wake.wait()
                 continue
@@ -392,6 +394,8 @@ class Replica:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+        if self._idle_report is not None:
+            self._idle_report.cancel()
         await self.reporter.close()
         for s in self.streams.values():
             s.queue.put_nowait(ReplicaFailed("deployment deleted"))

@@ -28,6 +28,7 @@ from gigacluster.wire import chip as chip_wire
 log = structlog.get_logger()
 
 TOKEN_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+RATE_LIMITED_RETRY_S = 0.05  # wait before re-sending iterations the chip refused for the tenant's RPC rate
 RATIO_BOUNDS = (1e-3, 1e3)  # a chip's time over the roofline's, as learnt from reports, is kept within these
 
 
@@ -62,6 +63,11 @@ class WorkReporter:
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._run())
 
+    @property
+    def busy(self) -> bool:
+        """A report is under way or queued."""
+        return bool(self.pending) or (self.task is not None and not self.task.done())
+
     def duration_s(self, it: Iteration) -> float:
         """The iteration's compute time on these chips as the last reports measured them."""
         return it.compute_s * self.ratio
@@ -86,6 +92,10 @@ class WorkReporter:
             try:
                 resp = await self._send(batch)
             except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # the tenant's chip RPC rate: later, merged
+                    self.pending[:0] = batch
+                    await asyncio.sleep(RATE_LIMITED_RETRY_S)
+                    continue
                 self.error = err
                 self._wake()
                 return

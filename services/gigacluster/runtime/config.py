@@ -260,6 +260,9 @@ class RouterConfig(CommonConfig):
     overload_retry_after_s: float = _f(0.2, "retry-after the router's own overload refusals carry (at least the lag)")
     grpc_max_pending_calls: int = _f(20000, "calls gRPC's core queues for the router before its event loop picks them "
                                             "up; beyond, the core itself cancels them (CANCELLED)")
+    coalesce_lag_s: float = _f(0.005, "a stream whose tokens go out more than this (wall s) behind their virtual time "
+                                      "holds each message after the first coalesce_hold_s for the tokens behind it")
+    coalesce_hold_s: float = _f(0.01, "how long such a message waits for more tokens (0 = never hold)")
     report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
                                           "(at most the shards' max_report_iterations)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
@@ -278,6 +281,8 @@ class RouterConfig(CommonConfig):
             raise ConfigError("heal_backoff_max_s must be > 0")
         if not (self.max_loop_lag_s > 0 and self.overload_retry_after_s > 0):  # also refuses NaN
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
+        if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
+            raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
         for path in self.routing_policy_paths:
             if ":" not in path:
                 raise ConfigError(f"routing_policies must be import paths pkg.module:Class, got {path[:64]!r}")
