@@ -585,3 +585,10 @@ async def test_a_rate_limited_report_is_sent_again_not_a_failure() -> None:
     await rep.reporter.drain()
     assert refused == [3] and chip.calls == [3] and rep.reporter.error is None
     await rep.channel.close()
+
+
+def test_router_raises_grpc_cores_pending_call_bound() -> None:
+    """The router asks gRPC's core to hold grpc_max_pending_calls calls for its loop (the core cancels beyond)."""
+    opts = dict(_svc(grpc_max_pending_calls=12345).server_options())
+    assert opts["grpc.server.max_pending_requests"] == 12345
+    assert opts["grpc.server.max_pending_requests_hard_limit"] == 12345
