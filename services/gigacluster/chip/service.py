@@ -235,15 +235,15 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                                     f"({self.cfg.max_report_iterations}); send them in several calls")
         idx = self._devices(request.devices)
         cap.require("compute.run", _devset(idx, self.shard.offset))
-        plan = [(chip_wire.works(i.items), self._not_before(i.not_before_s)) for i in request.iterations]
-        if any(not works for works, _ in plan):
-            raise InvalidArgument("iterations", "every iteration must contain at least one work item")
+        # Every iteration is validated (items, not_before_s) before any is booked.
+        plan = [(chip_wire.works(i.items, f"iterations[{k}].items"), self._not_before(i.not_before_s))
+                for k, i in enumerate(request.iterations)]
         if request.HasField("memory_in_use_bytes"):
             cap.require("memory.write", _devset(idx, self.shard.offset))
             self.shard.hold_memory(idx, int(request.memory_in_use_bytes))
         now = self.svc.clock.now()
         out = []
-        for works, not_before_s in plan:  # every item validated before any is booked
+        for works, not_before_s in plan:
             res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=now)
             out.append(chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                                     clock_factor=res.clock_factor))
