@@ -592,3 +592,25 @@ def test_router_raises_grpc_cores_pending_call_bound() -> None:
     opts = dict(_svc(grpc_max_pending_calls=12345).server_options())
     assert opts["grpc.server.max_pending_requests"] == 12345
     assert opts["grpc.server.max_pending_requests_hard_limit"] == 12345
+
+
+async def test_a_report_about_chips_left_behind_does_not_fail_the_replica() -> None:
+    """A report that was in flight when the replica started afresh (healed, moved) and then fails is dropped:
+    it says nothing about the chips the replica runs on now."""
+    rep, chip = await _replica(None)
+    rep.lease.token = "new"
+    gate = asyncio.Event()
+
+    async def fails_late(req: Any, metadata: Any, timeout: float) -> Any:
+        await gate.wait()
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+
+    chip.ReportWork = fails_late  # type: ignore[method-assign]
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await asyncio.sleep(0)  # the report goes out
+    rep.reporter.reset()
+    gate.set()
+    await rep.reporter.drain()
+    assert rep.reporter.error is None and not rep.reporter.lost
+    await rep.channel.close()

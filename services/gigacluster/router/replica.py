@@ -330,8 +330,7 @@ class Replica:
         (:class:`.reporting.WorkReporter`), so no round trip sits between two tokens."""
         t_free = self.clock.now()
         while True:
-            if self.lease.lost or self.reporter.lost:
-                self.lease.lost = True
+            if self.lease.lost:  # (a report refused for a lost instance marks the lease it used, this one)
                 await self._rebind()
                 t_free = self.clock.now()
                 continue
@@ -348,7 +347,7 @@ class Replica:
                 self.wake.clear()
                 if self._idle_report is None or self._idle_report.done():  # never waited for: work may come
                     self._idle_report = asyncio.ensure_future(self._report_memory(convert.range_msgs(self.devices)))
-                if self.reporter.error is None and not self.reporter.lost:
+                if self.reporter.error is None and not self.lease.lost:
                     await self.wake.wait()
                 continue
             self._probe_s = HEAL_FIRST_PROBE_S

@@ -56,6 +56,7 @@ class WorkReporter:
         self.chip_end_s = 0.0  # when the last reported iteration ended on the chips (virtual)
         self.reports = 0
         self.reported_memory = -1
+        self._epoch = 0  # bumped by reset(): a report sent before it is about chips (or a lease) since replaced
 
     def add(self, it: Iteration, start_s: float) -> None:
         """Queue one iteration that started at ``start_s``; never waits."""
@@ -85,13 +86,17 @@ class WorkReporter:
         self.ratio = 1.0
         self.chip_end_s = 0.0
         self.reported_memory = -1
+        self._epoch += 1
 
     async def _run(self) -> None:
         while self.pending and self.error is None and not self.lost:
             batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
+            epoch = self._epoch
             try:
                 resp = await self._send(batch)
             except grpc.aio.AioRpcError as err:
+                if epoch != self._epoch:
+                    continue  # about chips the replica has left since: nothing to heal
                 if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # the tenant's chip RPC rate: later, merged
                     self.pending[:0] = batch
                     await asyncio.sleep(RATE_LIMITED_RETRY_S)
@@ -99,6 +104,8 @@ class WorkReporter:
                 self.error = err
                 self._wake()
                 return
+            if epoch != self._epoch:
+                continue
             if resp is None:
                 self.lost = True
                 self._wake()
