@@ -101,14 +101,14 @@ async def http_completion(session: aiohttp.ClientSession, base_url: str, api_key
                 if data == "[DONE]":
                     break
                 event: dict[str, Any] = json.loads(data)
+                extra = event.get("gigacluster") or {}
                 if event.get("choices"):
-                    # One event per chunk of the router's stream; the text does not say how many tokens
-                    # it holds, so ITL here is per event and the usage event corrects the token count.
-                    tok.chunk(1)
+                    # One event per chunk of the router's stream, with the number of tokens it holds (the usage
+                    # event corrects the total for a server that does not say).
+                    tok.chunk(int(extra.get("tokens", 1)))
                 usage = event.get("usage") or {}
                 if usage.get("completion_tokens"):
                     result.tokens = int(usage["completion_tokens"])
-                extra = event.get("gigacluster") or {}
                 if extra.get("ttft_s"):
                     result.virtual_ttft_s = float(extra["ttft_s"])
                     result.virtual_e2e_s = float(extra.get("e2e_s") or math.nan)

@@ -353,7 +353,7 @@ class _Format:
         else:
             out = {**self._head("text_completion"),
                    "choices": [{"index": 0, "text": c.text, "logprobs": None, "finish_reason": fin}]}
-        out["gigacluster"] = self.extra(c)
+        out["gigacluster"] = {**self.extra(c), "tokens": len(c.token_ids)}  # several when the client was behind
         if self.continuous:
             done = self.gen.generated
             out["usage"] = (self.usage(c) if c.summary is not None else
