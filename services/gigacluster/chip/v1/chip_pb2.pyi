@@ -141,14 +141,6 @@ class ExecuteWorkResponse(_message.Message):
     clock_factor: float
     def __init__(self, start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., energy_j: _Optional[float] = ..., clock_factor: _Optional[float] = ...) -> None: ...
 
-class WorkIteration(_message.Message):
-    __slots__ = ("items", "not_before_s")
-    ITEMS_FIELD_NUMBER: _ClassVar[int]
-    NOT_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
-    items: _containers.RepeatedCompositeFieldContainer[WorkItem]
-    not_before_s: float
-    def __init__(self, items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., not_before_s: _Optional[float] = ...) -> None: ...
-
 class ReportWorkRequest(_message.Message):
     __slots__ = ("devices", "iterations", "tag", "memory_in_use_bytes")
     DEVICES_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +152,14 @@ class ReportWorkRequest(_message.Message):
     tag: str
     memory_in_use_bytes: int
     def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., iterations: _Optional[_Iterable[_Union[WorkIteration, _Mapping]]] = ..., tag: _Optional[str] = ..., memory_in_use_bytes: _Optional[int] = ...) -> None: ...
+
+class WorkIteration(_message.Message):
+    __slots__ = ("not_before_s", "items")
+    NOT_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    not_before_s: float
+    items: _containers.RepeatedCompositeFieldContainer[WorkItem]
+    def __init__(self, not_before_s: _Optional[float] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ...) -> None: ...
 
 class ReportWorkResponse(_message.Message):
     __slots__ = ("results",)
