@@ -33,7 +33,8 @@ Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``
 than ``http_max_json_depth`` or a non-finite number (``NaN``, ``Infinity``); 401; 404 for an
 unknown model (or another tenant's) or path; 405 with ``Allow``; 413 for a body over
 ``http_max_body_bytes``; 429 with ``Retry-After`` (whole seconds, rounded up) and
-``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent; 503
+``retry-after-ms`` when the deployment or the router itself is saturated (.overload) or the tenant's
+rate limit is spent; 503
 (retry) while its chips restart. A request shed from the queue before its first token still
 gets its 429: the response starts only once the first token exists.
 """
