@@ -75,6 +75,22 @@ ABSURD: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()],
                                                                 memory_in_use_bytes=U64),
      "cap", IA, "memory_in_use_bytes"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work()])] * 5000), "cap", RE,
+     "max_report_iterations"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work()], not_before_s=NAN)]), "cap", IA,
+     "not_before_s"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work(flops=NAN)])]), "cap", IA,
+     "iterations[0].items[0].flops"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration()]), "cap", IA, "iterations[0].items"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[R(start=0, end=U64)], iterations=[chip_pb2.WorkIteration(items=[work()])]), "cap", NF, "devices[0]"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work()])], memory_in_use_bytes=U64),
+     "cap", IA, "memory_in_use_bytes"),
     ("chip", "SetMemoryInUse", lambda: chip_pb2.SetMemoryInUseRequest(devices=[R(start=0, end=U64)],
                                                                       bytes_per_device=1), "cap", NF, "devices[0]"),
     ("chip", "SetMemoryInUse", lambda: chip_pb2.SetMemoryInUseRequest(devices=[dev(0, 1)] * 2000,

@@ -81,6 +81,13 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
                                                                 not_before_s=-5), "cap", IA, "not_before_s"),
     ("chip", "ExecuteWork", lambda: chip_pb2.ExecuteWorkRequest(devices=[R(start=5000, end=5008)], items=[work()]),
      "cap", NF, "devices"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(iterations=[chip_pb2.WorkIteration(items=[work()])]),
+     "cap", IA, "devices"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work(kind="quantum")])]), "cap", IA,
+     "iterations[0].items[0].kind"),
+    ("chip", "ReportWork", lambda: chip_pb2.ReportWorkRequest(
+        devices=[dev(0, 8)], iterations=[chip_pb2.WorkIteration(items=[work()])]), "cap", grpc.StatusCode.OK, ""),
     ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=BASE[0], size_bytes=0), "cap", IA,
      "size_bytes"),
     ("chip", "AllocateMemory", lambda: chip_pb2.AllocateMemoryRequest(device=9999, size_bytes=10), "cap", NF,

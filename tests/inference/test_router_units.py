@@ -15,21 +15,27 @@ import numpy as np
 import pytest
 
 from gigacluster.broker.v1 import broker_pb2
+from gigacluster.chip.shard import ChipShard
 from gigacluster.common.v1 import common_pb2
-from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
-from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
+from gigacluster.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from gigacluster.hw.catalog import default_system, get_chip, get_system
+from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
+from gigacluster.router.generation import Coalesce, Generation
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
+from gigacluster.router.overload import Overload
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import CAPABILITY_HEADER, Principal
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import ConfigError, RouterConfig
+from gigacluster.runtime.errors import to_status
 from gigacluster.security import RateLimited
+from gigacluster.wire import chip as chip_wire
 from tests.inference.conftest import run_until_idle
 
 ALICE, BOB = Principal("tenant", "tenants/alice"), Principal("tenant", "tenants/bob")
@@ -222,19 +228,32 @@ def test_long_names_are_refused_without_echo() -> None:
     assert ei.value.field == "model.preset" and len(ei.value.message) < 100
 
 
+def _shard() -> ChipShard:
+    return ChipShard(get_chip("h100-sxm"), get_system(default_system("h100-sxm")), offset=0, count=8, start_s=0.0)
+
+
 class _Chip:
-    """A fake ChipService stub: refuses the token 'old', records the tokens it saw."""
+    """A fake ChipService stub: refuses the token 'old', records the tokens it saw, books on a real shard."""
 
     def __init__(self) -> None:
         self.tokens: list[str] = []
+        self.calls: list[int] = []  # iterations per ReportWork call
+        self.stretch = 1.0  # a slow chip: its iterations take this many times the shard's time
+        self.shard = _shard()
 
-    async def ExecuteWork(self, req: Any, metadata: Any, timeout: float) -> Any:
+    async def ReportWork(self, req: Any, metadata: Any, timeout: float) -> Any:
         tok = dict(metadata)[CAPABILITY_HEADER]
         self.tokens.append(tok)
         if tok == "old":
             raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                        "capability expired")
-        return SimpleNamespace(start_s=0.0, end_s=1.0, energy_j=0.0)
+        self.calls.append(len(req.iterations))
+        out = []
+        for i in req.iterations:
+            r = self.shard.execute(np.arange(1), chip_wire.works(i.items), not_before_s=i.not_before_s, now_s=0.0)
+            out.append(SimpleNamespace(start_s=r.start_s, end_s=r.start_s + self.stretch * (r.end_s - r.start_s),
+                                       energy_j=r.energy_j))
+        return SimpleNamespace(results=out)
 
 
 async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
@@ -246,25 +265,88 @@ async def _replica(refresh: Any) -> tuple[Replica, _Chip]:
     return rep, chip
 
 
-async def test_refused_token_is_refreshed_and_the_iteration_retried() -> None:
-    """A chip refusing the token makes the replica fetch a new one and retry the same call on it."""
+def _iterations(n: int) -> list[Any]:
+    """``n`` decode iterations of one 8B replica (32 sequences, growing context), from the engine itself."""
+    eng = ReplicaEngine(ReplicaConfig(preset("llama3-8b"), "h100-sxm"))
+    for k in range(32):
+        eng.admit(Request(f"r{k}", np.arange(64) + k, n + 1), 0.0)
+    out, t = [], 0.0
+    while len(out) < n:
+        it = eng.next_iteration(t)
+        assert it is not None
+        t += it.predicted_s
+        eng.complete(it, t)
+        out.append((it, t - it.predicted_s))
+    return out
+
+
+async def test_refused_token_is_refreshed_and_the_report_retried() -> None:
+    """A chip refusing the token makes the reporter fetch a new one and retry the same report on it."""
     async def refresh(instance: str) -> tuple[str, float]:
         return "new", time.time() + 30
 
     rep, chip = await _replica(refresh)
-    resp = await rep._execute(SimpleNamespace(work=[], start_s=0.0), [])
-    assert resp.end_s == 1.0 and chip.tokens == ["old", "new"] and not rep.lease.lost
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert chip.tokens == ["old", "new"] and chip.calls == [1] and not rep.lease.lost
+    assert rep.reporter.error is None and rep.energy_j > 0
     await rep.channel.close()
 
 
 async def test_token_refused_for_a_lost_instance_marks_the_lease_lost() -> None:
-    """When the broker no longer knows the instance, the iteration returns None and the lease is lost."""
+    """When the broker no longer knows the instance, the report stops and the reporter says the instance is lost."""
     async def refresh(instance: str) -> tuple[str, float]:
         raise grpc.aio.AioRpcError(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
 
     rep, chip = await _replica(refresh)
-    assert await rep._execute(SimpleNamespace(work=[], start_s=0.0), []) is None
-    assert rep.lease.lost and chip.tokens == ["old"]
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert rep.lease.lost and rep.reporter.lost and chip.tokens == ["old"]
+    await rep.channel.close()
+
+
+async def test_batched_reports_book_exactly_what_one_call_per_iteration_did() -> None:
+    """Iterations reported in batches, off the token path, leave the chip's busy time and energy exactly as
+    one ExecuteWork per iteration would (the same shard arithmetic, the same starts), in fewer calls."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    rep.reporter.max_batch = 16
+    its = _iterations(40)
+    for it, start in its:
+        rep.reporter.add(it, start)  # never waits: the first call goes out, the rest queue behind it
+    await rep.reporter.drain()
+    one_by_one = _shard()
+    energy = 0.0
+    for it, start in its:
+        energy += one_by_one.execute(np.arange(1), list(it.work), not_before_s=start, now_s=0.0).energy_j
+    assert sum(chip.calls) == 40 and len(chip.calls) < 40 and max(chip.calls) <= 16
+    assert chip.shard.busy_s[0] == one_by_one.busy_s[0] and chip.shard.above_idle_j[0] == one_by_one.above_idle_j[0]
+    assert chip.shard.busy_until_s[0] == one_by_one.busy_until_s[0]
+    assert rep.energy_j == pytest.approx(energy, rel=1e-12)
+    assert rep.reporter.ratio == pytest.approx(1.0)  # a healthy chip runs at the roofline's time
+    await rep.channel.close()
+
+
+async def test_slow_chip_slows_the_next_iterations() -> None:
+    """A chip running twice as slow shows in the report, and the replica times its next iterations by it."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    chip.stretch = 2.0
+    its = _iterations(4)
+    for it, start in its:
+        rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    it = its[-1][0]
+    assert rep.reporter.ratio == pytest.approx(2.0) and rep.reporter.duration_s(it) == pytest.approx(2 * it.compute_s)
+    assert rep.slow_ratio == pytest.approx(rep.reporter.ratio)
     await rep.channel.close()
 
 
@@ -396,3 +478,139 @@ async def test_reconcile_retried_mid_deployment_builds_each_replica_once(tmp_pat
     finally:
         await dep.close()
         svc.store.close()
+
+
+def test_router_refuses_streams_beyond_max_streams_with_retry_after() -> None:
+    """Past max_streams open streams a new request is RESOURCE_EXHAUSTED with a retry-after; a release (once,
+    however often called) frees its slot."""
+    ov = Overload(max_streams=2, max_loop_lag_s=0.25, retry_after_s=0.2)
+    first, _second = ov.admit(), ov.admit()
+    with pytest.raises(ResourceExhausted) as ei:
+        ov.admit()
+    assert ei.value.retry_after_s == 0.2 and ei.value.reason == "ROUTER_SATURATED" and ov.refused == 1
+    first()
+    first()
+    assert ov.open == 1
+    ov.admit()
+    assert ov.open == 2
+
+
+def test_router_refuses_while_its_event_loop_lags() -> None:
+    """A router whose loop runs behind max_loop_lag_s refuses at once, asking to retry after at least the lag."""
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2)
+    ov.lag_s = 0.4
+    with pytest.raises(ResourceExhausted) as ei:
+        ov.admit()
+    assert ei.value.retry_after_s == 0.4 and ov.open == 0
+
+
+def test_overload_status_carries_retry_after_ms_trailer() -> None:
+    """A RESOURCE_EXHAUSTED with a retry-after reaches gRPC clients as retry-after-s and retry-after-ms trailers."""
+    status = to_status(ResourceExhausted("saturated", retry_after_s=0.2004))
+    trailers = dict(status.trailing_metadata)
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert trailers["retry-after-s"] == "0.200" and trailers["retry-after-ms"] == "200"
+
+
+async def test_admission_releases_the_stream_slot_when_a_request_is_refused_or_ends() -> None:
+    """A request refused after taking its slot (a bad field) gives it back at once."""
+    svc = _svc()
+    _dep(svc, "tenants/alice", "m")
+    with pytest.raises(InvalidArgument):
+        svc.generate(ALICE, "deployments/m", text="hi", max_tokens=0)
+    assert svc.admission.overload.open == 0
+
+
+def test_late_token_emission_counts_as_lag_for_one_sample() -> None:
+    """Replicas emitting tokens late make the router refuse until a sample passes without it."""
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2)
+    ov.observe_emit_lag(0.3)
+    ov.observe_emit_lag(0.1)
+    ov.tick(0.0)
+    assert ov.lag_s == 0.3
+    with pytest.raises(ResourceExhausted):
+        ov.admit()
+    ov.tick(0.001)
+    assert ov.lag_s == 0.001
+    ov.admit()
+
+
+async def test_tokens_that_piled_up_go_out_as_one_message() -> None:
+    """Tokens queued while the client was behind are coalesced into one chunk (one GenerateResponse, one SSE
+    event) holding all their ids; the slot is released once the last is out."""
+    svc = _svc()
+    dep = _dep(svc, "tenants/alice", "m")
+    release = svc.admission.overload.admit()
+    req = Request("r1", np.arange(8), 3)
+    stream = Stream(asyncio.Queue(), req, SimpleNamespace(index=0))  # type: ignore[arg-type]
+    gen = Generation(dep, stream, svc.admission.tokenizer(dep.cfg.arch.vocab), 8, release=release)
+    for i, tok in enumerate((300, 301, 302)):
+        stream.queue.put_nowait(TokenEvent("r1", i, tok, 0.01 * i, finished=i == 2, finish_reason="length"))
+    got = [c async for c in gen.chunks()]
+    assert len(got) == 1 and got[0].token_ids == [300, 301, 302] and got[0].finish_reason == "length"
+    assert svc.admission.overload.open == 0
+
+
+def test_only_late_tokens_that_are_not_the_last_are_held() -> None:
+    """A token going out behind its virtual time is held for more (unless it is the last); one on time is not."""
+    clock = VirtualClock.starting_now()
+    co = Coalesce(clock, lag_s=0.005, hold_s=0.01)
+    now = clock.now()
+    assert co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=False))
+    assert not co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=True))
+    assert not co.behind(TokenEvent("r", 3, 300, now + 0.5, finished=False))
+    assert not co.behind(ReplicaFailed("gone"))
+
+
+async def test_a_rate_limited_report_is_sent_again_not_a_failure() -> None:
+    """A chip refusing a report for the tenant's RPC rate gets it again a moment later; the replica is fine."""
+    async def refresh(instance: str) -> tuple[str, float]:
+        return "new", time.time() + 30
+
+    rep, chip = await _replica(refresh)
+    rep.lease.token = "new"
+    real = chip.ReportWork
+    refused: list[int] = []
+
+    async def once_limited(req: Any, metadata: Any, timeout: float) -> Any:
+        if not refused:
+            refused.append(len(req.iterations))
+            raise grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "over the tenant's RPC rate")
+        return await real(req, metadata, timeout)
+
+    chip.ReportWork = once_limited  # type: ignore[method-assign]
+    for it, start in _iterations(3):
+        rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert refused == [3] and chip.calls == [3] and rep.reporter.error is None
+    await rep.channel.close()
+
+
+def test_router_raises_grpc_cores_pending_call_bound() -> None:
+    """The router asks gRPC's core to hold grpc_max_pending_calls calls for its loop (the core cancels beyond)."""
+    opts = dict(_svc(grpc_max_pending_calls=12345).server_options())
+    assert opts["grpc.server.max_pending_requests"] == 12345
+    assert opts["grpc.server.max_pending_requests_hard_limit"] == 12345
+
+
+async def test_a_report_about_chips_left_behind_does_not_fail_the_replica() -> None:
+    """A report that was in flight when the replica started afresh (healed, moved) and then fails is dropped:
+    it says nothing about the chips the replica runs on now."""
+    rep, chip = await _replica(None)
+    rep.lease.token = "new"
+    gate = asyncio.Event()
+
+    async def fails_late(req: Any, metadata: Any, timeout: float) -> Any:
+        await gate.wait()
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+
+    chip.ReportWork = fails_late  # type: ignore[method-assign]
+    it, start = _iterations(1)[0]
+    rep.reporter.add(it, start)
+    await asyncio.sleep(0)  # the report goes out
+    rep.reporter.reset()
+    gate.set()
+    await rep.reporter.drain()
+    assert rep.reporter.error is None and not rep.reporter.lost
+    await rep.channel.close()

@@ -226,6 +226,29 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                             clock_factor=res.clock_factor)
 
+    async def ReportWork(self, request: chip_pb2.ReportWorkRequest,
+                         context: grpc.aio.ServicerContext) -> chip_pb2.ReportWorkResponse:
+        cap = await self._cap(context, "compute.run")
+        n = len(request.iterations)
+        if n > self.cfg.max_report_iterations:
+            raise ResourceExhausted(f"{n} iterations exceed the shard's max_report_iterations "
+                                    f"({self.cfg.max_report_iterations}); send them in several calls")
+        idx = self._devices(request.devices)
+        cap.require("compute.run", _devset(idx, self.shard.offset))
+        # Every iteration is validated (items, not_before_s) before any is booked.
+        plan = [(chip_wire.works(i.items, f"iterations[{k}].items"), self._not_before(i.not_before_s))
+                for k, i in enumerate(request.iterations)]
+        if request.HasField("memory_in_use_bytes"):
+            cap.require("memory.write", _devset(idx, self.shard.offset))
+            self.shard.hold_memory(idx, int(request.memory_in_use_bytes))
+        now = self.svc.clock.now()
+        out = []
+        for works, not_before_s in plan:
+            res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=now)
+            out.append(chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
+                                                    clock_factor=res.clock_factor))
+        return chip_pb2.ReportWorkResponse(results=out)
+
     async def AllocateMemory(self, request: chip_pb2.AllocateMemoryRequest,
                              context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:
         cap = await self._cap(context, "memory.write")

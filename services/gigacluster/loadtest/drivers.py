@@ -27,6 +27,7 @@ class Result:
     tokens: int = 0
     itl_s: list[float] = dataclasses.field(default_factory=list)  # per token, from chunk gaps
     virtual_ttft_s: float = math.nan  # the server's own (virtual-clock) TTFT
+    virtual_e2e_s: float = math.nan  # the server's own (virtual-clock) end-to-end latency
     detail: str = ""
 
     @property
@@ -68,6 +69,7 @@ async def generate(client: Client, result: Result, intended: float, *, model: st
             tok.chunk(len(chunk.token_ids))
             if chunk.HasField("usage") and chunk.usage.ttft_s > 0:
                 result.virtual_ttft_s = chunk.usage.ttft_s
+                result.virtual_e2e_s = chunk.usage.e2e_s
         tok.done()
     except grpc.aio.AioRpcError as exc:
         result.status = exc.code().name
@@ -99,16 +101,17 @@ async def http_completion(session: aiohttp.ClientSession, base_url: str, api_key
                 if data == "[DONE]":
                     break
                 event: dict[str, Any] = json.loads(data)
+                extra = event.get("gigacluster") or {}
                 if event.get("choices"):
-                    # One event per chunk of the router's stream; the text does not say how many tokens
-                    # it holds, so ITL here is per event and the usage event corrects the token count.
-                    tok.chunk(1)
+                    # One event per chunk of the router's stream, with the number of tokens it holds (the usage
+                    # event corrects the total for a server that does not say).
+                    tok.chunk(int(extra.get("tokens", 1)))
                 usage = event.get("usage") or {}
                 if usage.get("completion_tokens"):
                     result.tokens = int(usage["completion_tokens"])
-                extra = event.get("gigacluster") or {}
                 if extra.get("ttft_s"):
                     result.virtual_ttft_s = float(extra["ttft_s"])
+                    result.virtual_e2e_s = float(extra.get("e2e_s") or math.nan)
         tok.done()
     except (aiohttp.ClientError, json.JSONDecodeError) as exc:
         result.status = "HTTP_ERROR"

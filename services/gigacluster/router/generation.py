@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -10,12 +11,13 @@ import numpy as np
 import structlog
 
 from gigacluster.errors import InvalidArgument, ResourceExhausted, Unavailable
-from gigacluster.inference.engine import Request, RequestSummary
+from gigacluster.inference.engine import Request, RequestSummary, TokenEvent
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.outputs import MAX_STOP_SEQUENCES, eos_after, find_stop
 from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model.arch import ModelArch
 from gigacluster.router.deployment import LiveDeployment, ReplicaFailed, Stream
+from gigacluster.router.overload import Overload
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import RouterConfig
@@ -37,6 +39,26 @@ class Chunk:
     kv_transfer_bytes: float = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Coalesce:
+    """When a stream's tokens go out more than ``lag_s`` (wall) behind their virtual time, hold each message
+    after the first ``hold_s`` for the tokens behind it: a router that fell behind sends fewer, fuller
+    messages (each costs it a write) instead of falling further behind. TTFT is never held."""
+
+    clock: VirtualClock
+    lag_s: float
+    hold_s: float
+
+    def behind(self, ev: TokenEvent | Exception) -> bool:
+        """``ev`` is a token (not the last) going out more than ``lag_s`` after its virtual time."""
+        return (isinstance(ev, TokenEvent) and not ev.finished
+                and self.clock.wall_s(self.clock.now() - ev.time_s) > self.lag_s)
+
+    async def hold(self, ev: TokenEvent | Exception) -> None:
+        if self.behind(ev):
+            await asyncio.sleep(self.hold_s)
+
+
 class Generation:
     """A routed request: iterate :meth:`chunks` for its tokens. Used by gRPC Generate and the HTTP API.
 
@@ -45,8 +67,11 @@ class Generation:
     """
 
     def __init__(self, dep: LiveDeployment, stream: Stream, tok: Tokenizer, prompt_tokens: int,
-                 stop_chars: int | None = None) -> None:
+                 stop_chars: int | None = None, release: Callable[[], None] = lambda: None,
+                 coalesce: Coalesce | None = None) -> None:
         self.dep = dep
+        self.coalesce = coalesce
+        self._release = release  # gives back the router-wide stream slot (idempotent)
         self.stream = stream
         self.tok = tok
         self.request_id = stream.req.id
@@ -62,6 +87,8 @@ class Generation:
         try:
             while not done:
                 batch = [await st.queue.get()]
+                if self.generated and self.coalesce is not None:
+                    await self.coalesce.hold(batch[0])
                 while not st.queue.empty():
                     batch.append(st.queue.get_nowait())
                 errs = [e for e in batch if isinstance(e, Exception)]
@@ -87,11 +114,13 @@ class Generation:
                     prefill_replica=f"{dep.name}/replicas/{st.prefill_replica}" if st.prefill_replica >= 0 else "",
                     kv_transfer_bytes=st.kv_transfer_bytes)
         finally:
+            self._release()
             if not done:
                 st.close()
 
     def close(self) -> None:
         """Drop the request if it has not finished (the client went away)."""
+        self._release()
         if not self.done:
             self.stream.close()
 
@@ -103,6 +132,9 @@ class Admission:
     def __init__(self, config: RouterConfig, clock: VirtualClock,
                  find: Callable[[Principal, str], LiveDeployment]) -> None:
         self.config = config
+        self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s)
+        self._coalesce = (Coalesce(clock, config.coalesce_lag_s, config.coalesce_hold_s)
+                          if config.coalesce_hold_s > 0 else None)
         self.clock = clock
         self.find = find
         self._tokenizers: dict[int, Tokenizer] = {}
@@ -174,8 +206,20 @@ class Admission:
         (chat, as vLLM), by the context left after the prompt (at most ``max_tokens_limit``).
         A ``stop`` string found in the output's text ends it there (finish_reason "stop").
         """
-        c = self.config
         dep = self.find(p, model)
+        release = self.overload.admit()  # before any work on the prompt
+        try:
+            return self._generate(p, dep, text=text, token_ids=token_ids, max_tokens=max_tokens, priority=priority,
+                                  request_id=request_id, stop=stop, ignore_eos=ignore_eos,
+                                  open_to_context=open_to_context, release=release)
+        except BaseException:
+            release()
+            raise
+
+    def _generate(self, p: Principal, dep: LiveDeployment, *, text: str | None, token_ids: Sequence[int] | None,
+                  max_tokens: int | None, priority: int, request_id: str, stop: Sequence[str], ignore_eos: bool,
+                  open_to_context: bool, release: Callable[[], None]) -> Generation:
+        c = self.config
         state, reason = dep.health()
         if state not in ("ready", "degraded"):
             raise Unavailable(f"{dep.name} is {state}{': ' + reason if reason else ''}; retry")
@@ -209,4 +253,5 @@ class Admission:
             raise ResourceExhausted(f"{dep.name} is saturated: {exc}", retry_after_s=exc.retry_after_s) from exc
         except ReplicaFailed as exc:
             raise Unavailable(str(exc)) from exc
-        return Generation(dep, stream, tok, len(prompt), cut.chars if cut is not None else None)
+        return Generation(dep, stream, tok, len(prompt), cut.chars if cut is not None else None, release,
+                          self._coalesce)

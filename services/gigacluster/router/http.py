@@ -33,7 +33,8 @@ Errors are OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}``
 than ``http_max_json_depth`` or a non-finite number (``NaN``, ``Infinity``); 401; 404 for an
 unknown model (or another tenant's) or path; 405 with ``Allow``; 413 for a body over
 ``http_max_body_bytes``; 429 with ``Retry-After`` (whole seconds, rounded up) and
-``retry-after-ms`` when the deployment is saturated or the tenant's rate limit is spent; 503
+``retry-after-ms`` when the deployment or the router itself is saturated (.overload) or the tenant's
+rate limit is spent; 503
 (retry) while its chips restart. A request shed from the queue before its first token still
 gets its 429: the response starts only once the first token exists.
 """
@@ -281,21 +282,26 @@ class OpenAIServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Request-Id": fmt.gen.request_id})
         await resp.prepare(request)
+        # Events produced together go out in one write: the chat role with the first chunk, the last chunk
+        # with the usage event and [DONE]; tokens that piled up while the client was behind are already one
+        # chunk (Generation.chunks merges them).
+        head = fmt.sse(fmt.chat_role()) if fmt.kind == "chat.completion" else b""
         try:
-            if fmt.kind == "chat.completion":
-                await resp.write(fmt.sse(fmt.chat_role()))
             c: Chunk | None = first
-            last = first
             while c is not None:
-                last = c
-                await resp.write(fmt.sse(fmt.chunk(c)))
-                c = None if c.finish_reason else await chunks.__anext__()
-            if include_usage:
-                await resp.write(fmt.sse(fmt.usage_chunk(last)))
-            await resp.write(b"data: [DONE]\n\n")
+                out = head + fmt.sse(fmt.chunk(c))
+                head = b""
+                if c.finish_reason:
+                    if include_usage:
+                        out += fmt.sse(fmt.usage_chunk(c))
+                    out += b"data: [DONE]\n\n"
+                    c = None
+                await resp.write(out)
+                if c is not None:
+                    c = await chunks.__anext__()
         except DomainError as exc:  # after the headers went out: an error event, then close
             err = json.loads(domain_error_response(exc).text or "{}")
-            await resp.write(fmt.sse(err))
+            await resp.write(head + fmt.sse(err))
         await resp.write_eof()
         return resp
 
@@ -348,7 +354,7 @@ class _Format:
         else:
             out = {**self._head("text_completion"),
                    "choices": [{"index": 0, "text": c.text, "logprobs": None, "finish_reason": fin}]}
-        out["gigacluster"] = self.extra(c)
+        out["gigacluster"] = {**self.extra(c), "tokens": len(c.token_ids)}  # several when the client was behind
         if self.continuous:
             done = self.gen.generated
             out["usage"] = (self.usage(c) if c.summary is not None else

@@ -60,6 +60,7 @@ class DeploymentManager:
         self.reconciled = asyncio.Event()
         self._restoring: dict[str, tuple[DeploySpec, tuple[str, ...]]] = {}
         self._kept: set[str] = set()  # instances of stored deployments that could not be rebuilt
+        self.on_lag: Callable[[float], None] = lambda lag_s: None  # given to every replica (router-wide admission)
 
     def _smd(self) -> tuple[tuple[str, str], ...]:
         return call_metadata(api_key=self.config.service_key)
@@ -136,9 +137,11 @@ class DeploymentManager:
     def _add_replica(self, dep: LiveDeployment, i: int, cfg: ReplicaConfig, instance: str,
                      devs: list[tuple[int, int]], inv: Any, lease: Lease) -> None:
         rep = Replica(i, cfg, instance=instance, devices=devs, endpoint=shard_endpoint(inv, devs), lease=lease,
-                      clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s)
+                      clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s,
+                      report_max_iterations=self.config.report_max_iterations)
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
+        rep.on_lag = self.on_lag
         dep.add(rep)
 
     def _reacquirer(self, dep: LiveDeployment) -> ReacquireFn:

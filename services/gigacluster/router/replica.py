@@ -1,6 +1,10 @@
 """One replica of a deployment: a :class:`ReplicaEngine` in virtual time whose every batch iteration runs
 on its chips through the chip service, with the capability :class:`Lease` it runs under.
 
+The replica times each iteration where it forms the batch and emits its tokens then; the chips
+book the iterations after the fact, batched, through :class:`.reporting.WorkReporter` (their
+measured speed scales the next iterations), so no chip round trip sits on the token path.
+
 Replicas heal themselves. Each broker instance's capability lives in a :class:`Lease` that is
 refreshed in the background once two thirds of its lifetime have passed (and at once when a chip
 refuses it, after which the call is retried on the new token). When a replica's chips stop
@@ -27,11 +31,12 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import DomainError
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.policies import ReplicaView
+from gigacluster.inference.request import Iteration
+from gigacluster.router.reporting import TOKEN_REFUSED, WorkReporter  # noqa: F401  (TOKEN_REFUSED: re-exported)
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
-from gigacluster.wire import chip as chip_wire
 
 log = structlog.get_logger()
 
@@ -44,7 +49,6 @@ SLOW_THRESHOLD = 0.05  # flag a deployment more than 5% slower than its model
 REFRESH_FRACTION = 2 / 3  # refresh a capability once this share of its lifetime has passed
 REFRESH_MARGIN_MAX_S = 120.0  # ... and never later than this before it expires
 HEAL_FIRST_PROBE_S = 0.05  # first wait before probing a failed replica's chips (doubles up to the config cap)
-TOKEN_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class ReplicaFailed(Exception):
@@ -172,7 +176,8 @@ def replica_memory_bytes(engine: ReplicaEngine) -> int:
 
 class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
-                 endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5) -> None:
+                 endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5,
+                 report_max_iterations: int = 1024) -> None:
         self.index = index
         self.engine = ReplicaEngine(cfg)
         self.instance = instance
@@ -193,11 +198,15 @@ class Replica:
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
         self.on_dropped: Callable[[Replica, Stream], None] | None = None
         self.reacquire: ReacquireFn | None = None
+        self.on_lag: Callable[[float], None] = lambda lag_s: None  # how late (wall s) an iteration's tokens went out
         self.reacquires = 0
         lease.on_lost.append(self.wake.set)
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
         self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
+        self._idle_report: asyncio.Future[None] | None = None
+        self.reporter = WorkReporter(self._report_target, self._on_reported, self.wake.set,
+                                     max_batch=report_max_iterations, tag=lambda: self.instance)
 
     @property
     def role(self) -> str:
@@ -213,39 +222,23 @@ class Replica:
         self.streams[stream.req.id] = stream
         self.wake.set()
 
-    async def _execute(self, it: Any, ranges: Any) -> Any:
-        """ExecuteWork for one batch iteration; a refused token is refreshed and the call retried once.
+    def _report_target(self) -> tuple[Any, Lease, Any, int]:
+        """What the reporter books the next iterations with: stub, lease, device ranges, memory in use."""
+        return self.stub, self.lease, convert.range_msgs(self.devices), replica_memory_bytes(self.engine)
 
-        None when the token was refused because the broker no longer knows the instance.
-        """
-        req = chip_pb2.ExecuteWorkRequest(devices=ranges, items=chip_wire.work_msgs(it.work),
-                                          not_before_s=it.start_s, tag=self.instance,
-                                          memory_in_use_bytes=replica_memory_bytes(self.engine))
-        self._reported_memory = req.memory_in_use_bytes
-        try:
-            return await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            self._reported_memory = -1
-            if err.code() not in TOKEN_REFUSED:
-                raise
-            log.info("capability refused; refreshing", replica=self.index, instance=self.instance,
-                     error=err.details())
-            try:
-                await self.lease.refresh()
-            except grpc.aio.AioRpcError:
-                if self.lease.lost:
-                    return None
-                raise err from None
-        resp = await self.stub.ExecuteWork(req, metadata=call_metadata(capability=self.lease()), timeout=30)
-        self._reported_memory = req.memory_in_use_bytes
-        return resp
+    def _on_reported(self, it: Iteration, resp: Any) -> None:
+        """The chips booked an iteration: their energy and their time against the roofline's."""
+        self.energy_j += resp.energy_j
+        if it.compute_s > 0:
+            self._timing.append((resp.end_s - resp.start_s, it.compute_s))
 
     async def _report_memory(self, ranges: Any) -> None:
         """Tell the chips what the idle replica holds (its weights and any KV cache still in use), once
         per change; the last ExecuteWork carried the value of the iteration before it."""
+        await self.reporter.drain()  # the last report carried the memory of its last iteration
         mem = replica_memory_bytes(self.engine)
-        if mem == self._reported_memory:
-            return
+        if mem in (self._reported_memory, self.reporter.reported_memory) or self.reporter.busy:
+            return  # unchanged, or a report under way carries it
         try:
             await self.stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=ranges, bytes_per_device=mem),
                                            metadata=call_metadata(capability=self.lease()), timeout=2)
@@ -263,6 +256,7 @@ class Replica:
         self.streams.clear()
         self.engine = ReplicaEngine(self.engine.cfg)
         self._timing.clear()
+        self.reporter.reset()
 
     async def _heal(self) -> None:
         """Probe the shard's health with backoff until it serves again, then reopen the channel.
@@ -319,65 +313,71 @@ class Replica:
         self.failed = ""
         log.info("replica re-acquired", replica=self.index, old=old, instance=self.instance)
 
+    async def _failed(self, err: grpc.aio.AioRpcError) -> None:
+        """The chips failed a report: drop every request, wait for the shard to serve again."""
+        detail = (err.details() or "")[:200]
+        self.failed = f"replica {self.index} lost its chips ({err.code().name}: {detail})"
+        log.error("replica failed; healing", replica=self.index, code=err.code().name, error=detail)
+        self._drop_all(f"{self.failed}; the request was dropped: retry it")
+        await self._heal()
+        if not self.lease.lost:  # else the top of the loop re-acquires an instance
+            self.failed = ""
+            self.heals += 1
+            log.info("replica healed", replica=self.index, heals=self.heals)
+
     async def run(self, on_finish: Callable[[TokenEvent, Stream], None]) -> None:
+        """Form batches, time them, emit their tokens at their virtual end; the chips hear of them after
+        (:class:`.reporting.WorkReporter`), so no round trip sits between two tokens."""
         t_free = self.clock.now()
-        ranges = convert.range_msgs(self.devices)
         while True:
-            if self.lease.lost:
+            if self.lease.lost:  # (a report refused for a lost instance marks the lease it used, this one)
                 await self._rebind()
-                ranges = convert.range_msgs(self.devices)
                 t_free = self.clock.now()
                 continue
-            # In virtual time the next iteration starts when the last one ended or when work arrived,
-            # never later because this task woke late (the chip service backdates the call to it).
-            start = max(t_free, min(self.clock.now(), self.engine.ready_since_s()))
+            if self.reporter.error is not None:
+                await self._failed(self.reporter.error)
+                t_free = self.clock.now()
+                continue
+            # In virtual time the next iteration starts when the last one ended (here or, if they ran
+            # slower than we thought, on the chips) or when work arrived, never later because this task
+            # woke late.
+            start = max(t_free, self.reporter.chip_end_s, min(self.clock.now(), self.engine.ready_since_s()))
             it = self.engine.next_iteration(start)
             if it is None:
                 self.wake.clear()
-                await self._report_memory(ranges)
-                await self.wake.wait()
-                continue
-            try:
-                resp = await self._execute(it, ranges)
-            except grpc.aio.AioRpcError as err:
-                detail = (err.details() or "")[:200]
-                self.failed = f"replica {self.index} lost its chips ({err.code().name}: {detail})"
-                log.error("replica failed; healing", replica=self.index, code=err.code().name, error=detail)
-                self._drop_all(f"{self.failed}; the request was dropped: retry it")
-                await self._heal()
-                t_free = self.clock.now()
-                if not self.lease.lost:  # else the top of the loop re-acquires an instance
-                    self.failed = ""
-                    self.heals += 1
-                    log.info("replica healed", replica=self.index, heals=self.heals)
-                continue
-            if resp is None:  # the instance is gone: re-acquire at the top of the loop
+                if self._idle_report is None or self._idle_report.done():  # never waited for: work may come
+                    self._idle_report = asyncio.ensure_future(self._report_memory(convert.range_msgs(self.devices)))
+                if self.reporter.error is None and not self.lease.lost:
+                    await self.wake.wait()
                 continue
             self._probe_s = HEAL_FIRST_PROBE_S
-            self.energy_j += resp.energy_j
-            if it.compute_s > 0:
-                self._timing.append((resp.end_s - resp.start_s, it.compute_s))
-            end = resp.end_s + it.comm_s
+            duration = self.reporter.duration_s(it)
+            self.reporter.add(it, start)
+            end = start + duration + it.comm_s
             await self.clock.sleep_until(end)
-            # The iteration's energy as the chips drew it (their clock, their measured time), shared by its requests.
-            energy = self.engine.iteration_energy_j(it, duration_s=end - resp.start_s, above_idle_j=resp.energy_j)
-            for ev in self.engine.complete(it, end, energy_j=energy):
-                st = self.streams.get(ev.request_id)
-                if st is None:
-                    continue
-                if ev.finish_reason == "prefilled":
-                    del self.streams[ev.request_id]
-                    if self.on_prefilled is not None:
-                        self.on_prefilled(self, ev, st)
-                    continue
-                if st.last_token_s == st.last_token_s:  # not NaN
-                    st.itl.append(ev.time_s - st.last_token_s)
-                st.last_token_s = ev.time_s
-                st.queue.put_nowait(ev)
-                if ev.finished:
-                    on_finish(ev, st)
-                    del self.streams[ev.request_id]
+            self.on_lag(self.clock.wall_s(self.clock.now() - end))
+            # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
+            energy = self.engine.iteration_energy_j(it, duration_s=end - start)
+            self._emit(self.engine.complete(it, end, energy_j=energy), on_finish)
             t_free = end
+
+    def _emit(self, events: list[TokenEvent], on_finish: Callable[[TokenEvent, Stream], None]) -> None:
+        for ev in events:
+            st = self.streams.get(ev.request_id)
+            if st is None:
+                continue
+            if ev.finish_reason == "prefilled":
+                del self.streams[ev.request_id]
+                if self.on_prefilled is not None:
+                    self.on_prefilled(self, ev, st)
+                continue
+            if st.last_token_s == st.last_token_s:  # not NaN
+                st.itl.append(ev.time_s - st.last_token_s)
+            st.last_token_s = ev.time_s
+            st.queue.put_nowait(ev)
+            if ev.finished:
+                on_finish(ev, st)
+                del self.streams[ev.request_id]
 
     @property
     def slow_ratio(self) -> float:
@@ -393,6 +393,9 @@ class Replica:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+        if self._idle_report is not None:
+            self._idle_report.cancel()
+        await self.reporter.close()
         for s in self.streams.values():
             s.queue.put_nowait(ReplicaFailed("deployment deleted"))
         await self.channel.close()

@@ -45,6 +45,7 @@ class RouterService(Service[RouterConfig]):
         self.auth = self.broker_auth()
         self.manager = DeploymentManager(config, self.auth, self.clock, self._set_health)
         self.admission = Admission(config, self.clock, self.manager.visible)
+        self.manager.on_lag = self.admission.overload.observe_emit_lag
         self._alerts: dict[str, str] = {}
         self._loss_events: dict[str, int] = {}
         self.registry.register(FunctionCollector(self.metrics))
@@ -68,8 +69,15 @@ class RouterService(Service[RouterConfig]):
         router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)
         return [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name]
 
+    def server_options(self) -> list[tuple[str, Any]]:
+        # gRPC's core cancels calls it has queued beyond max_pending_requests before the event loop
+        # picked them up; the router refuses them itself (RESOURCE_EXHAUSTED, .overload) instead.
+        n = self.config.grpc_max_pending_calls
+        return [("grpc.server.max_pending_requests", n), ("grpc.server.max_pending_requests_hard_limit", n)]
+
     async def start(self) -> None:
         await super().start()
+        self.spawn(self.admission.overload.watch(), "loop-lag")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until the deployments are back
         self.spawn(self.manager.reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")

@@ -118,10 +118,11 @@ class ChipConfig(CommonConfig):
     max_io_bytes: int = _f(4 * 1024 * 1024, "bytes one ReadMemory/WriteMemory call may move (more: RESOURCE_EXHAUSTED)")
     not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie (further: "
                                              "INVALID_ARGUMENT), so no start can hold devices for ever")
+    max_report_iterations: int = _f(4096, "batch iterations one ReportWork call may book (more: RESOURCE_EXHAUSTED)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s")
+        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s", "max_report_iterations")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.system and self.system not in system_names():
@@ -254,6 +255,18 @@ class RouterConfig(CommonConfig):
     http_max_header_bytes: int = _f(64 * 1024, "longest HTTP request line or header value the parser reads; a longer "
                                                "one is refused by the HTTP parser itself, before any handler")
     heal_backoff_max_s: float = _f(0.5, "longest wait between probes of a replica's restarted chips")
+    max_streams: int = _f(8192, "open Generate streams (gRPC and HTTP) one router process holds; more are refused "
+                                "RESOURCE_EXHAUSTED (HTTP 429) with overload_retry_after_s, before any work")
+    max_loop_lag_s: float = _f(0.25, "a router process whose event loop runs this far behind refuses new requests "
+                                     "RESOURCE_EXHAUSTED (HTTP 429) until it catches up")
+    overload_retry_after_s: float = _f(0.2, "retry-after the router's own overload refusals carry (at least the lag)")
+    grpc_max_pending_calls: int = _f(20000, "calls gRPC's core queues for the router before its event loop picks them "
+                                            "up; beyond, the core itself cancels them (CANCELLED)")
+    coalesce_lag_s: float = _f(0.005, "a stream whose tokens go out more than this (wall s) behind their virtual time "
+                                      "holds each message after the first coalesce_hold_s for the tokens behind it")
+    coalesce_hold_s: float = _f(0.01, "how long such a message waits for more tokens (0 = never hold)")
+    report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
+                                          "(at most the shards' max_report_iterations)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
 
@@ -261,13 +274,17 @@ class RouterConfig(CommonConfig):
         super().__post_init__()
         for name in ("max_prompt_bytes", "default_max_tokens", "max_tokens_limit", "max_queue_limit",
                      "max_batch_limit", "max_replicas", "http_max_body_bytes", "http_max_json_depth",
-                     "http_max_header_bytes"):
+                     "http_max_header_bytes", "report_max_iterations", "max_streams", "grpc_max_pending_calls"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.default_max_tokens > self.max_tokens_limit:
             raise ConfigError("default_max_tokens must be <= max_tokens_limit")
         if not self.heal_backoff_max_s > 0:
             raise ConfigError("heal_backoff_max_s must be > 0")
+        if not (self.max_loop_lag_s > 0 and self.overload_retry_after_s > 0):  # also refuses NaN
+            raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
+        if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
+            raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
         for path in self.routing_policy_paths:
             if ":" not in path:
                 raise ConfigError(f"routing_policies must be import paths pkg.module:Class, got {path[:64]!r}")

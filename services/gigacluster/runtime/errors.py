@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -62,7 +63,8 @@ def to_status(exc: BaseException) -> grpc.Status:
     trailing = tuple(status.trailing_metadata)
     if "retry_after_s" in metadata:
         # A trailer clients can read without decoding the details (as HTTP's Retry-After).
-        trailing += (("retry-after-s", metadata["retry_after_s"]),)
+        trailing += (("retry-after-s", metadata["retry_after_s"]),
+                     ("retry-after-ms", str(max(1, math.ceil(1000 * float(metadata["retry_after_s"]))))))
     return _Status(status.code, status.details, trailing)
 
 

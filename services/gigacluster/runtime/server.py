@@ -252,6 +252,10 @@ class Service(Generic[CfgT]):
         """Register servicers; return their full service names (for health and reflection)."""
         raise NotImplementedError
 
+    def server_options(self) -> list[tuple[str, Any]]:
+        """Extra gRPC server options of this service (later ones override the common ones)."""
+        return []
+
     async def start(self) -> None:
         """Start background work (called after the server has bound its port)."""
         await self.telemetry.start()
@@ -303,6 +307,7 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
+            *service.server_options(),
         ],
     )
     names = service.add_to_server(server)

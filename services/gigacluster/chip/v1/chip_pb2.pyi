@@ -141,6 +141,32 @@ class ExecuteWorkResponse(_message.Message):
     clock_factor: float
     def __init__(self, start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., energy_j: _Optional[float] = ..., clock_factor: _Optional[float] = ...) -> None: ...
 
+class ReportWorkRequest(_message.Message):
+    __slots__ = ("devices", "iterations", "tag", "memory_in_use_bytes")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IN_USE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    iterations: _containers.RepeatedCompositeFieldContainer[WorkIteration]
+    tag: str
+    memory_in_use_bytes: int
+    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., iterations: _Optional[_Iterable[_Union[WorkIteration, _Mapping]]] = ..., tag: _Optional[str] = ..., memory_in_use_bytes: _Optional[int] = ...) -> None: ...
+
+class WorkIteration(_message.Message):
+    __slots__ = ("not_before_s", "items")
+    NOT_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    not_before_s: float
+    items: _containers.RepeatedCompositeFieldContainer[WorkItem]
+    def __init__(self, not_before_s: _Optional[float] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ...) -> None: ...
+
+class ReportWorkResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ExecuteWorkResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[ExecuteWorkResponse, _Mapping]]] = ...) -> None: ...
+
 class AllocateMemoryRequest(_message.Message):
     __slots__ = ("device", "size_bytes")
     DEVICE_FIELD_NUMBER: _ClassVar[int]

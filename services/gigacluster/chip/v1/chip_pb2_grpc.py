@@ -52,6 +52,11 @@ class ChipServiceStub:
                 request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkResponse.FromString,
                 _registered_method=True)
+        self.ReportWork = channel.unary_unary(
+                '/gigacluster.chip.v1.ChipService/ReportWork',
+                request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkResponse.FromString,
+                _registered_method=True)
         self.AllocateMemory = channel.unary_unary(
                 '/gigacluster.chip.v1.ChipService/AllocateMemory',
                 request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.AllocateMemoryRequest.SerializeToString,
@@ -121,6 +126,15 @@ class ChipServiceServicer:
 
     def ExecuteWork(self, request, context):
         """Run work items on a set of devices in lock step; timed by the roofline model in virtual time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportWork(self, request, context):
+        """Book batch iterations a caller timed itself (a router replica), after the fact and many per call:
+        each is booked as ExecuteWork would book it (busy time, energy, memory in use), so the shard's
+        accounting is the same while the caller's tokens never wait for a round trip.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -209,6 +223,11 @@ def add_ChipServiceServicer_to_server(servicer, server):
                     servicer.ExecuteWork,
                     request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkRequest.FromString,
                     response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkResponse.SerializeToString,
+            ),
+            'ReportWork': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportWork,
+                    request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkRequest.FromString,
+                    response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkResponse.SerializeToString,
             ),
             'AllocateMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateMemory,
@@ -340,6 +359,33 @@ class ChipService:
             '/gigacluster.chip.v1.ChipService/ExecuteWork',
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkRequest.SerializeToString,
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWorkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportWork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.chip.v1.ChipService/ReportWork',
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkRequest.SerializeToString,
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.ReportWorkResponse.FromString,
             options,
             channel_credentials,
             insecure,

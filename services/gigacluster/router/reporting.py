@@ -1,0 +1,151 @@
+"""A replica's batch iterations reported to its chips after the fact, batched, off the token path.
+
+The replica times each iteration itself where the batch is formed (the engine's roofline time,
+scaled by what the chips said of the last iterations: a throttled or slow chip shows there) and
+emits its tokens at that virtual time; :class:`WorkReporter` books the iterations on the chips
+with ``ReportWork``, one call in flight per replica carrying every iteration that ran meanwhile
+(at most ``max_batch`` a call). The shard books each exactly as ``ExecuteWork`` would, so its
+busy time, energy and memory-in-use totals are unchanged; only the round trip left the path of
+the tokens. A failed report (chips gone, capability refused and not renewable) is kept in
+:attr:`WorkReporter.error` and the replica is woken to heal, as a failed ExecuteWork used to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from gigacluster.chip.v1 import chip_pb2
+from gigacluster.inference.request import Iteration
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.wire import chip as chip_wire
+
+log = structlog.get_logger()
+
+TOKEN_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+RATE_LIMITED_RETRY_S = 0.05  # wait before re-sending iterations the chip refused for the tenant's RPC rate
+RATIO_BOUNDS = (1e-3, 1e3)  # a chip's time over the roofline's, as learnt from reports, is kept within these
+
+
+class WorkReporter:
+    """Books a replica's iterations on its chips in the background (see the module docstring).
+
+    ``target`` gives the current ``(stub, lease, device ranges, memory bytes)`` of the replica
+    (they change when it heals or moves to a new instance); ``on_result`` receives each booked
+    iteration with the shard's ``ExecuteWorkResponse``; ``wake`` is called when a report fails.
+    """
+
+    def __init__(self, target: Callable[[], tuple[Any, Any, Any, int]],
+                 on_result: Callable[[Iteration, Any], None], wake: Callable[[], None], *, max_batch: int,
+                 tag: Callable[[], str]) -> None:
+        self._target = target
+        self._on_result = on_result
+        self._wake = wake
+        self._tag = tag
+        self.max_batch = max_batch
+        self.pending: list[tuple[Iteration, float]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.error: grpc.aio.AioRpcError | None = None
+        self.lost = False  # the broker no longer knows the instance (its capability could not be renewed)
+        self.ratio = 1.0  # chip time / roofline compute time of the last reported iterations
+        self.chip_end_s = 0.0  # when the last reported iteration ended on the chips (virtual)
+        self.reports = 0
+        self.reported_memory = -1
+        self._epoch = 0  # bumped by reset(): a report sent before it is about chips (or a lease) since replaced
+
+    def add(self, it: Iteration, start_s: float) -> None:
+        """Queue one iteration that started at ``start_s``; never waits."""
+        self.pending.append((it, start_s))
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    @property
+    def busy(self) -> bool:
+        """A report is under way or queued."""
+        return bool(self.pending) or (self.task is not None and not self.task.done())
+
+    def duration_s(self, it: Iteration) -> float:
+        """The iteration's compute time on these chips as the last reports measured them."""
+        return it.compute_s * self.ratio
+
+    async def drain(self) -> None:
+        """Wait until everything queued has been reported (or a report failed)."""
+        while self.task is not None and not self.task.done():
+            await asyncio.shield(self.task)
+
+    def reset(self) -> None:
+        """Forget what was not reported (the chips that ran it are gone) and any error."""
+        self.pending.clear()
+        self.error = None
+        self.lost = False
+        self.ratio = 1.0
+        self.chip_end_s = 0.0
+        self.reported_memory = -1
+        self._epoch += 1
+
+    async def _run(self) -> None:
+        while self.pending and self.error is None and not self.lost:
+            batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
+            epoch = self._epoch
+            try:
+                resp = await self._send(batch)
+            except grpc.aio.AioRpcError as err:
+                if epoch != self._epoch:
+                    continue  # about chips the replica has left since: nothing to heal
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # the tenant's chip RPC rate: later, merged
+                    self.pending[:0] = batch
+                    await asyncio.sleep(RATE_LIMITED_RETRY_S)
+                    continue
+                self.error = err
+                self._wake()
+                return
+            if epoch != self._epoch:
+                continue
+            if resp is None:
+                self.lost = True
+                self._wake()
+                return
+            self.reports += 1
+            chip_s = roof_s = 0.0
+            for (it, _), r in zip(batch, resp.results, strict=False):
+                self._on_result(it, r)
+                chip_s += r.end_s - r.start_s
+                roof_s += it.compute_s
+                self.chip_end_s = max(self.chip_end_s, r.end_s)
+            if roof_s > 0 and chip_s > 0:
+                self.ratio = min(max(chip_s / roof_s, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+
+    async def _send(self, batch: list[tuple[Iteration, float]]) -> Any:
+        """One ReportWork call; a refused capability is refreshed and the call retried once (None when
+        the broker no longer knows the instance)."""
+        stub, lease, ranges, memory = self._target()
+        req = chip_pb2.ReportWorkRequest(
+            devices=ranges, tag=self._tag(), memory_in_use_bytes=memory,
+            iterations=[chip_pb2.WorkIteration(items=chip_wire.work_msgs(it.work), not_before_s=start)
+                        for it, start in batch])
+        try:
+            resp = await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in TOKEN_REFUSED:
+                raise
+            log.info("capability refused; refreshing", instance=lease.instance, error=(err.details() or "")[:200])
+            try:
+                await lease.refresh()
+            except grpc.aio.AioRpcError:
+                if lease.lost:
+                    return None
+                raise err from None
+            resp = await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
+        self.reported_memory = memory
+        return resp
+
+    async def close(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await self.task
