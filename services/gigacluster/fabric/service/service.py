@@ -88,6 +88,7 @@ class FabricService(Service[FabricConfig]):
 
     async def stop(self) -> None:
         await super().stop()
+        self.driver.close()
         await self.auth.close()
 
     async def _end_released_tick(self) -> None:

@@ -1,0 +1,134 @@
+"""The simulator's pool of active flows: per-flow arrays, their link incidence, and their max-min rates.
+
+A pool *flow* is what the max-min solver sees (one per lockstep phase copy, or per independent
+sub-flow); a *sub-flow* is one src -> dst route of it, kept so a fault can reroute it. Rates are
+recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gigacluster.fabric.maxmin import maxmin_rates
+from gigacluster.fabric.routing import Routes
+
+_FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio")
+_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
+
+
+class FlowPool:
+    """Active flows (``gseq``: owning group, ``rem``/``bytes_``: bytes left/at start, ``w``, ``prio``),
+    their incidence (``e_pos``, ``e_link``, ``e_coef``) and sub-flows (``s_pos``, ``s_src``, ``s_dst``,
+    ``s_label``); after :meth:`solve`: ``rate``, ``drain`` (absolute end time), ``link_rate`` and
+    ``grp_drain`` (latest drain per group)."""
+
+    def __init__(self, n_links: int) -> None:
+        self.n_links = n_links
+        self.gseq = np.zeros(0, dtype=np.int64)
+        self.rem = np.zeros(0)
+        self.bytes_ = np.zeros(0)
+        self.w = np.zeros(0)
+        self.prio = np.zeros(0, dtype=np.int64)
+        self.rate = np.zeros(0)
+        self.drain = np.zeros(0)
+        self.e_pos = np.zeros(0, dtype=np.int64)
+        self.e_link = np.zeros(0, dtype=np.int64)
+        self.e_coef = np.zeros(0)
+        self.s_pos = np.zeros(0, dtype=np.int64)
+        self.s_src = np.zeros(0, dtype=np.int64)
+        self.s_dst = np.zeros(0, dtype=np.int64)
+        self.s_label = np.zeros(0, dtype=np.int64)
+        self.link_rate = np.zeros(n_links)
+        self.grp_drain: dict[int, float] = {}
+        self.dirty = False
+        self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
+        self._n_pending = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.rem.size) + self._n_pending
+
+    def flush(self) -> None:
+        """Concatenate the flows added since the last flush (one copy of the pool per batch, not per add)."""
+        if not self._chunks:
+            return
+        cols = list(zip(*self._chunks, strict=True))
+        for name, col in zip(_ALL, cols, strict=True):
+            setattr(self, name, np.concatenate([getattr(self, name), *col]))
+        self._chunks.clear()
+        self._n_pending = 0
+
+    def add(self, gseq: int, n_new: int, bytes_: float, w: float, prio: int, sub_flow: np.ndarray, r: Routes,
+            src: np.ndarray, dst: np.ndarray, labels: np.ndarray) -> None:
+        """Append ``n_new`` flows of group ``gseq``; routed sub-flow ``i`` belongs to flow ``sub_flow[i]``."""
+        sub_pos = self.size + sub_flow
+        self._chunks.append((
+            np.full(n_new, gseq, dtype=np.int64), np.full(n_new, bytes_), np.full(n_new, bytes_), np.full(n_new, w),
+            np.full(n_new, prio, dtype=np.int64), sub_pos[r.e_flow], r.e_link, r.e_coef, sub_pos, src, dst, labels,
+        ))
+        self._n_pending += n_new
+        self.dirty = True
+
+    def remove_group(self, gseq: int) -> None:
+        """Drop every flow of group ``gseq``."""
+        self.flush()
+        self.remove(self.gseq == gseq)
+
+    def remove(self, remove: np.ndarray) -> None:
+        """Drop the flows where ``remove`` is True (and their incidence and sub-flows)."""
+        self.flush()
+        keep = ~remove
+        newpos = np.cumsum(keep) - 1
+        ek = keep[self.e_pos]
+        sk = keep[self.s_pos]
+        for name in _FLOW_FIELDS:
+            setattr(self, name, getattr(self, name)[keep])
+        if self.rate.size == keep.size:
+            self.rate = self.rate[keep]
+            self.drain = self.drain[keep]
+        self.e_pos = newpos[self.e_pos[ek]]
+        self.e_link, self.e_coef = self.e_link[ek], self.e_coef[ek]
+        self.s_pos = newpos[self.s_pos[sk]]
+        self.s_src, self.s_dst, self.s_label = self.s_src[sk], self.s_dst[sk], self.s_label[sk]
+        self.dirty = True
+
+    def replace_incidence(self, keep_e: np.ndarray, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> None:
+        """Keep the entries where ``keep_e`` holds and append new ones (rerouted sub-flows); flush first."""
+        self.e_pos = np.concatenate([self.e_pos[keep_e], e_pos])
+        self.e_link = np.concatenate([self.e_link[keep_e], e_link])
+        self.e_coef = np.concatenate([self.e_coef[keep_e], e_coef])
+        self.dirty = True
+
+    def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
+        """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
+        if not self.dirty:
+            return
+        self.flush()
+        n = self.size
+        prio = self.prio if n and self.prio.min() != self.prio.max() else None
+        rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
+        self.rate = rate
+        fin = np.isfinite(rate[self.e_pos])
+        self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
+                                     minlength=self.n_links).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self.rem / rate, np.inf))
+        self.drain = t_ref + dt
+        self.grp_drain = {}
+        if n:
+            order = np.argsort(self.gseq, kind="stable")
+            gs = self.gseq[order]
+            starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+            mx = np.maximum.reduceat(self.drain[order], starts)
+            self.grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
+        self.dirty = False
+
+    def move(self, dt: float) -> np.ndarray:
+        """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""
+        if self.size:
+            moved = np.where(np.isinf(self.rate), self.rem, self.rate * dt)
+            self.rem = np.maximum(self.rem - moved, 0.0)
+        return self.link_rate * dt
+
+
+__all__ = ["FlowPool"]
