@@ -37,7 +37,7 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
 
 
-def _compact(e_link: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+def compact(e_link: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
     """(used link ids, entry -> index into them): a lookup table when the entries are many, else a sort."""
     if e_link.size * 8 < n_links:
         used, inv = np.unique(e_link, return_inverse=True)
@@ -57,7 +57,7 @@ def _fill_level_compiled(
     """:func:`_fill_level` by the compiled heap kernel (:mod:`gigacluster.fabric.maxmin_kernel`)."""
     if e_flow.size == 0:
         return 0
-    used, e_l = _compact(e_link, rem_Bps.size)
+    used, e_l = compact(e_link, rem_Bps.size)
     cap = np.maximum(rem_Bps[used], 0.0)
     e_w = e_coef * weight[e_flow]
     frozen_use, rounds = maxmin_kernel.fill(n_flows, e_flow, e_l, e_w, cap, np.asarray(weight, dtype=np.float64),
@@ -207,4 +207,4 @@ def progressive_filling_py(
     return rate
 
 
-__all__ = ["maxmin_rates", "progressive_filling_py"]
+__all__ = ["compact", "maxmin_rates", "progressive_filling_py"]

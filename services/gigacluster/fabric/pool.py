@@ -2,17 +2,21 @@
 
 A pool *flow* is what the max-min solver sees (one per lockstep phase copy, or per independent
 sub-flow); a *sub-flow* is one src -> dst route of it, kept so a fault can reroute it. Rates are
-recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed.
+recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed: from scratch
+after a change of capacities or routes (or with mixed priorities), otherwise incrementally, only for
+the flows a start or finish can reach (:mod:`gigacluster.fabric.maxmin_incr`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from gigacluster.fabric import maxmin_incr
 from gigacluster.fabric.maxmin import maxmin_rates
 from gigacluster.fabric.routing import Routes
 
-_FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio")
+_FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
+_KEEP_REL = 1e-9  # an old flow is kept only if its level is below the change's level by more than this
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
 
@@ -41,6 +45,11 @@ class FlowPool:
         self.link_rate = np.zeros(n_links)
         self.grp_drain: dict[int, float] = {}
         self.dirty = False
+        self.incremental = True
+        self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
+        self._full = True  # next solve from scratch (capacities or routes changed)
+        self._tau = np.inf  # lowest old level of a flow removed since the last solve
+        self._seeds: list[np.ndarray] = []  # links of flows removed since the last solve
         self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
         self._n_pending = 0
 
@@ -64,7 +73,8 @@ class FlowPool:
         sub_pos = self.size + sub_flow
         self._chunks.append((
             np.full(n_new, gseq, dtype=np.int64), np.full(n_new, bytes_), np.full(n_new, bytes_), np.full(n_new, w),
-            np.full(n_new, prio, dtype=np.int64), sub_pos[r.e_flow], r.e_link, r.e_coef, sub_pos, src, dst, labels,
+            np.full(n_new, prio, dtype=np.int64), np.zeros(n_new), np.full(n_new, np.inf), np.ones(n_new, dtype=bool),
+            sub_pos[r.e_flow], r.e_link, r.e_coef, sub_pos, src, dst, labels,
         ))
         self._n_pending += n_new
         self.dirty = True
@@ -81,11 +91,14 @@ class FlowPool:
         newpos = np.cumsum(keep) - 1
         ek = keep[self.e_pos]
         sk = keep[self.s_pos]
+        solved = remove & ~self.new
+        if solved.any() and not self._full:
+            gone = ~ek & solved[self.e_pos]
+            self._seeds.append(self.e_link[gone])
+            np.subtract.at(self.link_rate, self.e_link[gone], self.e_coef[gone] * self.rate[self.e_pos[gone]])
+            self._tau = min(self._tau, float((self.rate[solved] / self.w[solved]).min()))
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
-        if self.rate.size == keep.size:
-            self.rate = self.rate[keep]
-            self.drain = self.drain[keep]
         self.e_pos = newpos[self.e_pos[ek]]
         self.e_link, self.e_coef = self.e_link[ek], self.e_coef[ek]
         self.s_pos = newpos[self.s_pos[sk]]
@@ -97,7 +110,12 @@ class FlowPool:
         self.e_pos = np.concatenate([self.e_pos[keep_e], e_pos])
         self.e_link = np.concatenate([self.e_link[keep_e], e_link])
         self.e_coef = np.concatenate([self.e_coef[keep_e], e_coef])
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        """Capacities or routes changed: the next solve starts from scratch."""
         self.dirty = True
+        self._full = True
 
     def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
         """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
@@ -106,11 +124,17 @@ class FlowPool:
         self.flush()
         n = self.size
         prio = self.prio if n and self.prio.min() != self.prio.max() else None
-        rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
-        self.rate = rate
-        fin = np.isfinite(rate[self.e_pos])
-        self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
-                                     minlength=self.n_links).astype(np.float64)
+        if self._full or prio is not None or not self.incremental or not self._resolve(capacity_Bps):
+            rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
+            self.rate = rate
+            fin = np.isfinite(rate[self.e_pos])
+            self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
+                                         minlength=self.n_links).astype(np.float64)
+        else:
+            rate = self.rate
+        self.new[:] = False
+        # rates under strict priority are not one water-filling: the level cut does not apply to them
+        self._full, self._tau, self._seeds = prio is not None, np.inf, []
         with np.errstate(divide="ignore", invalid="ignore"):
             dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self.rem / rate, np.inf))
         self.drain = t_ref + dt
@@ -122,6 +146,42 @@ class FlowPool:
             mx = np.maximum.reduceat(self.drain[order], starts)
             self.grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
         self.dirty = False
+
+    def _resolve(self, cap: np.ndarray) -> bool:
+        """Incremental solve: re-solve only the flows the starts and finishes since the last solve can reach.
+
+        Returns False, having changed nothing, when the change reaches more than half of the pool (then a
+        solve from scratch is cheaper)."""
+        old, n = ~self.new, self.size
+        tau = min(self._tau, maxmin_incr.add_level(self.e_link, self.e_coef, self.e_pos, self.new, self.rate, self.w,
+                                                   cap, self.n_links))
+        has = np.zeros(n, dtype=bool)
+        has[self.e_pos] = True
+        keep = ~has | (old & (self.rate < self.w * tau * (1 - _KEEP_REL)))
+        seeds = np.concatenate([self.e_link[self.new[self.e_pos]], *self._seeds])
+        moved = maxmin_incr.affected(self.e_pos, self.e_link, n, keep, seeds, self.n_links)
+        sub = np.flatnonzero(moved)
+        if 2 * sub.size > n:
+            return False
+        self.rate[self.new & ~has] = np.inf
+        if sub.size == 0:
+            return True
+        me = moved[self.e_pos]
+        links = self.e_link[me]
+        on = np.zeros(self.n_links, dtype=bool)
+        on[links] = True
+        other = on[self.e_link] & ~me  # kept flows on the re-solved links: their use is fixed
+        local = np.full(n, -1, dtype=np.int64)
+        local[sub] = np.arange(sub.size)
+        used, e_l = np.unique(links, return_inverse=True)
+        fixed = np.bincount(np.searchsorted(used, self.e_link[other]),
+                            weights=self.e_coef[other] * self.rate[self.e_pos[other]], minlength=used.size)
+        ep = self.e_pos[me]
+        old_part = np.where(self.new[ep], 0.0, self.e_coef[me] * self.rate[ep])
+        self.rate[sub] = maxmin_rates(sub.size, local[ep], e_l.ravel(), self.e_coef[me], cap[used] - fixed,
+                                      weight=self.w[sub])
+        np.add.at(self.link_rate, links, self.e_coef[me] * self.rate[ep] - old_part)
+        return True
 
     def move(self, dt: float) -> np.ndarray:
         """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""

@@ -70,7 +70,8 @@ class FlowSim:
     """Event-driven max-min flow simulator of one topology, in virtual seconds."""
 
     def __init__(
-        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest"
+        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest",
+        incremental: bool = True,
     ) -> None:
         self.topo = topo
         self.classes: dict[str, ClassPolicy] = dict(DEFAULT_CLASSES if classes is None else classes)
@@ -89,6 +90,7 @@ class FlowSim:
         self._label = 0
         self._timers: list[tuple[float, int]] = []
         self._pool = FlowPool(nl)
+        self._pool.incremental = incremental  # False: every solve from scratch (the reference in tests)
         self._t_ref = 0.0
         self._bytes_carried = np.zeros(nl)
         self._version = 0  # bumped by every change of link state: plans made before it are stale
@@ -325,7 +327,7 @@ class FlowSim:
         return g is not None and g.state in ("pending", "running") and g.timer_s == entry[0] and g.n_pool == 0
 
     def _net_changed(self) -> None:
-        self._pool.dirty = True
+        self._pool.invalidate()
         self._version += 1
 
     def _add_group(
