@@ -112,6 +112,11 @@ class GroupPlanner:
         self._cache: OrderedDict[tuple[object, ...], Template] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def n_cached(self) -> int:
+        """Shapes in the plan cache."""
+        return len(self._cache)
+
     def plan(
         self, op: str, ranks0: np.ndarray, stride: int, groups: int, bytes_: float, *, algo: str | None,
         alive: np.ndarray, capacity_Bps: np.ndarray, version: int, stop: threading.Event | None = None,
