@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gigacluster.fabric.groups import shapes
+from gigacluster.fabric.service import driver as driver_module
 from gigacluster.fabric.service.book import FlowBook
 from gigacluster.fabric.service.driver import SimDriver
 from gigacluster.fabric.sim import FlowSim
@@ -63,14 +64,15 @@ def test_a_copy_past_the_topology_is_refused_before_planning(two_groups: Topolog
     assert exc.value.field == "ranks"
 
 
-def _driver(topo: Topology) -> SimDriver:
+def _driver(topo: Topology, monkeypatch: pytest.MonkeyPatch) -> SimDriver:
+    monkeypatch.setattr(driver_module, "INLINE_PLAN_MAX_RANKS", 0)  # these small requests go to the thread too
     sim = FlowSim(topo)
     return SimDriver(sim, topo, FlowBook(sim), VirtualClock(epoch_unix_s=0.0), lag_s=0.0, publish=lambda *_: None)
 
 
-async def test_planning_runs_off_the_event_loop(two_groups: Topology) -> None:
+async def test_planning_runs_off_the_event_loop(two_groups: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan waits for an event only the loop sets: if planning ran on the loop this would never finish."""
-    driver = _driver(two_groups)
+    driver = _driver(two_groups, monkeypatch)
     gate = threading.Event()
     orig = driver.sim.plan_collectives
 
@@ -88,9 +90,10 @@ async def test_planning_runs_off_the_event_loop(two_groups: Topology) -> None:
     driver.close()
 
 
-async def test_a_cancelled_caller_starts_nothing_and_stops_its_plan(two_groups: Topology) -> None:
+async def test_a_cancelled_caller_starts_nothing_and_stops_its_plan(two_groups: Topology,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancelling StartCollective while it plans sets the plan's stop flag; no group reaches the simulator."""
-    driver = _driver(two_groups)
+    driver = _driver(two_groups, monkeypatch)
     entered, release = threading.Event(), threading.Event()
     seen: dict[str, threading.Event] = {}
 

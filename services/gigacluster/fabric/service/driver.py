@@ -5,10 +5,11 @@ its ``not_before_s`` still starts its flows at that exact time (RPC latency does
 results). Asking for a flow whose predicted end has passed advances the simulator to that end,
 so a caller that waited for its collective sees it done at once.
 
-Planning a collective over many groups (shapes, algorithm choice, phase layout) runs on one
-worker thread, off the event loop, so health checks and other calls keep answering; a caller that
-cancels (its deadline passed) sets the plan's stop flag and nothing of it is started. Only the
-short commit into the simulator runs on the loop.
+Planning a collective over many groups (shapes, algorithm choice, phase layout; more than
+``INLINE_PLAN_MAX_RANKS`` ranks in all) runs on one worker thread, off the event loop, so health
+checks and other calls keep answering; a caller that cancels (its deadline passed) sets the
+plan's stop flag and nothing of it is started. Only the short commit into the simulator runs on
+the loop.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gigacluster.runtime.clock import VirtualClock
 
 MAX_ACTIVE_GROUPS = 200_000
 MAX_TICK_S = 0.05  # wall seconds between two looks at the clock when nothing is due sooner
+INLINE_PLAN_MAX_RANKS = 1024  # collectives over at most this many ranks (all groups) are planned on the loop
 
 
 class SimDriver:
@@ -55,6 +57,8 @@ class SimDriver:
         """Plan off the loop (one plan per shape), then start the groups; a cancelled caller starts nothing."""
         stop = threading.Event()
         plan = functools.partial(self.sim.plan_collectives, op, ranks, stride, groups, bytes_, algo=algo, stop=stop)
+        if groups * ranks.size <= INLINE_PLAN_MAX_RANKS:  # a few ms at most: not worth a thread hop
+            return self.sim.start_planned(plan(), start_s=start_s, traffic_class=traffic_class, tag=tag)
         try:
             planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
         except asyncio.CancelledError:
