@@ -153,6 +153,8 @@ class FlowPool:
         Returns False, having changed nothing, when the change reaches more than half of the pool (then a
         solve from scratch is cheaper)."""
         old, n = ~self.new, self.size
+        if 2 * int(self.new.sum()) > n:
+            return False
         tau = min(self._tau, maxmin_incr.add_level(self.e_link, self.e_coef, self.e_pos, self.new, self.rate, self.w,
                                                    cap, self.n_links))
         has = np.zeros(n, dtype=bool)
