@@ -319,16 +319,24 @@ class FastestPolicy(SelectionPolicy):
     name = "fastest"
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
-        best, best_t = "", float("inf")
+        return self.best(op, ranks, bytes_, topo)[0]
+
+    def best(self, op: str, ranks: np.ndarray, bytes_: float,
+             topo: Topology) -> tuple[str, list[Phase] | None, list[float] | None]:
+        """(name, phases, per-phase estimates on the intact fabric) of the fastest algorithm; ``("ring",
+        None, None)`` when none applies."""
+        best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
+        best_t = float("inf")
         for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct"):
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue
-            plan = CollectivePlan(op, name, ranks, bytes_, tuple(algo.phases(op, ranks, bytes_, topo)))
-            t = plan_estimate_s(plan, topo)
+            phases = algo.phases(op, ranks, bytes_, topo)
+            est = [phase_estimate_s(p, topo, first=(i == 0)) for i, p in enumerate(phases)]
+            t = sum(est)
             if t < best_t:
-                best, best_t = name, t
-        return best or "ring"
+                best, best_t = (name, phases, est), t
+        return best
 
 
 class RingOnlyPolicy(SelectionPolicy):

@@ -31,7 +31,15 @@ from collections import OrderedDict
 import numpy as np
 
 from gigacluster.fabric import FlowCancelledError
-from gigacluster.fabric.collectives import ALGORITHMS, Phase, check_request, choose_algorithm, phase_estimate_s
+from gigacluster.fabric.collectives import (
+    ALGORITHMS,
+    POLICIES,
+    FastestPolicy,
+    Phase,
+    check_request,
+    choose_algorithm,
+    phase_estimate_s,
+)
 from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
 
@@ -121,7 +129,10 @@ class GroupPlanner:
         self, op: str, ranks0: np.ndarray, stride: int, groups: int, bytes_: float, *, algo: str | None,
         alive: np.ndarray, capacity_Bps: np.ndarray, version: int, stop: threading.Event | None = None,
     ) -> list[GroupsPlan]:
-        """One :class:`GroupsPlan` per shape of the request; ``stop`` set -> FlowCancelledError."""
+        """One :class:`GroupsPlan` per shape of the request; ``stop`` set -> FlowCancelledError.
+
+        ``version`` is the simulator's network version: 0 means no link was ever touched (the intact
+        fabric), which lets the fastest policy's own estimates serve as the plan's."""
         r0 = check_groups(op, ranks0, stride, groups, bytes_, self.topo)
         ranks = r0[None, :] + int(stride) * np.arange(int(groups), dtype=np.int64)[:, None]
         reps, shape_of, feats = shapes(self.topo, ranks)
@@ -144,7 +155,7 @@ class GroupPlanner:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        tpl = _template(op, rep, bytes_, algo, self.policy, self.topo, alive, capacity_Bps)
+        tpl = _template(op, rep, bytes_, algo, self.policy, self.topo, alive, capacity_Bps, version == 0)
         with self._lock:
             self._cache[key] = tpl
             while len(self._cache) > self.cache_size:
@@ -153,15 +164,22 @@ class GroupPlanner:
 
 
 def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy: str, topo: Topology,
-              alive: np.ndarray, capacity_Bps: np.ndarray) -> Template:
+              alive: np.ndarray, capacity_Bps: np.ndarray, pristine: bool) -> Template:
     if rep.size == 1:
         return Template(algo or "none", (), (), (), (), (), ())
-    name = choose_algorithm(op, rep, bytes_, topo, algo=algo, policy=policy)
-    phases = ALGORITHMS[name].phases(op, rep, bytes_, topo)
+    chooser = POLICIES.lookup(policy)
+    phases: list[Phase] | None = None
+    est: tuple[float, ...] = ()
+    if algo is None and pristine and isinstance(chooser, FastestPolicy):
+        name, phases, est_list = chooser.best(op, rep, bytes_, topo)  # its estimates are ours on an intact fabric
+        est = tuple(est_list or ())
+    if phases is None:
+        name = choose_algorithm(op, rep, bytes_, topo, algo=algo, policy=policy)
+        phases = ALGORITHMS[name].phases(op, rep, bytes_, topo)
+        est = tuple(phase_estimate_s(p, topo, alive=alive, first=(i == 0), capacity_Bps=capacity_Bps)
+                    for i, p in enumerate(phases))
     pos = np.argsort(rep)
     sorted_rep = rep[pos]
-    est = tuple(phase_estimate_s(p, topo, alive=alive, first=(i == 0), capacity_Bps=capacity_Bps)
-                for i, p in enumerate(phases))
     return Template(
         name,
         tuple(pos[np.searchsorted(sorted_rep, p.src)] for p in phases),
