@@ -116,4 +116,12 @@ def affected(e_pos: np.ndarray, e_link: np.ndarray, n_flows: int, keep: np.ndarr
     return _reached(ep, el_c[:ep.size], n_flows, used.size, el_c[ep.size:]) & ~keep
 
 
-__all__ = ["add_level", "affected"]
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the solver kernels now: a service calls this before it
+    answers, so its first solve does not stall the event loop for the seconds a compile takes."""
+    one = np.zeros(1, dtype=np.int64)
+    maxmin_kernel.fill(1, one, one, np.ones(1), np.ones(1), np.ones(1), np.zeros(1), 1e-9)
+    _reached(one, one, 1, 1, one)
+
+
+__all__ = ["add_level", "affected", "warm_up"]
