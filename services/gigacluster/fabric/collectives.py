@@ -118,7 +118,12 @@ def _ring_edges(ranks: np.ndarray, closed: bool = True) -> tuple[np.ndarray, np.
 
 
 class Algorithm:
-    """Base of collective algorithms: which ops it supports and how it decomposes into phases."""
+    """Base of collective algorithms: which ops it supports and how it decomposes into phases.
+
+    Phases must use only the given ranks, and depend only on their order and on which domain each
+    sits in: a request over many groups plans one group per shape and lays its phases over the
+    others by rank position (:mod:`gigacluster.fabric.groups`).
+    """
 
     name: ClassVar[str] = ""
     ops: ClassVar[tuple[str, ...]] = ()

@@ -180,10 +180,17 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
                     for i, p in enumerate(phases))
     pos = np.argsort(rep)
     sorted_rep = rep[pos]
+
+    def index(chips: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(sorted_rep, chips), rep.size - 1)
+        if not (sorted_rep[at] == chips).all():
+            raise ValueError(f"algorithm {name} made a phase with chips outside the group's ranks")
+        return pos[at]
+
     return Template(
         name,
-        tuple(pos[np.searchsorted(sorted_rep, p.src)] for p in phases),
-        tuple(pos[np.searchsorted(sorted_rep, p.dst)] for p in phases),
+        tuple(index(p.src) for p in phases),
+        tuple(index(p.dst) for p in phases),
         tuple(float(p.bytes_per_hop) for p in phases), tuple(int(p.steps) for p in phases),
         tuple(bool(p.lockstep) for p in phases), est,
     )
