@@ -141,7 +141,7 @@ class JobRunner:
         items = chip_wire.work_msgs(job.plan.compute)
         md = self._md()
         try:
-            chip_res = await _all_or_cancel([
+            chip_res = await gather_or_cancel([
                 chip_pb2_grpc.ChipServiceStub(self.channel(ep)).ExecuteWork(
                     chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
                                                 tag=job.name, memory_in_use_bytes=self.memory_per_chip_bytes),
@@ -153,7 +153,7 @@ class JobRunner:
             for name, req in self.collective_calls:
                 req.not_before_s = start_s + self._offset_s(name, compute_s)
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
-            fab_res = await _all_or_cancel(fab_calls)
+            fab_res = await gather_or_cancel(fab_calls)
         except grpc.aio.AioRpcError as err:
             raise _step_error(err) from err
         above = float(sum(r.energy_j for r in chip_res))
@@ -266,7 +266,7 @@ def account(job: JobRecord, res: StepResult) -> None:
     job.cost_usd = cost.total_usd
 
 
-async def _all_or_cancel(calls: list[Any]) -> list[Any]:
+async def gather_or_cancel(calls: list[Any]) -> list[Any]:
     """Results of RPC calls in order; on the first failure the others are cancelled, so a retry of the step
     never piles on calls of this attempt still running (the fabric drops a cancelled call's planning)."""
     try:
