@@ -374,6 +374,7 @@ class FlowSim:
         g.state = "running"
         if g.phase_idx >= len(g.phases):
             g.state, g.end_s = "done", t
+            g.phases = ()  # a finished group's record may be kept long: drop its per-copy sub-flow arrays
             return [FlowEvent(t, "completed", g.id, f"{g.op}/{g.algorithm} of {g.bytes_:.6g} bytes")]
         ph = g.phases[g.phase_idx]
         k = ph.n_subflows
@@ -405,6 +406,7 @@ class FlowSim:
         if g.n_pool:
             self._pool.remove_group(g.seq)
         g.state, g.end_s, g.error, g.n_pool = "failed", t, str(err), 0
+        g.phases = ()
         return [FlowEvent(t, "failed", g.id, str(err))]
 
     def _solve(self) -> None:
