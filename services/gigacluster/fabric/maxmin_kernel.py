@@ -51,12 +51,7 @@ def _push(hk: np.ndarray, hv: np.ndarray, n: int, key: float, val: int) -> int:
 
 
 @_jit
-def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
-    """Remove the root (read it first); returns the new size."""
-    n -= 1
-    hk[0] = hk[n]
-    hv[0] = hv[n]
-    i = 0
+def _sift_down(hk: np.ndarray, hv: np.ndarray, n: int, i: int) -> None:
     while True:
         c = 2 * i + 1
         if c >= n:
@@ -68,6 +63,15 @@ def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
         hk[c], hk[i] = hk[i], hk[c]
         hv[c], hv[i] = hv[i], hv[c]
         i = c
+
+
+@_jit
+def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
+    """Remove the root (read it first); returns the new size."""
+    n -= 1
+    hk[0] = hk[n]
+    hv[0] = hv[n]
+    _sift_down(hk, hv, n, 0)
     return n
 
 
@@ -110,7 +114,11 @@ def fill(n_flows: int, e_flow: np.ndarray, e_l: np.ndarray, e_w: np.ndarray, cap
     for lk in range(n_used):
         if count[lk] > 0 and load[lk] > 0:
             level[lk] = cap[lk] / load[lk]
-            hn = _push(hk, hv, hn, level[lk], lk)
+            hk[hn] = level[lk]
+            hv[hn] = lk
+            hn += 1
+    for i in range(hn // 2 - 1, -1, -1):  # heapify: O(links), not O(links log links)
+        _sift_down(hk, hv, hn, i)
     frozen = np.zeros(n_flows, dtype=np.bool_)
     stamp = np.full(n_used, -1, dtype=np.int64)
     sat = np.empty(n_used, dtype=np.int64)
