@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gigacluster.fabric import maxmin_incr
-from gigacluster.fabric.maxmin import maxmin_rates
+from gigacluster.fabric.maxmin import compact, maxmin_rates
 from gigacluster.fabric.routing import Routes
 
 _FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
@@ -175,12 +175,13 @@ class FlowPool:
         other = on[self.e_link] & ~me  # kept flows on the re-solved links: their use is fixed
         local = np.full(n, -1, dtype=np.int64)
         local[sub] = np.arange(sub.size)
-        used, e_l = np.unique(links, return_inverse=True)
-        fixed = np.bincount(np.searchsorted(used, self.e_link[other]),
-                            weights=self.e_coef[other] * self.rate[self.e_pos[other]], minlength=used.size)
+        # the kept flows' links are all among ``links``, so one compaction indexes both
+        used, idx = compact(np.concatenate([links, self.e_link[other]]), self.n_links)
+        fixed = np.bincount(idx[links.size:], weights=self.e_coef[other] * self.rate[self.e_pos[other]],
+                            minlength=used.size)
         ep = self.e_pos[me]
         old_part = np.where(self.new[ep], 0.0, self.e_coef[me] * self.rate[ep])
-        self.rate[sub] = maxmin_rates(sub.size, local[ep], e_l.ravel(), self.e_coef[me], cap[used] - fixed,
+        self.rate[sub] = maxmin_rates(sub.size, local[ep], idx[:links.size], self.e_coef[me], cap[used] - fixed,
                                       weight=self.w[sub])
         np.add.at(self.link_rate, links, self.e_coef[me] * self.rate[ep] - old_part)
         return True
