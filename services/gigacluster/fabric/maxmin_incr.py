@@ -19,9 +19,6 @@ whole pool. Checked against a full solve in tests (equal to 1e-9).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
 from gigacluster.fabric import maxmin_kernel
@@ -30,12 +27,7 @@ from gigacluster.fabric.maxmin import compact
 _KEEP_REL = 1e-9  # a flow is kept only if its level is below tau by more than this (rounding margin)
 
 
-def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
-    nb = maxmin_kernel.numba
-    return nb.njit(cache=True, nogil=True)(fn) if nb is not None else fn
-
-
-@_jit
+@maxmin_kernel.jit
 def _find(parent: np.ndarray, x: int) -> int:
     root = x
     while parent[root] != root:
@@ -45,7 +37,7 @@ def _find(parent: np.ndarray, x: int) -> int:
     return root
 
 
-@_jit
+@maxmin_kernel.jit
 def _reached(e_flow: np.ndarray, e_l: np.ndarray, n_flows: int, n_links: int, seeds: np.ndarray) -> np.ndarray:
     """Flows (of ``0..n_flows-1``) connected to any link in ``seeds`` through shared links (union-find)."""
     parent = np.arange(n_links)

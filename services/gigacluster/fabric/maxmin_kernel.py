@@ -31,11 +31,17 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps the 
 AVAILABLE = numba is not None
 
 
-def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return numba.njit(cache=True, nogil=True)(fn) if numba is not None else fn
+def jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """numba's njit, cached on disk where a cache directory is writable (else compiled per process)."""
+    if numba is None:
+        return fn
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[no-any-return]
+    except RuntimeError:  # no writable cache location (a read-only install without a home directory)
+        return numba.njit(nogil=True)(fn)  # type: ignore[no-any-return]
 
 
-@_jit
+@jit
 def _push(hk: np.ndarray, hv: np.ndarray, n: int, key: float, val: int) -> int:
     i = n
     hk[i] = key
@@ -50,7 +56,7 @@ def _push(hk: np.ndarray, hv: np.ndarray, n: int, key: float, val: int) -> int:
     return n + 1
 
 
-@_jit
+@jit
 def _sift_down(hk: np.ndarray, hv: np.ndarray, n: int, i: int) -> None:
     while True:
         c = 2 * i + 1
@@ -65,7 +71,7 @@ def _sift_down(hk: np.ndarray, hv: np.ndarray, n: int, i: int) -> None:
         i = c
 
 
-@_jit
+@jit
 def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
     """Remove the root (read it first); returns the new size."""
     n -= 1
@@ -75,7 +81,7 @@ def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
     return n
 
 
-@_jit
+@jit
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, order): entries ``order[ptr[k]:ptr[k+1]]`` have key k (a stable counting sort)."""
     ptr = np.zeros(n + 1, dtype=np.int64)
@@ -92,7 +98,7 @@ def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ptr, order
 
 
-@_jit
+@jit
 def fill(n_flows: int, e_flow: np.ndarray, e_l: np.ndarray, e_w: np.ndarray, cap: np.ndarray, weight: np.ndarray,
          rate: np.ndarray, rel_tol: float) -> tuple[np.ndarray, int]:
     """Progressive filling over links ``0..cap.size-1`` (entry i: flow ``e_flow[i]`` puts weighted load
@@ -173,4 +179,4 @@ def fill(n_flows: int, e_flow: np.ndarray, e_l: np.ndarray, e_w: np.ndarray, cap
     return used, rounds
 
 
-__all__ = ["AVAILABLE", "fill"]
+__all__ = ["AVAILABLE", "fill", "jit"]
