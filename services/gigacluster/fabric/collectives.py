@@ -58,23 +58,44 @@ from gigacluster.registry import Registry
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Phase:
-    """Sub-flows ``src[i] -> dst[i]`` (chip ids) that each carry ``bytes_per_hop`` bytes."""
+    """Sub-flows ``src[i] -> dst[i]`` (chip ids) that each carry ``bytes_per_hop`` bytes.
+
+    ``flow_of`` (optional) groups the sub-flows of a lockstep phase into several max-min flows, one
+    per copy of a collective planned for many groups at once (:mod:`gigacluster.fabric.groups`).
+    """
 
     src: np.ndarray
     dst: np.ndarray
     bytes_per_hop: float
     steps: int
     lockstep: bool = True
+    flow_of: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.src.shape != self.dst.shape:
             raise ValueError("src and dst must have the same shape")
         if self.bytes_per_hop < 0 or self.steps < 0:
             raise ValueError("bytes_per_hop and steps must be >= 0")
+        if self.flow_of is not None and self.flow_of.shape != self.src.shape:
+            raise ValueError("flow_of must give one flow per sub-flow")
 
     @property
     def n_subflows(self) -> int:
         return int(self.src.size)
+
+    @property
+    def n_flows(self) -> int:
+        """Max-min flows of the phase: 1 if lockstep (one per copy with ``flow_of``), else one per sub-flow."""
+        if self.flow_of is not None:
+            return int(self.flow_of.max()) + 1 if self.flow_of.size else 0
+        return (1 if self.n_subflows else 0) if self.lockstep else self.n_subflows
+
+    def flow_index(self) -> np.ndarray:
+        """The max-min flow (0 .. n_flows - 1) each sub-flow belongs to."""
+        if self.flow_of is not None:
+            return self.flow_of
+        k = self.n_subflows
+        return np.zeros(k, dtype=np.int64) if self.lockstep else np.arange(k, dtype=np.int64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -97,7 +118,12 @@ def _ring_edges(ranks: np.ndarray, closed: bool = True) -> tuple[np.ndarray, np.
 
 
 class Algorithm:
-    """Base of collective algorithms: which ops it supports and how it decomposes into phases."""
+    """Base of collective algorithms: which ops it supports and how it decomposes into phases.
+
+    Phases must use only the given ranks, and depend only on their order and on which domain each
+    sits in: a request over many groups plans one group per shape and lays its phases over the
+    others by rank position (:mod:`gigacluster.fabric.groups`).
+    """
 
     name: ClassVar[str] = ""
     ops: ClassVar[tuple[str, ...]] = ()
@@ -266,12 +292,13 @@ def phase_estimate_s(
     lat += phase.steps * (float(r.latency_s.max()) + step_s)
     if r.e_link.size == 0 or phase.bytes_per_hop == 0:
         return lat
-    load = np.bincount(r.e_link, weights=r.e_coef, minlength=topo.n_links)
+    # per used link only (a bincount over every link cost O(topology) per phase)
+    used, inv = np.unique(r.e_link, return_inverse=True)
+    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
     if phase.lockstep:
-        used = load > 0
-        rate = float((cap[used] / load[used]).min())
+        rate = float((cap[used] / load).min())
         return lat + phase.bytes_per_hop / rate
-    per_entry = cap[r.e_link] / load[r.e_link]
+    per_entry = cap[r.e_link] / load[inv]
     rate_f = np.full(phase.n_subflows, np.inf)
     np.minimum.at(rate_f, r.e_flow, per_entry)
     return lat + phase.bytes_per_hop / float(rate_f.min())
@@ -297,16 +324,24 @@ class FastestPolicy(SelectionPolicy):
     name = "fastest"
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
-        best, best_t = "", float("inf")
+        return self.best(op, ranks, bytes_, topo)[0]
+
+    def best(self, op: str, ranks: np.ndarray, bytes_: float,
+             topo: Topology) -> tuple[str, list[Phase] | None, list[float] | None]:
+        """(name, phases, per-phase estimates on the intact fabric) of the fastest algorithm; ``("ring",
+        None, None)`` when none applies."""
+        best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
+        best_t = float("inf")
         for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct"):
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue
-            plan = CollectivePlan(op, name, ranks, bytes_, tuple(algo.phases(op, ranks, bytes_, topo)))
-            t = plan_estimate_s(plan, topo)
+            phases = algo.phases(op, ranks, bytes_, topo)
+            est = [phase_estimate_s(p, topo, first=(i == 0)) for i, p in enumerate(phases)]
+            t = sum(est)
             if t < best_t:
-                best, best_t = name, t
-        return best or "ring"
+                best, best_t = (name, phases, est), t
+        return best
 
 
 class RingOnlyPolicy(SelectionPolicy):
@@ -326,33 +361,46 @@ for _pol in (FastestPolicy(), RingOnlyPolicy()):
     POLICIES.register(_pol.name, _pol)
 
 
-def plan_collective(
-    op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *, algo: str | None = None,
-    policy: str = "fastest",
-) -> CollectivePlan:
-    """Validate the request and decompose it into phases (forced ``algo`` or ``policy``'s choice)."""
+def check_request(op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *,
+                  top: int | None = None) -> np.ndarray:
+    """The checked ranks (int64) of a collective request; ``top``: the highest chip any copy uses."""
     _check_op(op)
     r = np.asarray(ranks, dtype=np.int64).ravel()
     if r.size < 1:
         raise SpecError("ranks", "need at least one rank")
-    if r.min() < 0 or r.max() >= topo.n_chips:
-        raise SpecError("ranks", f"chip ids must be in [0, {topo.n_chips}), got {r.min()}..{r.max()}")
+    hi = int(r.max()) if top is None else top
+    if r.min() < 0 or hi >= topo.n_chips:
+        raise SpecError("ranks", f"chip ids must be in [0, {topo.n_chips}), got {r.min()}..{hi}")
     if np.unique(r).size != r.size:
         raise SpecError("ranks", "ranks must be distinct chips")
     if not (isinstance(bytes_, int | float | np.number) and np.isfinite(bytes_) and bytes_ >= 0):
         raise SpecError("bytes", f"must be a finite number >= 0, got {bytes_!r}")
     if op == "send_recv" and r.size != 2:
         raise SpecError("ranks", f"send_recv takes exactly 2 ranks (src, dst), got {r.size}")
+    return r
+
+
+def choose_algorithm(op: str, ranks: np.ndarray, bytes_: float, topo: Topology, *, algo: str | None,
+                     policy: str) -> str:
+    """The algorithm of a checked request: ``algo`` if it can run it (else SpecError), or ``policy``'s choice."""
+    if algo is None:
+        return POLICIES.lookup(policy).choose(op, ranks, bytes_, topo)
+    chosen = ALGORITHMS.lookup(algo)
+    if not chosen.supports(op, ranks, topo):
+        allowed = [n for n, a in ALGORITHMS.items() if a.supports(op, ranks, topo)]
+        raise SpecError("algo", f"{algo} cannot run {op} on these {ranks.size} ranks; allowed: {', '.join(allowed)}")
+    return chosen.name
+
+
+def plan_collective(
+    op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *, algo: str | None = None,
+    policy: str = "fastest",
+) -> CollectivePlan:
+    """Validate the request and decompose it into phases (forced ``algo`` or ``policy``'s choice)."""
+    r = check_request(op, ranks, bytes_, topo)
     if r.size == 1:
         return CollectivePlan(op, algo or "none", r, float(bytes_), ())
-    if algo is not None:
-        chosen = ALGORITHMS.lookup(algo)
-        if not chosen.supports(op, r, topo):
-            allowed = [n for n, a in ALGORITHMS.items() if a.supports(op, r, topo)]
-            raise SpecError("algo", f"{algo} cannot run {op} on these {r.size} ranks; allowed: {', '.join(allowed)}")
-        name = chosen.name
-    else:
-        name = POLICIES.lookup(policy).choose(op, r, float(bytes_), topo)
+    name = choose_algorithm(op, r, float(bytes_), topo, algo=algo, policy=policy)
     phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
     return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
 
@@ -367,6 +415,8 @@ __all__ = [
     "Phase",
     "SelectionPolicy",
     "bus_factor",
+    "check_request",
+    "choose_algorithm",
     "phase_estimate_s",
     "plan_collective",
     "plan_estimate_s",

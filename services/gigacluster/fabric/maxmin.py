@@ -1,5 +1,9 @@
 """Weighted max-min fair rates by progressive filling, vectorised over flows and links.
 
+Two engines run the same rounds: a numba-compiled kernel with a heap of link levels
+(:mod:`gigacluster.fabric.maxmin_kernel`, the default when numba is installed) and the numpy
+rounds below.
+
 The flow x link incidence is a sparse matrix in coordinate form: entry ``i`` says flow
 ``e_flow[i]`` puts ``e_coef[i]`` of its rate on link ``e_link[i]`` (1 for a single path; a
 fraction when a flow is sprayed over several paths). Progressive filling raises a common
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gigacluster.fabric import maxmin_kernel
+
 _REL_TOL = 1e-9
 
 
@@ -29,6 +35,35 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     offs = np.cumsum(lengths) - lengths
     return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
+
+
+def compact(e_link: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(used link ids, entry -> index into them): a lookup table when the entries are many, else a sort."""
+    if e_link.size * 8 < n_links:
+        used, inv = np.unique(e_link, return_inverse=True)
+        return used, inv.ravel()
+    seen = np.zeros(n_links, dtype=bool)
+    seen[e_link] = True
+    used = np.flatnonzero(seen)
+    index = np.zeros(n_links, dtype=np.int64)
+    index[used] = np.arange(used.size)
+    return used, index[e_link]
+
+
+def _fill_level_compiled(
+    n_flows: int, e_flow: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, rem_Bps: np.ndarray,
+    weight: np.ndarray, rate: np.ndarray,
+) -> int:
+    """:func:`_fill_level` by the compiled heap kernel (:mod:`gigacluster.fabric.maxmin_kernel`)."""
+    if e_flow.size == 0:
+        return 0
+    used, e_l = compact(e_link, rem_Bps.size)
+    cap = np.maximum(rem_Bps[used], 0.0)
+    e_w = e_coef * weight[e_flow]
+    frozen_use, rounds = maxmin_kernel.fill(n_flows, e_flow, e_l, e_w, cap, np.asarray(weight, dtype=np.float64),
+                                            rate, _REL_TOL)
+    rem_Bps[used] = np.maximum(cap - frozen_use, 0.0)
+    return int(rounds)
 
 
 def _fill_level(
@@ -104,12 +139,16 @@ def maxmin_rates(
     *,
     weight: np.ndarray | None = None,
     priority: np.ndarray | None = None,
+    compiled: bool | None = None,
 ) -> np.ndarray:
     """Rates (bytes/s) of ``n_flows`` flows under weighted max-min fairness with strict priority.
 
     Flows without any incidence entry are unconstrained and get ``inf``. ``weight`` defaults to 1,
-    ``priority`` to 0 (higher is served first).
+    ``priority`` to 0 (higher is served first). ``compiled`` picks the numba kernel (default: when
+    numba is installed) or the numpy rounds.
     """
+    use_kernel = maxmin_kernel.AVAILABLE if compiled is None else compiled
+    fill = _fill_level_compiled if use_kernel else _fill_level
     e_flow = np.asarray(e_flow, dtype=np.int64)
     e_link = np.asarray(e_link, dtype=np.int64)
     coef = np.ones(e_flow.size) if e_coef is None else np.asarray(e_coef, dtype=np.float64)
@@ -120,12 +159,12 @@ def maxmin_rates(
     rate[~has] = np.inf
     rem = np.asarray(capacity_Bps, dtype=np.float64).copy()
     if priority is None:
-        _fill_level(n_flows, e_flow, e_link, coef, rem, w, rate)
+        fill(n_flows, e_flow, e_link, coef, rem, w, rate)
         return rate
     prio = np.asarray(priority)
     for level in np.unique(prio)[::-1]:
         m = prio[e_flow] == level
-        _fill_level(n_flows, e_flow[m], e_link[m], coef[m], rem, w, rate)
+        fill(n_flows, e_flow[m], e_link[m], coef[m], rem, w, rate)
     return rate
 
 
@@ -168,4 +207,4 @@ def progressive_filling_py(
     return rate
 
 
-__all__ = ["maxmin_rates", "progressive_filling_py"]
+__all__ = ["compact", "maxmin_rates", "progressive_filling_py"]

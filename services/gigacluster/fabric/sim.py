@@ -26,20 +26,16 @@ pass ``classes`` to change it (e.g. ``inference`` priority 1 for strict priority
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
-from gigacluster.fabric.collectives import (
-    CollectivePlan,
-    Phase,
-    collective_constants,
-    phase_estimate_s,
-    plan_collective,
-)
+from gigacluster.fabric.collectives import CollectivePlan, Phase, collective_constants
 from gigacluster.fabric.flows import (
     DEFAULT_CLASSES,
     EVENT_KINDS,
@@ -51,7 +47,8 @@ from gigacluster.fabric.flows import (
     TierStats,
     tier_stats,
 )
-from gigacluster.fabric.maxmin import maxmin_rates
+from gigacluster.fabric.groups import GroupPlanner, GroupsPlan
+from gigacluster.fabric.pool import FlowPool
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
@@ -60,11 +57,21 @@ _DRAIN_REL = 1e-9
 _TIME_EPS = 1e-15
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlannedCollectives:
+    """Plans of one request (one per shape) and the network version they were made under."""
+
+    request: tuple[str, np.ndarray, int, int, float, str | None]
+    plans: tuple[GroupsPlan, ...]
+    version: int
+
+
 class FlowSim:
     """Event-driven max-min flow simulator of one topology, in virtual seconds."""
 
     def __init__(
-        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest"
+        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest",
+        incremental: bool = True,
     ) -> None:
         self.topo = topo
         self.classes: dict[str, ClassPolicy] = dict(DEFAULT_CLASSES if classes is None else classes)
@@ -82,26 +89,12 @@ class FlowSim:
         self._seq = 0
         self._label = 0
         self._timers: list[tuple[float, int]] = []
-        # pool of active flows
-        self._p_gseq = np.zeros(0, dtype=np.int64)
-        self._p_rem = np.zeros(0)
-        self._p_bytes = np.zeros(0)
-        self._p_rate = np.zeros(0)
-        self._p_w = np.zeros(0)
-        self._p_prio = np.zeros(0, dtype=np.int64)
-        self._e_pos = np.zeros(0, dtype=np.int64)
-        self._e_link = np.zeros(0, dtype=np.int64)
-        self._e_coef = np.zeros(0)
-        self._s_pos = np.zeros(0, dtype=np.int64)
-        self._s_src = np.zeros(0, dtype=np.int64)
-        self._s_dst = np.zeros(0, dtype=np.int64)
-        self._s_label = np.zeros(0, dtype=np.int64)
+        self._pool = FlowPool(nl)
+        self._pool.incremental = incremental  # False: every solve from scratch (the reference in tests)
         self._t_ref = 0.0
-        self._dirty = False
-        self._link_rate = np.zeros(nl)
         self._bytes_carried = np.zeros(nl)
-        self._p_drain = np.zeros(0)
-        self._grp_drain: dict[int, float] = {}
+        self._version = 0  # bumped by every change of link state: plans made before it are stale
+        self.planner = GroupPlanner(topo, policy=policy)
 
     # ---- public: start ---------------------------------------------------------------------
     def start_transfer(
@@ -125,16 +118,46 @@ class FlowSim:
         traffic_class: str = "training", tag: str = "",
     ) -> FlowGroupHandle:
         """Start a collective over ``ranks`` (chip ids); ``algo`` forces an algorithm, else the policy picks."""
-        plan = plan_collective(op, ranks, bytes_, self.topo, algo=algo, policy=self.policy)
-        return self._add_group(plan, "collective", start_s, traffic_class, tag, overhead=True)
+        return self.start_collectives(op, ranks, 0, 1, bytes_, start_s=start_s, algo=algo,
+                                      traffic_class=traffic_class, tag=tag)[0]
+
+    def plan_collectives(
+        self, op: str, ranks: Sequence[int] | np.ndarray, stride: int, groups: int, bytes_: float, *,
+        algo: str | None = None, stop: threading.Event | None = None,
+    ) -> PlannedCollectives:
+        """Plan ``groups`` copies of a collective (``ranks + stride * k``), one plan per shape.
+
+        Reads the simulator's link state but changes nothing, so a worker thread may run it while the
+        event loop keeps the simulator; :meth:`start_planned` re-plans if a fault came in between.
+        """
+        version = self._version
+        plans = self.planner.plan(op, np.asarray(ranks), stride, groups, bytes_, algo=algo, alive=self._alive,
+                                  capacity_Bps=self._cap, version=version, stop=stop)
+        return PlannedCollectives((op, np.asarray(ranks), stride, groups, bytes_, algo), tuple(plans), version)
+
+    def start_planned(self, planned: PlannedCollectives, *, start_s: float, traffic_class: str = "training",
+                      tag: str = "") -> list[FlowGroupHandle]:
+        """Start planned collectives: one group (one handle) per shape, its copies moving phase by phase."""
+        if planned.version != self._version:
+            op, ranks, stride, groups, bytes_, algo = planned.request
+            planned = self.plan_collectives(op, ranks, stride, groups, bytes_, algo=algo)
+        return [self._add_group(p, "collective", start_s, traffic_class, tag, overhead=True) for p in planned.plans]
+
+    def start_collectives(
+        self, op: str, ranks: Sequence[int] | np.ndarray, stride: int, groups: int, bytes_: float, *,
+        start_s: float, algo: str | None = None, traffic_class: str = "training", tag: str = "",
+    ) -> list[FlowGroupHandle]:
+        """Plan and start ``groups`` copies of a collective at once (:meth:`plan_collectives`)."""
+        planned = self.plan_collectives(op, ranks, stride, groups, bytes_, algo=algo)
+        return self.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
 
     # ---- public: time --------------------------------------------------------------------
     def next_event_s(self) -> float | None:
         """Virtual time of the next event (a flow draining, a phase or start timer), or None if idle."""
         self._solve()
         t = math.inf
-        if self._p_drain.size:
-            t = float(self._p_drain.min())
+        if self._pool.size:
+            t = float(self._pool.drain.min())
         while self._timers and not self._timer_live(self._timers[0]):
             heapq.heappop(self._timers)
         if self._timers:
@@ -174,7 +197,7 @@ class FlowSim:
         self._solve()
         later = sum(g.phase_est_s[g.phase_idx + 1:])
         if g.n_pool:
-            return self._grp_drain[g.seq] + g.phase_lat_s + later
+            return self._pool.grp_drain[g.seq] + g.phase_lat_s + later
         return float(g.timer_s) + later
 
     def get(self, handle_id: str) -> FlowGroupHandle:
@@ -209,14 +232,14 @@ class FlowSim:
         self._solve()
         topo = self.topo
         cap = self._cap
-        rate = self._link_rate.copy()
+        rate = self._pool.link_rate.copy()
         util = np.divide(rate, cap, out=np.zeros_like(rate), where=cap > 0)
-        flows = np.bincount(self._e_link, minlength=topo.n_links)
+        flows = np.bincount(self._pool.e_link, minlength=topo.n_links)
         carried = self._bytes_carried + rate * (self.now_s - self._t_ref)
         state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
         return LinkStats(self.now_s, rate, cap.copy(), util, flows, carried, state,
                          tier_stats(topo, cap, rate, util, state),
-                         int(self._s_pos.size))
+                         int(self._pool.s_pos.size))
 
     # ---- public: faults ------------------------------------------------------------------
     def fail_link(self, link_id: int) -> list[FlowEvent]:
@@ -227,7 +250,7 @@ class FlowSim:
         self._materialise(self.now_s)
         self._alive[lid] = False
         self._cap[lid] = 0.0
-        self._dirty = True
+        self._net_changed()
         ev = [FlowEvent(self.now_s, "link_down", message=self.topo.link_name(lid), link_id=lid)]
         return ev + self._reroute(np.array([lid]))
 
@@ -240,7 +263,7 @@ class FlowSim:
         self._factor[lid] = float(factor)
         if self._alive[lid]:
             self._cap[lid] = self.topo.link_capacity_Bps[lid] * factor
-        self._dirty = True
+        self._net_changed()
         return [FlowEvent(self.now_s, "link_degraded", message=f"{self.topo.link_name(lid)} x{factor:g}",
                           link_id=lid)]
 
@@ -251,7 +274,7 @@ class FlowSim:
         self._alive[lid] = True
         self._factor[lid] = 1.0
         self._cap[lid] = self.topo.link_capacity_Bps[lid]
-        self._dirty = True
+        self._net_changed()
         return [FlowEvent(self.now_s, "link_restored", message=self.topo.link_name(lid), link_id=lid)]
 
     def fail_switch(self, node_id: int) -> list[FlowEvent]:
@@ -261,7 +284,7 @@ class FlowSim:
         self._materialise(self.now_s)
         self._alive[links] = False
         self._cap[links] = 0.0
-        self._dirty = True
+        self._net_changed()
         ev = [FlowEvent(self.now_s, "switch_down", message=self.topo.node_name(node), node_id=node)]
         return ev + self._reroute(links)
 
@@ -273,7 +296,7 @@ class FlowSim:
         self._alive[links] = True
         self._factor[links] = 1.0
         self._cap[links] = self.topo.link_capacity_Bps[links]
-        self._dirty = True
+        self._net_changed()
         return [FlowEvent(self.now_s, "switch_restored", message=self.topo.node_name(node), node_id=node)]
 
     @property
@@ -303,8 +326,13 @@ class FlowSim:
         g = self._by_seq.get(entry[1])
         return g is not None and g.state in ("pending", "running") and g.timer_s == entry[0] and g.n_pool == 0
 
+    def _net_changed(self) -> None:
+        self._pool.invalidate()
+        self._version += 1
+
     def _add_group(
-        self, plan: CollectivePlan, kind: str, start_s: float, traffic_class: str, tag: str, *, overhead: bool
+        self, plan: CollectivePlan | GroupsPlan, kind: str, start_s: float, traffic_class: str, tag: str, *,
+        overhead: bool,
     ) -> FlowGroupHandle:
         if traffic_class not in self.classes:
             raise SpecError("traffic_class", f"unknown class {traffic_class!r}; allowed: {', '.join(self.classes)}")
@@ -313,10 +341,13 @@ class FlowSim:
         cp = self.classes[traffic_class]
         self._seq += 1
         start = max(float(start_s), self.now_s)
-        est = [self._phase_estimate(p, i == 0 and overhead, overhead) for i, p in enumerate(plan.phases)]
+        if isinstance(plan, GroupsPlan):
+            est, n_ranks = list(plan.est_s), int(plan.ranks.shape[1])
+        else:
+            est, n_ranks = [self._transfer_estimate(p) for p in plan.phases], int(plan.ranks.size)
         g = Group(
             id=f"f-{self._seq}", seq=self._seq, kind=kind, op=plan.op, algorithm=plan.algorithm,
-            bytes_=plan.bytes_, n_ranks=int(plan.ranks.size), traffic_class=traffic_class, tag=tag,
+            bytes_=plan.bytes_, n_ranks=n_ranks, traffic_class=traffic_class, tag=tag,
             start_s=start, state="pending", error="", end_s=math.nan, phases=plan.phases, phase_idx=-1,
             phase_lat_s=0.0, phase_est_s=est, timer_s=start, n_pool=0, priority=cp.priority,
             weight=cp.weight, overhead=overhead,
@@ -330,9 +361,7 @@ class FlowSim:
             self._next_phase(g, self.now_s)
         return FlowGroupHandle(self, g)
 
-    def _phase_estimate(self, phase: Phase, first: bool, overhead: bool) -> float:
-        if overhead:
-            return phase_estimate_s(phase, self.topo, alive=self._alive, first=first, capacity_Bps=self._cap)
+    def _transfer_estimate(self, phase: Phase) -> float:
         r = route(self.topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=self._alive)
         if not r.ok.all() or phase.n_subflows == 0:
             return 0.0
@@ -345,6 +374,7 @@ class FlowSim:
         g.state = "running"
         if g.phase_idx >= len(g.phases):
             g.state, g.end_s = "done", t
+            g.phases = ()  # a finished group's record may be kept long: drop its per-copy sub-flow arrays
             return [FlowEvent(t, "completed", g.id, f"{g.op}/{g.algorithm} of {g.bytes_:.6g} bytes")]
         ph = g.phases[g.phase_idx]
         k = ph.n_subflows
@@ -362,23 +392,10 @@ class FlowSim:
         if k == 0 or ph.bytes_per_hop <= 0:
             self._set_timer(g, t + g.phase_lat_s)
             return []
-        n_new = 1 if ph.lockstep else k
-        base = self._p_rem.size
-        sub_pos = np.full(k, base, dtype=np.int64) if ph.lockstep else base + np.arange(k, dtype=np.int64)
-        self._p_gseq = np.concatenate([self._p_gseq, np.full(n_new, g.seq, dtype=np.int64)])
-        self._p_rem = np.concatenate([self._p_rem, np.full(n_new, ph.bytes_per_hop)])
-        self._p_bytes = np.concatenate([self._p_bytes, np.full(n_new, ph.bytes_per_hop)])
-        self._p_w = np.concatenate([self._p_w, np.full(n_new, g.weight)])
-        self._p_prio = np.concatenate([self._p_prio, np.full(n_new, g.priority, dtype=np.int64)])
-        self._e_pos = np.concatenate([self._e_pos, sub_pos[r.e_flow]])
-        self._e_link = np.concatenate([self._e_link, r.e_link])
-        self._e_coef = np.concatenate([self._e_coef, r.e_coef])
-        self._s_pos = np.concatenate([self._s_pos, sub_pos])
-        self._s_src = np.concatenate([self._s_src, ph.src])
-        self._s_dst = np.concatenate([self._s_dst, ph.dst])
-        self._s_label = np.concatenate([self._s_label, labels])
+        n_new = ph.n_flows
+        self._pool.add(g.seq, n_new, ph.bytes_per_hop, g.weight, g.priority, ph.flow_index(), r, ph.src, ph.dst,
+                       labels)
         g.n_pool = n_new
-        self._dirty = True
         return []
 
     def _set_timer(self, g: Group, t: float) -> None:
@@ -387,31 +404,13 @@ class FlowSim:
 
     def _fail(self, g: Group, t: float, err: Exception) -> list[FlowEvent]:
         if g.n_pool:
-            self._remove_pool(self._p_gseq == g.seq)
+            self._pool.remove_group(g.seq)
         g.state, g.end_s, g.error, g.n_pool = "failed", t, str(err), 0
+        g.phases = ()
         return [FlowEvent(t, "failed", g.id, str(err))]
 
     def _solve(self) -> None:
-        if not self._dirty:
-            return
-        n = self._p_rem.size
-        prio = self._p_prio if n and self._p_prio.min() != self._p_prio.max() else None
-        rate = maxmin_rates(n, self._e_pos, self._e_link, self._e_coef, self._cap, weight=self._p_w, priority=prio)
-        self._p_rate = rate
-        fin = np.isfinite(rate[self._e_pos])
-        self._link_rate = np.bincount(self._e_link[fin], weights=self._e_coef[fin] * rate[self._e_pos[fin]],
-                                      minlength=self.topo.n_links).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self._p_rem / rate, np.inf))
-        self._p_drain = self._t_ref + dt
-        self._grp_drain = {}
-        if n:
-            order = np.argsort(self._p_gseq, kind="stable")
-            gs = self._p_gseq[order]
-            starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-            mx = np.maximum.reduceat(self._p_drain[order], starts)
-            self._grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
-        self._dirty = False
+        self._pool.solve(self._cap, self._t_ref)
 
     def _materialise(self, t: float) -> None:
         """Bring remaining bytes and carried bytes forward from the last event to ``t``."""
@@ -419,19 +418,17 @@ class FlowSim:
         if dt <= 0:
             return
         self._solve()
-        if self._p_rem.size:
-            moved = np.where(np.isinf(self._p_rate), self._p_rem, self._p_rate * dt)
-            self._p_rem = np.maximum(self._p_rem - moved, 0.0)
-        self._bytes_carried += self._link_rate * dt
+        self._bytes_carried += self._pool.move(dt)
         self._t_ref = t
 
     def _process_due(self, t: float) -> list[FlowEvent]:
         events: list[FlowEvent] = []
-        if self._p_rem.size:
-            done = (self._p_drain <= t + _TIME_EPS * max(1.0, t)) | (self._p_rem <= _DRAIN_REL * self._p_bytes)
+        pool = self._pool
+        if pool.size:
+            done = (pool.drain <= t + _TIME_EPS * max(1.0, t)) | (pool.rem <= _DRAIN_REL * pool.bytes_)
             if done.any():
-                seqs, counts = np.unique(self._p_gseq[done], return_counts=True)
-                self._remove_pool(done)
+                seqs, counts = np.unique(pool.gseq[done], return_counts=True)
+                pool.remove(done)
                 for s, c in zip(seqs.tolist(), counts.tolist(), strict=True):
                     g = self._by_seq[s]
                     g.n_pool -= c
@@ -444,44 +441,26 @@ class FlowSim:
             events += self._next_phase(self._by_seq[entry[1]], t)
         return events
 
-    def _remove_pool(self, remove: np.ndarray) -> None:
-        keep = ~remove
-        newpos = np.cumsum(keep) - 1
-        ek = keep[self._e_pos]
-        sk = keep[self._s_pos]
-        for name in ("_p_gseq", "_p_rem", "_p_bytes", "_p_w", "_p_prio"):
-            setattr(self, name, getattr(self, name)[keep])
-        if self._p_rate.size == keep.size:
-            self._p_rate = self._p_rate[keep]
-            self._p_drain = self._p_drain[keep]
-        self._e_pos = newpos[self._e_pos[ek]]
-        self._e_link, self._e_coef = self._e_link[ek], self._e_coef[ek]
-        self._s_pos = newpos[self._s_pos[sk]]
-        self._s_src, self._s_dst, self._s_label = self._s_src[sk], self._s_dst[sk], self._s_label[sk]
-        self._dirty = True
-
     def _reroute(self, dead: np.ndarray) -> list[FlowEvent]:
         """Move pool flows off dead links; fail the groups of flows that have no live path left."""
-        hit = np.isin(self._e_link, dead)
+        pool = self._pool
+        pool.flush()
+        hit = np.isin(pool.e_link, dead)
         if not hit.any():
             return []
-        pos = np.unique(self._e_pos[hit])
-        affected = np.zeros(self._p_rem.size, dtype=bool)
+        pos = np.unique(pool.e_pos[hit])
+        affected = np.zeros(pool.size, dtype=bool)
         affected[pos] = True
-        subs = np.flatnonzero(affected[self._s_pos])
-        r = route(self.topo, self._s_src[subs], self._s_dst[subs], self._s_label[subs], alive=self._alive)
+        subs = np.flatnonzero(affected[pool.s_pos])
+        r = route(self.topo, pool.s_src[subs], pool.s_dst[subs], pool.s_label[subs], alive=self._alive)
         events: list[FlowEvent] = []
-        sub_seq = self._p_gseq[self._s_pos[subs]]
+        sub_seq = pool.gseq[pool.s_pos[subs]]
         first_bad: dict[int, tuple[int, int]] = {}
         for i in np.flatnonzero(~r.ok).tolist():
-            first_bad.setdefault(int(sub_seq[i]), (int(self._s_src[subs[i]]), int(self._s_dst[subs[i]])))
+            first_bad.setdefault(int(sub_seq[i]), (int(pool.s_src[subs[i]]), int(pool.s_dst[subs[i]])))
         moved = {int(s): int(c) for s, c in zip(*np.unique(sub_seq, return_counts=True), strict=True)}
-        keep_e = ~affected[self._e_pos]
         okf = r.ok[r.e_flow]
-        self._e_pos = np.concatenate([self._e_pos[keep_e], self._s_pos[subs][r.e_flow[okf]]])
-        self._e_link = np.concatenate([self._e_link[keep_e], r.e_link[okf]])
-        self._e_coef = np.concatenate([self._e_coef[keep_e], r.e_coef[okf]])
-        self._dirty = True
+        pool.replace_incidence(~affected[pool.e_pos], pool.s_pos[subs][r.e_flow[okf]], r.e_link[okf], r.e_coef[okf])
         for s, (src, dst) in sorted(first_bad.items()):
             events += self._fail(self._by_seq[s], self.now_s, NoPathError(
                 f"no live path from chip {src} to chip {dst} after the fault", src_chip=src, dst_chip=dst))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -140,19 +141,19 @@ class JobRunner:
         items = chip_wire.work_msgs(job.plan.compute)
         md = self._md()
         try:
-            chip_res = await asyncio.gather(*(
+            chip_res = await gather_or_cancel([
                 chip_pb2_grpc.ChipServiceStub(self.channel(ep)).ExecuteWork(
                     chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
                                                 tag=job.name, memory_in_use_bytes=self.memory_per_chip_bytes),
                     metadata=md, timeout=30)
-                for ep, rs in self.shard_ranges))
+                for ep, rs in self.shard_ranges])
             compute_s = max(r.end_s for r in chip_res) - start_s
             fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))
             fab_calls = []
             for name, req in self.collective_calls:
                 req.not_before_s = start_s + self._offset_s(name, compute_s)
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
-            fab_res = await asyncio.gather(*fab_calls)
+            fab_res = await gather_or_cancel(fab_calls)
         except grpc.aio.AioRpcError as err:
             raise _step_error(err) from err
         above = float(sum(r.energy_j for r in chip_res))
@@ -263,6 +264,17 @@ def account(job: JobRecord, res: StepResult) -> None:
                     energy_price_usd_per_kwh=spec.energy_price_usd_per_kwh
                     if spec.energy_price_usd_per_kwh is not None else facility().energy_price_usd_per_kwh)
     job.cost_usd = cost.total_usd
+
+
+async def gather_or_cancel(calls: list[Any]) -> list[Any]:
+    """Results of RPC calls in order; on the first failure the others are cancelled, so a retry of the step
+    never piles on calls of this attempt still running (the fabric drops a cancelled call's planning)."""
+    try:
+        return list(await asyncio.gather(*calls))
+    except BaseException:
+        for c in calls:
+            c.cancel()
+        raise
 
 
 def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int]]:

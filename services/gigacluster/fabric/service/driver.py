@@ -4,23 +4,35 @@ The simulator lags the clock by a small window so a call that arrives a few mill
 its ``not_before_s`` still starts its flows at that exact time (RPC latency does not leak into
 results). Asking for a flow whose predicted end has passed advances the simulator to that end,
 so a caller that waited for its collective sees it done at once.
+
+Planning a collective over many groups (shapes, algorithm choice, phase layout; more than
+``INLINE_PLAN_MAX_RANKS`` ranks in all) runs on one worker thread, off the event loop, so health
+checks and other calls keep answering; a caller that cancels (its deadline passed) sets the
+plan's stop flag and nothing of it is started. Only the short commit into the simulator runs on
+the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
-from gigacluster.fabric.sim import FlowEvent, FlowSim
+from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
 from gigacluster.fabric.topology import Topology
 from gigacluster.runtime.clock import VirtualClock
 
 MAX_ACTIVE_GROUPS = 200_000
 MAX_TICK_S = 0.05  # wall seconds between two looks at the clock when nothing is due sooner
+INLINE_PLAN_MAX_RANKS = 1024  # collectives over at most this many ranks (all groups) are planned on the loop
 
 
 class SimDriver:
@@ -33,6 +45,26 @@ class SimDriver:
         self.lag_s = lag_s
         self.publish = publish
         self._wake = asyncio.Event()
+        self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-plan")
+
+    def close(self) -> None:
+        """Stop the planning thread (plans queued behind the running one are dropped)."""
+        self._planner.shutdown(wait=False, cancel_futures=True)
+
+    async def start_collectives(self, op: str, ranks: np.ndarray, stride: int, groups: int, bytes_: float, *,
+                                algo: str | None, start_s: float, traffic_class: str,
+                                tag: str) -> list[FlowGroupHandle]:
+        """Plan off the loop (one plan per shape), then start the groups; a cancelled caller starts nothing."""
+        stop = threading.Event()
+        plan = functools.partial(self.sim.plan_collectives, op, ranks, stride, groups, bytes_, algo=algo, stop=stop)
+        if groups * ranks.size <= INLINE_PLAN_MAX_RANKS:  # a few ms at most: not worth a thread hop
+            return self.sim.start_planned(plan(), start_s=start_s, traffic_class=traffic_class, tag=tag)
+        try:
+            planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
 
     def advance(self, until_s: float) -> None:
         if until_s > self.sim.now_s:

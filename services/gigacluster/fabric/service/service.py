@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import structlog
 
+from gigacluster.fabric import maxmin_incr
 from gigacluster.fabric.service.book import FlowBook
 from gigacluster.fabric.service.driver import SimDriver
 from gigacluster.fabric.service.servicer import FabricServicer
@@ -48,6 +49,7 @@ class FabricService(Service[FabricConfig]):
                           else ClassPolicy(priority=0, weight=config.inference_weight)),
         }
         self.sim = FlowSim(self.topo, classes=classes)
+        maxmin_incr.warm_up()  # the solver's compiled kernels, before the first step needs them
         self.sim.advance(max(0.0, self.clock.now()))
         self.book = FlowBook(self.sim)
         self.driver = SimDriver(self.sim, self.topo, self.book, self.clock, lag_s=BACKDATE_WALL_S * config.speedup,
@@ -92,6 +94,7 @@ class FabricService(Service[FabricConfig]):
 
     async def stop(self) -> None:
         await super().stop()
+        self.driver.close()
         await self.auth.close()
 
     async def _end_released_tick(self) -> None:

@@ -98,9 +98,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         cap.require("fabric.send", DeviceSet.from_ids(all_ranks))
         self.driver.check_capacity(groups)
         self.charge_bytes(cap.tenant, bytes_ * groups * int(ranks.size))
-        handles = [self.sim.start_collective(op, ranks + stride * k, bytes_, start_s=start,
-                                             algo=request.algorithm or None, traffic_class=cls, tag=request.tag)
-                   for k in range(groups)]
+        handles = await self.driver.start_collectives(op, ranks, stride, groups, bytes_, algo=request.algorithm or None,
+                                                      start_s=start, traffic_class=cls, tag=request.tag)
         rec = FlowRecord(self.book.new_name(), f"tenants/{cap.tenant}", [h.id for h in handles],
                          handles[0].algorithm, start, bytes_, request.tag, op, int(ranks.size), instance=cap.instance)
         self.driver.add(rec)

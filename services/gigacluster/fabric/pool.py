@@ -1,0 +1,197 @@
+"""The simulator's pool of active flows: per-flow arrays, their link incidence, and their max-min rates.
+
+A pool *flow* is what the max-min solver sees (one per lockstep phase copy, or per independent
+sub-flow); a *sub-flow* is one src -> dst route of it, kept so a fault can reroute it. Rates are
+recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed: from scratch
+after a change of capacities or routes (or with mixed priorities), otherwise incrementally, only for
+the flows a start or finish can reach (:mod:`gigacluster.fabric.maxmin_incr`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gigacluster.fabric import maxmin_incr
+from gigacluster.fabric.maxmin import compact, maxmin_rates
+from gigacluster.fabric.routing import Routes
+
+_FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
+_KEEP_REL = 1e-9  # an old flow is kept only if its level is below the change's level by more than this
+_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
+
+
+class FlowPool:
+    """Active flows (``gseq``: owning group, ``rem``/``bytes_``: bytes left/at start, ``w``, ``prio``),
+    their incidence (``e_pos``, ``e_link``, ``e_coef``) and sub-flows (``s_pos``, ``s_src``, ``s_dst``,
+    ``s_label``); after :meth:`solve`: ``rate``, ``drain`` (absolute end time), ``link_rate`` and
+    ``grp_drain`` (latest drain per group)."""
+
+    def __init__(self, n_links: int) -> None:
+        self.n_links = n_links
+        self.gseq = np.zeros(0, dtype=np.int64)
+        self.rem = np.zeros(0)
+        self.bytes_ = np.zeros(0)
+        self.w = np.zeros(0)
+        self.prio = np.zeros(0, dtype=np.int64)
+        self.rate = np.zeros(0)
+        self.drain = np.zeros(0)
+        self.e_pos = np.zeros(0, dtype=np.int64)
+        self.e_link = np.zeros(0, dtype=np.int64)
+        self.e_coef = np.zeros(0)
+        self.s_pos = np.zeros(0, dtype=np.int64)
+        self.s_src = np.zeros(0, dtype=np.int64)
+        self.s_dst = np.zeros(0, dtype=np.int64)
+        self.s_label = np.zeros(0, dtype=np.int64)
+        self.link_rate = np.zeros(n_links)
+        self.grp_drain: dict[int, float] = {}
+        self.dirty = False
+        self.incremental = True
+        self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
+        self._full = True  # next solve from scratch (capacities or routes changed)
+        self._tau = np.inf  # lowest old level of a flow removed since the last solve
+        self._seeds: list[np.ndarray] = []  # links of flows removed since the last solve
+        self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
+        self._n_pending = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.rem.size) + self._n_pending
+
+    def flush(self) -> None:
+        """Concatenate the flows added since the last flush (one copy of the pool per batch, not per add)."""
+        if not self._chunks:
+            return
+        cols = list(zip(*self._chunks, strict=True))
+        for name, col in zip(_ALL, cols, strict=True):
+            setattr(self, name, np.concatenate([getattr(self, name), *col]))
+        self._chunks.clear()
+        self._n_pending = 0
+
+    def add(self, gseq: int, n_new: int, bytes_: float, w: float, prio: int, sub_flow: np.ndarray, r: Routes,
+            src: np.ndarray, dst: np.ndarray, labels: np.ndarray) -> None:
+        """Append ``n_new`` flows of group ``gseq``; routed sub-flow ``i`` belongs to flow ``sub_flow[i]``."""
+        sub_pos = self.size + sub_flow
+        self._chunks.append((
+            np.full(n_new, gseq, dtype=np.int64), np.full(n_new, bytes_), np.full(n_new, bytes_), np.full(n_new, w),
+            np.full(n_new, prio, dtype=np.int64), np.zeros(n_new), np.full(n_new, np.inf), np.ones(n_new, dtype=bool),
+            sub_pos[r.e_flow], r.e_link, r.e_coef, sub_pos, src, dst, labels,
+        ))
+        self._n_pending += n_new
+        self.dirty = True
+
+    def remove_group(self, gseq: int) -> None:
+        """Drop every flow of group ``gseq``."""
+        self.flush()
+        self.remove(self.gseq == gseq)
+
+    def remove(self, remove: np.ndarray) -> None:
+        """Drop the flows where ``remove`` is True (and their incidence and sub-flows)."""
+        self.flush()
+        keep = ~remove
+        newpos = np.cumsum(keep) - 1
+        ek = keep[self.e_pos]
+        sk = keep[self.s_pos]
+        solved = remove & ~self.new
+        if solved.any() and not self._full:
+            gone = ~ek & solved[self.e_pos]
+            self._seeds.append(self.e_link[gone])
+            np.subtract.at(self.link_rate, self.e_link[gone], self.e_coef[gone] * self.rate[self.e_pos[gone]])
+            self._tau = min(self._tau, float((self.rate[solved] / self.w[solved]).min()))
+        for name in _FLOW_FIELDS:
+            setattr(self, name, getattr(self, name)[keep])
+        self.e_pos = newpos[self.e_pos[ek]]
+        self.e_link, self.e_coef = self.e_link[ek], self.e_coef[ek]
+        self.s_pos = newpos[self.s_pos[sk]]
+        self.s_src, self.s_dst, self.s_label = self.s_src[sk], self.s_dst[sk], self.s_label[sk]
+        self.dirty = True
+
+    def replace_incidence(self, keep_e: np.ndarray, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> None:
+        """Keep the entries where ``keep_e`` holds and append new ones (rerouted sub-flows); flush first."""
+        self.e_pos = np.concatenate([self.e_pos[keep_e], e_pos])
+        self.e_link = np.concatenate([self.e_link[keep_e], e_link])
+        self.e_coef = np.concatenate([self.e_coef[keep_e], e_coef])
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        """Capacities or routes changed: the next solve starts from scratch."""
+        self.dirty = True
+        self._full = True
+
+    def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
+        """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
+        if not self.dirty:
+            return
+        self.flush()
+        n = self.size
+        prio = self.prio if n and self.prio.min() != self.prio.max() else None
+        if self._full or prio is not None or not self.incremental or not self._resolve(capacity_Bps):
+            rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
+            self.rate = rate
+            fin = np.isfinite(rate[self.e_pos])
+            self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
+                                         minlength=self.n_links).astype(np.float64)
+        else:
+            rate = self.rate
+        self.new[:] = False
+        # rates under strict priority are not one water-filling: the level cut does not apply to them
+        self._full, self._tau, self._seeds = prio is not None, np.inf, []
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self.rem / rate, np.inf))
+        self.drain = t_ref + dt
+        self.grp_drain = {}
+        if n:
+            order = np.argsort(self.gseq, kind="stable")
+            gs = self.gseq[order]
+            starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+            mx = np.maximum.reduceat(self.drain[order], starts)
+            self.grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
+        self.dirty = False
+
+    def _resolve(self, cap: np.ndarray) -> bool:
+        """Incremental solve: re-solve only the flows the starts and finishes since the last solve can reach.
+
+        Returns False, having changed nothing, when the change reaches more than half of the pool (then a
+        solve from scratch is cheaper)."""
+        old, n = ~self.new, self.size
+        if 2 * int(self.new.sum()) > n:
+            return False
+        tau = min(self._tau, maxmin_incr.add_level(self.e_link, self.e_coef, self.e_pos, self.new, self.rate, self.w,
+                                                   cap, self.n_links))
+        has = np.zeros(n, dtype=bool)
+        has[self.e_pos] = True
+        keep = ~has | (old & (self.rate < self.w * tau * (1 - _KEEP_REL)))
+        seeds = np.concatenate([self.e_link[self.new[self.e_pos]], *self._seeds])
+        moved = maxmin_incr.affected(self.e_pos, self.e_link, n, keep, seeds, self.n_links)
+        sub = np.flatnonzero(moved)
+        if 2 * sub.size > n:
+            return False
+        self.rate[self.new & ~has] = np.inf
+        if sub.size == 0:
+            return True
+        me = moved[self.e_pos]
+        links = self.e_link[me]
+        on = np.zeros(self.n_links, dtype=bool)
+        on[links] = True
+        other = on[self.e_link] & ~me  # kept flows on the re-solved links: their use is fixed
+        local = np.full(n, -1, dtype=np.int64)
+        local[sub] = np.arange(sub.size)
+        # the kept flows' links are all among ``links``, so one compaction indexes both
+        used, idx = compact(np.concatenate([links, self.e_link[other]]), self.n_links)
+        fixed = np.bincount(idx[links.size:], weights=self.e_coef[other] * self.rate[self.e_pos[other]],
+                            minlength=used.size)
+        ep = self.e_pos[me]
+        old_part = np.where(self.new[ep], 0.0, self.e_coef[me] * self.rate[ep])
+        self.rate[sub] = maxmin_rates(sub.size, local[ep], idx[:links.size], self.e_coef[me], cap[used] - fixed,
+                                      weight=self.w[sub])
+        np.add.at(self.link_rate, links, self.e_coef[me] * self.rate[ep] - old_part)
+        return True
+
+    def move(self, dt: float) -> np.ndarray:
+        """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""
+        if self.size:
+            moved = np.where(np.isinf(self.rate), self.rem, self.rate * dt)
+            self.rem = np.maximum(self.rem - moved, 0.0)
+        return self.link_rate * dt
+
+
+__all__ = ["FlowPool"]

@@ -1,0 +1,116 @@
+"""Collectives over many groups: planned once per shape, started together, planned off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gigacluster.fabric.groups import shapes
+from gigacluster.fabric.service import driver as driver_module
+from gigacluster.fabric.service.book import FlowBook
+from gigacluster.fabric.service.driver import SimDriver
+from gigacluster.fabric.sim import FlowSim
+from gigacluster.fabric.topology import Topology
+from gigacluster.model import SpecError
+from gigacluster.runtime.clock import VirtualClock
+
+
+def test_copies_in_whole_domains_are_one_shape_and_straddling_copies_another(two_groups: Topology) -> None:
+    """TP groups of 8 in 8-chip domains share one shape; groups of 8 at stride 4 alternate between two shapes."""
+    ranks = np.arange(8)[None, :] + 8 * np.arange(100)[:, None]
+    reps, shape_of, _ = shapes(two_groups, ranks)
+    assert reps.tolist() == [0] and (shape_of == 0).all()
+    half = np.arange(8)[None, :] + 4 * np.arange(100)[:, None]
+    reps, shape_of, _ = shapes(two_groups, half)
+    assert reps.tolist() == [0, 1] and shape_of.tolist() == [0, 1] * 50
+
+
+@pytest.mark.parametrize("op,size,stride,algo", [("all_reduce", 8, 8, None), ("all_reduce", 16, 1, "ring"),
+                                                  ("all_gather", 16, 1, "ring")])
+def test_groups_started_together_end_as_when_started_one_by_one(two_groups: Topology, op: str, size: int,
+                                                                stride: int, algo: str | None) -> None:
+    """One call for 32 copies ends when the last of 32 separate calls ends (same routes, same labels, same rates)."""
+    # size 16 at stride 64 chips... placed one rank per node: the copies cross the leaves and share spines
+    r0 = np.arange(size) * (64 if size == 16 else 1)
+    together = FlowSim(two_groups)
+    hs = together.start_collectives(op, r0, stride, 32, 3e8, start_s=0.0, algo=algo)
+    together.run_until_idle()
+    alone = FlowSim(two_groups)
+    singles = [alone.start_collective(op, r0 + stride * k, 3e8, start_s=0.0, algo=algo) for k in range(32)]
+    alone.run_until_idle()
+    assert {h.algorithm for h in hs} == {h.algorithm for h in singles}
+    assert max(h.end_s for h in hs) == pytest.approx(max(h.end_s for h in singles), rel=1e-9)
+
+
+def test_a_shape_is_planned_once_and_reused_from_the_cache(two_groups: Topology) -> None:
+    """The second identical request plans nothing new; a fault (network version) makes a fresh plan."""
+    sim = FlowSim(two_groups)
+    sim.start_collectives("all_reduce", np.arange(8), 8, 100, 1e6, start_s=0.0)
+    sim.start_collectives("all_reduce", np.arange(8), 8, 100, 1e6, start_s=0.0)
+    assert sim.planner.n_cached == 1
+    sim.fail_link(int(two_groups.nic_up[1000]))
+    sim.start_collectives("all_reduce", np.arange(8), 8, 100, 1e6, start_s=0.0)
+    assert sim.planner.n_cached == 2
+
+
+def test_a_copy_past_the_topology_is_refused_before_planning(two_groups: Topology) -> None:
+    """The last copy must fit: ranks 0-7 x 200 copies at stride 8 name chip 1,599 of 1,024."""
+    with pytest.raises(SpecError) as exc:
+        FlowSim(two_groups).start_collectives("all_reduce", np.arange(8), 8, 200, 1e6, start_s=0.0)
+    assert exc.value.field == "ranks"
+
+
+def _driver(topo: Topology, monkeypatch: pytest.MonkeyPatch) -> SimDriver:
+    monkeypatch.setattr(driver_module, "INLINE_PLAN_MAX_RANKS", 0)  # these small requests go to the thread too
+    sim = FlowSim(topo)
+    return SimDriver(sim, topo, FlowBook(sim), VirtualClock(epoch_unix_s=0.0), lag_s=0.0, publish=lambda *_: None)
+
+
+async def test_planning_runs_off_the_event_loop(two_groups: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan waits for an event only the loop sets: if planning ran on the loop this would never finish."""
+    driver = _driver(two_groups, monkeypatch)
+    gate = threading.Event()
+    orig = driver.sim.plan_collectives
+
+    def gated(*args: Any, **kw: Any) -> Any:
+        assert gate.wait(10), "the event loop was blocked while planning"
+        return orig(*args, **kw)
+
+    driver.sim.plan_collectives = gated  # type: ignore[method-assign]
+    task = asyncio.ensure_future(driver.start_collectives("all_reduce", np.arange(8), 8, 64, 1e6, algo=None,
+                                                          start_s=0.0, traffic_class="training", tag=""))
+    await asyncio.sleep(0.01)
+    gate.set()
+    handles = await asyncio.wait_for(task, 10)
+    assert len(handles) == 1 and handles[0].n_ranks == 8
+    driver.close()
+
+
+async def test_a_cancelled_caller_starts_nothing_and_stops_its_plan(two_groups: Topology,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling StartCollective while it plans sets the plan's stop flag; no group reaches the simulator."""
+    driver = _driver(two_groups, monkeypatch)
+    entered, release = threading.Event(), threading.Event()
+    seen: dict[str, threading.Event] = {}
+
+    def blocked(*args: Any, stop: threading.Event, **kw: Any) -> Any:
+        seen["stop"] = stop
+        entered.set()
+        release.wait(10)
+        raise RuntimeError("not reached by the caller")
+
+    driver.sim.plan_collectives = blocked  # type: ignore[method-assign]
+    task = asyncio.ensure_future(driver.start_collectives("all_reduce", np.arange(8), 8, 64, 1e6, algo=None,
+                                                          start_s=0.0, traffic_class="training", tag=""))
+    while not entered.is_set():
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    assert seen["stop"].is_set() and driver.sim.groups() == []
+    driver.close()
