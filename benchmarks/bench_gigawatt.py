@@ -85,7 +85,8 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_jobs(gc: Client, specs: list[tuple[str, dict[str, Any]]], timeout_s: float) -> list[dict[str, Any]]:
+async def run_jobs(gc: Client, specs: list[tuple[str, dict[str, Any]]], timeout_s: float,
+                   verbose: bool = False) -> list[dict[str, Any]]:
     """Submit every spec at once, wait for all to end, return live vs model per job."""
     names = []
     for label, spec in specs:
@@ -105,8 +106,16 @@ async def run_jobs(gc: Client, specs: list[tuple[str, dict[str, Any]]], timeout_
         j = done.get(name) or await gc.get_job(name)
         trace = await gc.scheduler.GetJobTrace(scheduler_pb2.GetJobTraceRequest(name=name), metadata=gc.md)
         steps = [s.step_time_s for s in trace.steps]
-        model = estimate_train(TrainSpec.from_dict(spec)).step_time_s
+        est = estimate_train(TrainSpec.from_dict(spec))
+        model = est.step_time_s
         live = statistics.fmean(steps) if steps else float("nan")
+        if trace.steps and verbose:
+            last = trace.steps[-1]
+            print(f"{label}: live compute {last.compute_s:.3f} exposed comm {last.exposed_comm_s:.3f} bubble "
+                  f"{last.bubble_s:.3f}; model {est.breakdown.compute_s:.3f} / {est.breakdown.exposed_comm_s:.3f} / "
+                  f"{est.breakdown.bubble_s:.3f}", flush=True)
+            for k in sorted(set(last.comm_s) | set(est.comm_s)):
+                print(f"  {k:12s} live {last.comm_s.get(k, 0.0):8.4f} s  model {est.comm_s.get(k, 0.0):8.4f} s")
         rows.append({"job": label, "chips": spec["hardware"]["count"], "state": J.State.Name(j.state),
                      "steps": len(steps), "model_step_s": model, "live_step_s": live, "err": live / model - 1,
                      "first_step_s": steps[0] if steps else float("nan")})
@@ -136,6 +145,7 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--mix", action="store_true", help="also run --jobs concurrent jobs of 1k to --big-chips")
     ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--routing", default="", help="fabric routing mode (ecmp, spray; default: the preset's)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     site = get_preset(args.preset).resolve()
@@ -143,7 +153,7 @@ async def main(argv: list[str]) -> int:
         cfg = StackConfig(chip=site["chip"], chips=site["chips"], shards=site["shards"], system=site["system"],
                           tiers=site["tiers"], switch=site["switch"], nic=site["nic"], speedup=args.speedup,
                           ports={k: 0 for k in DEFAULT_PORTS}, mqtt_port=0, state_dir=pathlib.Path(tmp),
-                          restart=False)
+                          restart=False, routing=args.routing or site["routing"])
         t0 = time.monotonic()
         async with Stack(cfg) as st:
             up_s = time.monotonic() - t0
@@ -158,7 +168,7 @@ async def main(argv: list[str]) -> int:
                 f0, w0 = cpu_s(fabric_pid), time.monotonic()
                 big = [("405b-big", llama("llama3-405b", site["chip"], args.big_chips, tp=8, pp=16,
                                           steps=args.steps, vs=4))]
-                rows = await run_jobs(gc, big, args.timeout_s)
+                rows = await run_jobs(gc, big, args.timeout_s, verbose=True)
                 fabric_cpu = cpu_s(fabric_pid) - f0
                 print(f"one {args.big_chips:,}-chip job: fabric CPU {fabric_cpu:.1f} s over "
                       f"{time.monotonic() - w0:.1f} s wall, {fabric_cpu / max(rows[0]['steps'], 1):.2f} s per step",

@@ -27,6 +27,10 @@ class SitePreset:
     shards: int
     nic: str  # "" = the chip's own catalog NIC
     description: str
+    # Packet spraying over every equal-cost path: what AI fabrics of this size run (AWS EFA's SRD sprays
+    # each flow over many paths; Broadcom Tomahawk 5/6 and NVIDIA Spectrum-X spread load adaptively), not
+    # one ECMP hash per flow, whose collisions cost a 102,400-chip job 27% per step (docs/performance.md).
+    routing: str = "spray"
 
     def domain(self) -> int:
         """Chips per scale-up domain of the chip's default system."""
@@ -38,11 +42,11 @@ class SitePreset:
         return chips_fed(self.power_mw, self.chip) // unit * unit
 
     def resolve(self) -> dict[str, Any]:
-        """The ``up`` settings this preset stands for (chip, chips, shards, system, tiers, switch, nic)."""
+        """The ``up`` settings this preset stands for (chip, chips, shards, system, tree, NIC, routing)."""
         n = self.chips()
         out = choose_scaleout(self.chip, n, nic=self.nic)
         return {"chip": self.chip, "chips": n, "shards": self.shards, "system": catalog.default_system(self.chip),
-                "tiers": out.tiers, "switch": out.switch, "nic": self.nic}
+                "tiers": out.tiers, "switch": out.switch, "nic": self.nic, "routing": self.routing}
 
 
 PRESETS: dict[str, SitePreset] = {p.name: p for p in (

@@ -61,6 +61,7 @@ class StackConfig:
     tiers: int = 0
     switch: str = ""
     nic: str = ""
+    routing: str = ""  # fabric routing mode (ecmp, spray); "" = the fabric's default (ecmp)
     speedup: float = 1.0
     mqtt: str = ""  # empty: start an embedded broker
     mqtt_port: int = 1883
@@ -318,7 +319,8 @@ class Stack:
                                                      name=name),
                                     env, lp(name))
         shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
-        tree = [f for k, v in (("--tiers", cfg.tiers), ("--switch", cfg.switch), ("--nic", cfg.nic)) if v
+        tree = [f for k, v in (("--tiers", cfg.tiers), ("--switch", cfg.switch), ("--nic", cfg.nic),
+                               ("--routing", cfg.routing)) if v
                 for f in (k, str(v))]
         self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",
                                                          cfg.chip, "--count", str(cfg.chips),

@@ -45,7 +45,7 @@ def test_a_preset_is_what_its_power_feeds_in_whole_domains_per_shard(name: str) 
     unit = p.domain() * p.shards
     fed = chips_fed(p.power_mw, p.chip)
     assert site["chips"] % unit == 0 and fed - unit < site["chips"] <= fed
-    assert p.shards >= 16 and site["tiers"] == 3
+    assert p.shards >= 16 and site["tiers"] == 3 and site["routing"] == "spray"
     assert choose_scaleout(p.chip, site["chips"], nic=p.nic) == Scaleout(3, site["switch"], p.nic)
 
 

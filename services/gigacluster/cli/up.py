@@ -44,6 +44,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", default=None, help="scale-out switch: tomahawk5, tomahawk6, tomahawk-ultra "
                    "(default: Tomahawk 5 if it holds the chips in three tiers, else Tomahawk 6)")
     p.add_argument("--nic", default=None, help="NIC: nic400 or thor-ultra (default: the chip's own, from the catalog)")
+    p.add_argument("--routing", default=None, help="fabric routing: ecmp (one hash per flow) or spray (packet "
+                   "spraying over every equal-cost path); default ecmp, spray for the presets")
     p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
     p.add_argument("--mqtt-port", type=int, default=1883, help="port of the embedded MQTT broker (default 1883)")
@@ -62,7 +64,7 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
 
 #: What ``up`` starts when neither a preset nor a flag says otherwise.
 SITE_DEFAULTS: dict[str, Any] = {"chip": "h100-sxm", "chips": 64, "shards": 1, "system": "", "tiers": 0,
-                                 "switch": "", "nic": ""}
+                                 "switch": "", "nic": "", "routing": ""}
 
 
 def site_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +92,7 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
         raise SystemExit(f"error: {err.message}") from None
     return StackConfig(cluster=args.cluster, chip=site["chip"], system=site["system"], chips=site["chips"],
                        shards=site["shards"], tiers=site["tiers"], switch=site["switch"], nic=site["nic"],
+                       routing=site["routing"],
                        speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
                        http_port=_http_port(args), tls=getattr(args, "tls", False),

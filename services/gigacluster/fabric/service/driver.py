@@ -9,7 +9,9 @@ Planning a collective over many groups (shapes, algorithm choice, phase layout; 
 ``INLINE_PLAN_MAX_RANKS`` ranks in all) runs on one worker thread, off the event loop, so health
 checks and other calls keep answering; a caller that cancels (its deadline passed) sets the
 plan's stop flag and nothing of it is started. Only the short commit into the simulator runs on
-the loop.
+the loop. While a plan is being made, the simulator is held at its start time (as the lag window
+does for RPC latency), so time spent planning never delays the flows in virtual time: a step's
+collectives start when the job asked, however long the fabric took to plan them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class SimDriver:
         self.publish = publish
         self._wake = asyncio.Event()
         self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-plan")
+        self._planning: dict[int, float] = {}  # start times of collectives being planned off the loop
+        self._plan_seq = 0
 
     def close(self) -> None:
         """Stop the planning thread (plans queued behind the running one are dropped)."""
@@ -59,14 +63,25 @@ class SimDriver:
         plan = functools.partial(self.sim.plan_collectives, op, ranks, stride, groups, bytes_, algo=algo, stop=stop)
         if groups * ranks.size <= INLINE_PLAN_MAX_RANKS:  # a few ms at most: not worth a thread hop
             return self.sim.start_planned(plan(), start_s=start_s, traffic_class=traffic_class, tag=tag)
+        self._plan_seq += 1
+        key = self._plan_seq
+        self._planning[key] = start_s  # hold the simulator there until the plan is committed
         try:
             planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
+            return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
         except asyncio.CancelledError:
             stop.set()
             raise
-        return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
+        finally:
+            del self._planning[key]
+            self._wake.set()
+
+    def horizon_s(self, until_s: float) -> float:
+        """How far the simulator may advance toward ``until_s``: not past a collective still being planned."""
+        return min(until_s, min(self._planning.values())) if self._planning else until_s
 
     def advance(self, until_s: float) -> None:
+        until_s = self.horizon_s(until_s)
         if until_s > self.sim.now_s:
             self.events(self.sim.advance(until_s))
 
