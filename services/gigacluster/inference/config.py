@@ -84,8 +84,9 @@ class ReplicaConfig:
         min_blocks = math.ceil(self.arch.seq_len / self.block_size)
         if blocks < min_blocks:
             need = shape.weight_bytes + self.workspace_bytes + min_blocks * block_bytes
+            par = f"tp={self.tp}" + (f" ep={self.ep}" if self.ep > 1 else "")
             raise DoesNotFitError(
-                f"{self.arch.name} at {self.precision} with tp={self.tp}{f' ep={self.ep}' if self.ep > 1 else ''} needs {need / 1e9:.2f} GB per "
+                f"{self.arch.name} at {self.precision} with {par} needs {need / 1e9:.2f} GB per "
                 f"{self.chip} (weights {shape.weight_bytes / 1e9:.2f} GB, workspace "
                 f"{self.workspace_bytes / 1e9:.2f} GB, KV for one {self.arch.seq_len}-token sequence "
                 f"{min_blocks * block_bytes / 1e9:.2f} GB) but kv_fraction={self.kv_fraction} of HBM is "
@@ -107,7 +108,8 @@ class ReplicaConfig:
         if not e:
             raise SpecError("ep", f"{self.arch.name} is dense (no experts to spread); use ep 1, got {self.ep}")
         if e % self.ep:
-            divs = [d for d in range(1, e + 1) if e % d == 0]
+            small = [d for d in range(1, math.isqrt(e) + 1) if e % d == 0]
+            divs = sorted({*small, *(e // d for d in small)})
             raise SpecError("ep", f"must divide {self.arch.name}'s {e} routed experts (e.g. "
                                   f"{', '.join(map(str, divs[-6:]))}), got {self.ep} ({e} / {self.ep} = "
                                   f"{e / self.ep:.2f} experts per GPU)")

@@ -70,9 +70,9 @@ def attention_gemms(a: ModelArch, tp: int) -> list[tuple[int, int]]:
         q = [(a.q_lora_rank, h), (qk, a.q_lora_rank)] if a.q_lora_rank else [(qk, h)]
         return [*q, (a.kv_lora_rank + a.qk_rope_head_dim, h),
                 (heads_t * (a.head_dim + a.v_head_dim), a.kv_lora_rank), (h, heads_t * a.v_head_dim)]
-    q = heads_t * a.head_dim
+    qd = heads_t * a.head_dim
     kv = math.ceil(a.kv_heads / tp) * a.head_dim
-    return [(q + 2 * kv, h), (h, q)]
+    return [(qd + 2 * kv, h), (h, qd)]
 
 
 def mlp_gemms(a: ModelArch, width: float) -> list[tuple[int, int]]:
@@ -89,7 +89,11 @@ def kv_layer_bytes(a: ModelArch, tp: int, precision: str) -> float:
 
 
 def window_layers(a: ModelArch) -> int:
-    return sum(1 for i in range(a.layers) if a.is_window_layer(i))
+    """Layers that attend over the sliding window only (closed form of ``arch.is_window_layer``)."""
+    if not a.sliding_window:
+        return 0
+    g = a.global_attention_every
+    return a.layers - a.layers // g if g else a.layers
 
 
 class MoeShard:
@@ -156,8 +160,8 @@ class MoeShard:
               flops_m: float | None = None) -> Work:
         """A GEMM of ``m`` rows; ``weights`` copies of the (n, k) matrix read (touched experts)."""
         fm = m if flops_m is None else flops_m
-        return Work(flops=2.0 * fm * n * k,
-                    bytes_=weights * n * k * weight_elem_bytes(self.precision) + fm * (n + k) * act_bytes(self.precision),
+        wb, ab = weight_elem_bytes(self.precision), act_bytes(self.precision)
+        return Work(flops=2.0 * fm * n * k, bytes_=weights * n * k * wb + fm * (n + k) * ab,
                     precision=self.precision, graph=graph, kind="matmul", count=count,
                     shape=(max(1, round(m)), n, k))
 
@@ -233,8 +237,8 @@ class MoeShard:
             else:
                 per_pair = 4.0 * a.head_dim * heads_t
             seqs = max(1, int(pre_n.size + dec_c.size))
-            out.append(Work(flops=per_pair * pairs,
-                            bytes_=kv_read * self.kv_layer_bytes + q / g * 2 * heads_t * a.head_dim * act_bytes(self.precision),
+            q_bytes = q / g * 2 * heads_t * a.head_dim * act_bytes(self.precision)
+            out.append(Work(flops=per_pair * pairs, bytes_=kv_read * self.kv_layer_bytes + q_bytes,
                             precision=self.precision, graph=graph, kind="attention", count=layers,
                             shape=(max(1, round(q / g)), max(1, round(kv_read * g / seqs)), a.head_dim)))
         return out

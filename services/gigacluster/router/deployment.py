@@ -238,7 +238,7 @@ class LiveDeployment:
                 raise ReplicaFailed(f"{self.name} has no healthy decode replica")
             dst = min(live, key=lambda r: (r.engine.stats().outstanding_requests, r.index))
             assert self.transport is not None and ev.summary is not None
-            bytes_ = len(stream.req.prompt_tokens) * src.engine.cfg.shard.kv_bytes_per_token
+            bytes_ = src.engine.cfg.shard.kv_bytes_for(len(stream.req.prompt_tokens))
             _, end = await self.transport.send(src.first_device, dst.first_device, self.cfg.tp, bytes_,
                                                ev.time_s, tag=f"kv:{self.name}:{rid}")
             self.kv_transfers += 1

@@ -171,7 +171,7 @@ class Stream:
 def replica_memory_bytes(engine: ReplicaEngine) -> int:
     """HBM one chip of a replica holds: its weight shard plus its share of the KV blocks in use."""
     cfg = engine.cfg
-    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.tp)
+    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.chips)
 
 
 class Replica:
