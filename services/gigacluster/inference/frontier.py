@@ -33,28 +33,30 @@ from gigacluster.inference.cost import iteration_time_s, iteration_work
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
 
-SHAPES = {"1k/1k": (1024, 1024), "1k/8k": (1024, 8192), "8k/1k": (8192, 1024)}
-MAX_CONCURRENCY = 4096
-
 
 @dataclasses.dataclass(frozen=True)
 class ServePoint:
-    """One layout at one concurrency."""
+    """One layout at one concurrency (throughput per GPU in output tokens; ``total`` adds the prompts)."""
 
     chip: str
     tp: int
     ep: int
     chips: int
-    concurrency: int
     tpot_s: float
+    concurrency: int
     prefill_s: float  # one prompt's prefill, without queueing
     interactivity_tok_s_user: float
     output_tok_s_per_gpu: float
-    total_tok_s_per_gpu: float
+    tokens_per_output: float  # (isl + osl) / osl
     cost_usd_per_million_output: float
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON form, with total (prompt + output) tokens/s per GPU as InferenceMAX also charts."""
+        return {**dataclasses.asdict(self), "total_tok_s_per_gpu": self.output_tok_s_per_gpu * self.tokens_per_output}
+
+
+# Largest concurrency tried per layout (InferenceMAX sweeps 4 to 64 per GPU; wide-EP replicas go further).
+MAX_CONCURRENCY = 4096
 
 
 def _step_s(cfg: ReplicaConfig, computed: np.ndarray, new: np.ndarray, length: np.ndarray) -> float:
@@ -90,7 +92,7 @@ def serve_point(cfg: ReplicaConfig, concurrency: int, isl: int, osl: int) -> Ser
     return ServePoint(
         chip=cfg.chip, tp=cfg.tp, ep=cfg.ep, chips=cfg.chips, concurrency=concurrency,
         tpot_s=(cycle - t_pre) / osl, prefill_s=t_pre, interactivity_tok_s_user=osl / (cycle - t_pre),
-        output_tok_s_per_gpu=out_per_gpu, total_tok_s_per_gpu=out_per_gpu * (isl + osl) / osl,
+        output_tok_s_per_gpu=out_per_gpu, tokens_per_output=(isl + osl) / osl,
         cost_usd_per_million_output=chip.price_per_hour_usd / (out_per_gpu * 3600.0) * 1e6,
     )
 
