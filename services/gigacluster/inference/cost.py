@@ -62,18 +62,23 @@ def moe_comm_s(chip: Chip, shape: ShardShape, tokens: int) -> float:
     """TP all-reduces plus, with ``ep > 1``, each MoE layer's dispatch and combine all-to-all over the
     ``ep`` GPUs (spanning scale-up domains when ``ep`` exceeds one), by the training model's comm model."""
     system = default_system(chip.name)
-    dom = get_system(system).chips
     ar = shape.moe.allreduce_bytes(tokens) / (2 * shape.arch.layers)
     t = 0.0
     if ar:
-        lay = GroupLayout(shape.tp, min(shape.tp, dom), shape.dp_attn)
+        lay = GroupLayout(shape.tp, min(shape.tp, get_system(system).chips), shape.dp_attn)
         t += 2 * shape.arch.layers * _COMM.collective_time_s(chip, system, "all_reduce", ar, lay)
+    return t + moe_a2a_s(chip, shape, tokens)
+
+
+def moe_a2a_s(chip: Chip, shape: ShardShape, tokens: int) -> float:
+    """Seconds of one iteration's expert-parallel all-to-alls (dispatch and combine, every MoE layer)."""
     dispatch, combine = shape.moe.a2a_bytes(tokens)
-    if dispatch:
-        lay = GroupLayout(shape.ep, min(shape.ep, dom))
-        t += shape.arch.moe_layers * sum(_COMM.collective_time_s(chip, system, "all_to_all", b, lay)
-                                         for b in (dispatch, combine))
-    return t
+    if not dispatch:
+        return 0.0
+    system = default_system(chip.name)
+    lay = GroupLayout(shape.ep, min(shape.ep, get_system(system).chips))
+    return shape.arch.moe_layers * sum(_COMM.collective_time_s(chip, system, "all_to_all", b, lay)
+                                       for b in (dispatch, combine))
 
 
 def iteration_energy_j(chip: Chip, tp: int, it: Iteration, *, duration_s: float | None = None,

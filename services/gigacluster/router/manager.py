@@ -30,6 +30,7 @@ from gigacluster.inference.policies import make_policy
 from gigacluster.model import DoesNotFitError
 from gigacluster.router.deployment import Binding, KvTransport, Lease, LiveDeployment, ReacquireFn, Replica
 from gigacluster.router.messages import DeploySpec, deploy_spec, shard_endpoint
+from gigacluster.router.moe_traffic import A2aTraffic
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
@@ -150,6 +151,9 @@ class DeploymentManager:
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         rep.on_lag = self.on_lag
+        if cfg.ep > 1:
+            rep.a2a = A2aTraffic(cfg, KvTransport(inv.fabric_endpoint, lambda: rep.lease(), self.clock),
+                                 lambda: rep.devices, tag=f"a2a:{dep.name}:{i}")
         dep.add(rep)
 
     def _reacquirer(self, dep: LiveDeployment) -> ReacquireFn:

@@ -155,4 +155,5 @@ def stats_msg(d: LiveDeployment) -> router_pb2.DeploymentStats:
         rejected=int(s["rejected"]) + int(s["shed"]),
         kv_transfers=int(s["kv_transfers"]),
         kv_transfer_bytes=float(s["kv_transfer_bytes"]),
+        a2a_flows=int(s["a2a_flows"]), a2a_bytes=float(s["a2a_bytes"]),
     )

@@ -221,7 +221,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, deployment: _Optional[str] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected", "kv_transfers", "kv_transfer_bytes")
+    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected", "kv_transfers", "kv_transfer_bytes", "a2a_flows", "a2a_bytes")
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     TTFT_FIELD_NUMBER: _ClassVar[int]
     TPOT_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +237,8 @@ class DeploymentStats(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    A2A_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    A2A_BYTES_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     ttft: _common_pb2.LatencySummary
     tpot: _common_pb2.LatencySummary
@@ -252,7 +254,9 @@ class DeploymentStats(_message.Message):
     rejected: int
     kv_transfers: int
     kv_transfer_bytes: float
-    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_bytes: _Optional[float] = ...) -> None: ...
+    a2a_flows: int
+    a2a_bytes: float
+    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_bytes: _Optional[float] = ..., a2a_flows: _Optional[int] = ..., a2a_bytes: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("deployments", "now_s")
