@@ -203,3 +203,39 @@ def test_cli_estimate_infer_moe_and_compare_infer_json_png(tmp_path: Path) -> No
     p = d["chips"]["h100-sxm"]["frontier"][0]
     assert p["output_tok_s_per_provisioned_mw"] == pytest.approx(
         p["output_tok_s_per_gpu"] / (d["chips"]["h100-sxm"]["provisioned_w_per_gpu"] * d["pue"] / 1e6))
+
+
+async def test_a2a_traffic_books_windows_and_stretches_by_the_fabric_slowdown() -> None:
+    """The replica's all-to-all goes to the fabric once per window (not per iteration), and a measured
+    slowdown of 1.5 adds half the priced all-to-all time to the next iteration."""
+    import asyncio
+
+    from gigacluster.inference.cost import moe_a2a_s
+    from gigacluster.inference.engine import ReplicaEngine, Request
+    from gigacluster.router.moe_traffic import A2aTraffic
+
+    class Fabric:
+        def __init__(self) -> None:
+            self.slow_ratio = 1.0
+            self.calls: list[tuple[float, float]] = []
+
+        async def collective(self, op: int, ranks: list[tuple[int, int]], bytes_: float, start: float,
+                             tag: str) -> tuple[float, float]:
+            self.calls.append((start, bytes_))
+            return start, start
+
+    cfg = ReplicaConfig(preset("gpt-oss-20b"), "h100-sxm", ep=2, max_batch=8)
+    eng = ReplicaEngine(cfg)
+    eng.admit(Request("a", np.arange(300, 310, dtype=np.int32), 4), 0.0)
+    it = eng.next_iteration(0.0)
+    assert it is not None
+    fab = Fabric()
+    a2a = A2aTraffic(cfg, fab, lambda: [(0, 2)], tag="t", window_s=0.05)  # type: ignore[arg-type]
+    assert a2a.book(it, 0.0) == 0.0 and a2a.book(it, 0.01) == 0.0  # same window: nothing sent yet
+    fab.slow_ratio = 1.5
+    extra = a2a.book(it, 0.06)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    per = cfg.arch.moe_layers * sum(cfg.shard.moe.a2a_bytes(it.prefill_tokens + it.decode_tokens))
+    assert fab.calls == [(0.0, 3 * per)] and a2a.flows == 1
+    assert extra == pytest.approx(0.5 * moe_a2a_s(cfg.chip_spec, cfg.shard, it.prefill_tokens + it.decode_tokens))
