@@ -28,10 +28,12 @@ from gigacluster.model.arch import preset
 def register(subparsers: Any) -> None:
     """Add ``infer`` under ``gigacluster estimate``."""
     p = subparsers.add_parser("infer", help="TTFT, TPOT, throughput and KV capacity of LLM serving")
-    p.add_argument("--model", default="llama3-8b", help="model preset (llama3-8b, llama3-70b, ...)")
+    p.add_argument("--model", default="llama3-8b", help="model preset (llama3-8b, deepseek-v3, gpt-oss-120b, ...)")
     p.add_argument("--chip", default="a100-40gb", help="chip name from the hardware catalog")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel chips per replica")
-    p.add_argument("--precision", default="bf16", help="bf16, fp8, fp32")
+    p.add_argument("--ep", type=int, default=1,
+                   help="MoE: spread the routed experts over EP chips (1 or a multiple of --tp dividing the experts)")
+    p.add_argument("--precision", default="bf16", help="bf16, fp16, fp8, mxfp6, mxfp4, nvfp4, fp32 (as the chip has)")
     p.add_argument("--batch", type=int, default=1, help="concurrent sequences (static estimate)")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=256)
@@ -54,8 +56,8 @@ def register(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace) -> ReplicaConfig:
     return ReplicaConfig(
-        arch=preset(args.model), chip=args.chip, tp=args.tp, precision=args.precision, max_batch=args.max_batch,
-        kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
+        arch=preset(args.model), chip=args.chip, tp=args.tp, ep=args.ep, precision=args.precision,
+        max_batch=args.max_batch, kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
         max_prefill_tokens=args.max_prefill_tokens, max_queue=args.max_queue,
     )
 
@@ -95,7 +97,8 @@ def _simulate(cfg: ReplicaConfig, args: argparse.Namespace) -> dict[str, Any]:
         reqs = uniform_workload(qps=args.qps, duration_s=args.duration, prompt_tokens=args.prompt_tokens,
                                 output_tokens=args.output_tokens, vocab=vocab, seed=args.seed)
     res = simulate(cfg, reqs, replicas=args.replicas, policy=args.policy, seed=args.seed)
-    return {"model": cfg.arch.name, "chip": cfg.chip, "tp": cfg.tp, "replicas": args.replicas,
+    moe = {"ep": cfg.ep, "chips": cfg.chips} if cfg.arch.is_moe else {}
+    return {"model": cfg.arch.name, "chip": cfg.chip, "tp": cfg.tp, **moe, "replicas": args.replicas,
             "offered_requests": len(reqs), **res.to_dict()}
 
 
@@ -111,7 +114,10 @@ def _print(out: dict[str, Any]) -> None:
     t.add_column("quantity")
     t.add_column("value", justify="right")
     for k, v in out.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and "p50" not in v:
+            for k2, v2 in v.items():
+                t.add_row(f"{k}.{k2}", _fmt(v2))
+        elif isinstance(v, dict):
             t.add_row(k, "  ".join(f"{p}={v[p] * 1e3:,.1f}ms" for p in ("p50", "p90", "p99", "p99.9", "mean")))
         else:
             t.add_row(k, _fmt(v))

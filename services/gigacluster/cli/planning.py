@@ -2,6 +2,9 @@
 
 * ``compare SPEC.yaml --chips a,b,c [--same-power] [--search] [--png FILE] [--json]``: the same job
   on each chip (same count, or the same provisioned facility power), one table and a chart.
+* ``compare --infer --model M --chips a,b,c [--isl 1024 --osl 1024] [--precision P] [--png FILE] [--json]``:
+  serving frontiers (throughput per GPU against tokens/s per user) per chip, as InferenceMAX charts
+  them (:mod:`gigacluster.cli.compare_infer`).
 * ``plan --power-mw MW --chip CHIP [--pue X] [--json]``: how many chips a power budget feeds and
   what they do for Llama 3 405B (tokens per day; days for 15T tokens).
 
@@ -19,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gigacluster.cli import compare_infer
 from gigacluster.cli.estimate_train import load_spec
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.training import TRAIN_PRECISIONS
@@ -29,8 +33,15 @@ DEFAULT_CHIPS = "trainium3,mi355x,b200,h100-sxm"
 
 def register(subparsers: Any) -> None:
     """Add top-level ``compare`` and ``plan``."""
-    c = subparsers.add_parser("compare", help="the same training job on several chips")
-    c.add_argument("spec", type=Path, help="training spec YAML")
+    c = subparsers.add_parser("compare", help="the same training job (or, with --infer, serving) on several chips")
+    c.add_argument("spec", type=Path, nargs="?", default=None, help="training spec YAML (not with --infer)")
+    c.add_argument("--infer", action="store_true", help="serving frontier of --model per chip (InferenceMAX-style)")
+    c.add_argument("--model", default="deepseek-v3", help="with --infer: model preset")
+    c.add_argument("--isl", type=int, default=1024, help="with --infer: prompt tokens (1k/1k, 1k/8k, 8k/1k ...)")
+    c.add_argument("--osl", type=int, default=1024, help="with --infer: output tokens")
+    c.add_argument("--max-ep", type=int, default=0,
+                   help="with --infer: largest EP tried (default the chip's scale-up domain; more = wide EP)")
+    c.add_argument("--pue", type=float, default=None, help="with --infer: facility PUE (default: catalog)")
     c.add_argument("--chips", default=DEFAULT_CHIPS, help=f"comma-separated chip names (default {DEFAULT_CHIPS})")
     c.add_argument(
         "--same-power", action="store_true", help="give each chip the spec's provisioned power, not its count"
@@ -54,6 +65,10 @@ def register(subparsers: Any) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     """Handler of ``compare``."""
     try:
+        if args.infer:
+            return compare_infer.run(args)
+        if args.spec is None:
+            raise SpecError("spec", "give a training spec YAML, or --infer --model M for serving")
         spec = load_spec(args.spec)
         if args.precision:
             spec = spec.with_(precision=args.precision)

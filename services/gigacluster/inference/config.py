@@ -30,7 +30,10 @@ class ReplicaConfig:
     ``kv_fraction`` is vLLM's ``gpu_memory_utilization``: the share of each chip's HBM the engine
     may use. Weights and an activation workspace come out of it first; the rest is KV cache.
     ``max_prefill_tokens`` is vLLM's ``max_num_batched_tokens``: new tokens per iteration (the
-    chunk budget with chunked prefill; a cap on batched prompts without it).
+    chunk budget with chunked prefill; a cap on batched prompts without it). ``ep`` spreads a
+    mixture of experts' routed experts over ``max(tp, ep)`` chips (1, or a multiple of ``tp`` that
+    divides the experts; attention runs data-parallel over the ``ep / tp`` groups: see
+    :mod:`gigacluster.inference.moe_work`).
 
     Raises ``SpecError`` for a bad field and ``DoesNotFitError`` when the weights plus the KV cache
     of one full-length sequence (``arch.seq_len`` tokens, vLLM's start-up check) do not fit.
@@ -47,6 +50,7 @@ class ReplicaConfig:
     max_prefill_tokens: int = 8192
     max_queue: int = 1024
     role: str = "both"
+    ep: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.arch, ModelArch):
@@ -55,7 +59,7 @@ class ReplicaConfig:
             chip = get_chip(self.chip)
         except UnknownHardwareError as exc:
             raise SpecError("chip", str(exc)) from exc
-        for f, lo in (("tp", 1), ("max_batch", 1), ("block_size", 1), ("max_prefill_tokens", 1),
+        for f, lo in (("tp", 1), ("ep", 1), ("max_batch", 1), ("block_size", 1), ("max_prefill_tokens", 1),
                       ("max_queue", 0)):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
@@ -64,33 +68,63 @@ class ReplicaConfig:
             raise SpecError("role", f"allowed: {', '.join(ROLES)}; got {self.role!r}")
         if self.arch.heads % self.tp:
             raise SpecError("tp", f"must divide the model's {self.arch.heads} attention heads, got {self.tp}")
+        self._check_ep()
         if self.precision not in BYTES_PER_PARAM or self.precision not in chip.peak_tflops:
-            allowed = sorted(set(BYTES_PER_PARAM) & set(chip.peak_tflops))
+            allowed = [p for p in chip.precisions() if p in BYTES_PER_PARAM]
             raise SpecError("precision", f"allowed on {self.chip}: {', '.join(allowed)}; got {self.precision!r}")
         if not (isinstance(self.kv_fraction, float | int) and 0.0 < self.kv_fraction <= 1.0):
             raise SpecError("kv_fraction", f"must be in (0, 1], got {self.kv_fraction!r}")
         if self.block_size & (self.block_size - 1) or self.block_size > 1024:
             raise SpecError("block_size", f"must be a power of two <= 1024, got {self.block_size}")
-        shape = ShardShape(self.arch, self.tp, self.precision)
+        shape = ShardShape(self.arch, self.tp, self.precision, self.ep)
         usable = chip.hbm_bytes * float(self.kv_fraction)
-        kv_bytes = usable - shape.weight_bytes - self.workspace_bytes
+        kv_bytes = usable - shape.weight_bytes - self.workspace_bytes - self._window_reserve(shape)
         block_bytes = self.block_size * shape.kv_bytes_per_token
         blocks = int(kv_bytes // block_bytes) if kv_bytes > 0 else 0
         min_blocks = math.ceil(self.arch.seq_len / self.block_size)
         if blocks < min_blocks:
             need = shape.weight_bytes + self.workspace_bytes + min_blocks * block_bytes
+            par = f"tp={self.tp}" + (f" ep={self.ep}" if self.ep > 1 else "")
             raise DoesNotFitError(
-                f"{self.arch.name} at {self.precision} with tp={self.tp} needs {need / 1e9:.2f} GB per "
+                f"{self.arch.name} at {self.precision} with {par} needs {need / 1e9:.2f} GB per "
                 f"{self.chip} (weights {shape.weight_bytes / 1e9:.2f} GB, workspace "
                 f"{self.workspace_bytes / 1e9:.2f} GB, KV for one {self.arch.seq_len}-token sequence "
                 f"{min_blocks * block_bytes / 1e9:.2f} GB) but kv_fraction={self.kv_fraction} of HBM is "
-                f"{usable / 1e9:.2f} GB; raise tp or lower seq_len",
+                f"{usable / 1e9:.2f} GB; raise {'ep' if self.arch.is_moe else 'tp'} or lower seq_len",
                 need_bytes=need,
                 have_bytes=usable,
             )
+        blocks *= shape.dp_attn  # each data-parallel attention group holds its own sequences' KV
         object.__setattr__(self, "_chip", chip)
+        object.__setattr__(self, "_window", self._window_reserve(shape))
         object.__setattr__(self, "_shape", shape)
         object.__setattr__(self, "_blocks", blocks)
+
+    def _check_ep(self) -> None:
+        """``ep`` spreads routed experts: only for a mixture of experts, dividing its experts, a multiple of tp."""
+        if self.ep == 1:
+            return
+        e = self.arch.experts
+        if not e:
+            raise SpecError("ep", f"{self.arch.name} is dense (no experts to spread); use ep 1, got {self.ep}")
+        if e % self.ep:
+            small = [d for d in range(1, math.isqrt(e) + 1) if e % d == 0]
+            divs = sorted({*small, *(e // d for d in small)})
+            raise SpecError("ep", f"must divide {self.arch.name}'s {e} routed experts (e.g. "
+                                  f"{', '.join(map(str, divs[-6:]))}), got {self.ep} ({e} / {self.ep} = "
+                                  f"{e / self.ep:.2f} experts per GPU)")
+        if self.ep % self.tp:
+            raise SpecError("ep", f"must be 1 or a multiple of tp={self.tp} (attention runs data-parallel over "
+                                  f"ep / tp groups), got {self.ep}")
+
+    def _window_reserve(self, shape: ShardShape) -> float:
+        """Sliding-window KV rings reserved per GPU: one per sequence its attention group may run."""
+        return shape.window_bytes_per_seq * math.ceil(self.max_batch / shape.dp_attn)
+
+    @property
+    def chips(self) -> int:
+        """Chips of one replica: ``tp``, or ``ep`` when the experts spread over more."""
+        return self.shard.chips
 
     @property
     def chip_spec(self) -> Chip:
@@ -121,12 +155,14 @@ class ReplicaConfig:
     @property
     def kv_cache_bytes(self) -> float:
         """KV-cache bytes of the whole replica (all shards)."""
-        return self.kv_capacity_tokens * self.shard.kv_bytes_per_token * self.tp
+        paged = self.kv_capacity_tokens * self.shard.kv_bytes_per_token * self.tp
+        window: float = self._window  # type: ignore[attr-defined]
+        return paged + window * self.chips if window else paged
 
     @property
     def weight_bytes(self) -> float:
         """Weight bytes of the whole replica (all shards; KV heads replicated when tp > kv_heads)."""
-        return self.shard.weight_bytes * self.tp
+        return self.shard.weight_bytes * self.chips
 
     def max_batch_fit(self, tokens_per_seq: int) -> int:
         """Sequences of ``tokens_per_seq`` tokens whose KV fits at once (not capped by max_batch)."""
@@ -142,4 +178,5 @@ class ReplicaConfig:
         return {
             "kv_blocks": self.kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens,
             "kv_cache_bytes": self.kv_cache_bytes, "weight_bytes": self.weight_bytes,
+            **({"ep": self.ep, "chips": self.chips} if self.arch.is_moe else {}),
         }

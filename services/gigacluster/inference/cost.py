@@ -8,10 +8,11 @@ import math
 
 import numpy as np
 
-from gigacluster.hw.catalog import Chip
+from gigacluster.hw.catalog import Chip, default_system, get_system
 from gigacluster.inference.config import ReplicaConfig
 from gigacluster.inference.request import Iteration
 from gigacluster.inference.work import ShardShape, allreduce_bytes, batch_work
+from gigacluster.model.comm import AlphaBetaCommModel, GroupLayout
 from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
 from gigacluster.model.roofline import Work, works_time_s
 
@@ -27,6 +28,9 @@ def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
     logits = int(((c + new) == length).sum())
     prefill_tokens = int(pre_n.sum())
     decode_seqs = int(dec_c.size)
+    if not shape.classic:
+        return (shape.moe.batch_work(tokens=prefill_tokens + decode_seqs, pre_c=pre_c, pre_n=pre_n, dec_c=dec_c,
+                                     logits=logits), prefill_tokens, decode_seqs)
     work = batch_work(
         shape,
         prefill_tokens=prefill_tokens,
@@ -45,8 +49,36 @@ def iteration_time_s(chip: Chip, shape: ShardShape, tp: int, work: tuple[Work, .
     """(compute seconds, all-reduce seconds, all-reduce bytes) of one iteration over ``tokens`` tokens."""
     compute_s = works_time_s(chip, work)
     ar = allreduce_bytes(shape, tokens)
+    if not shape.classic:
+        return compute_s, moe_comm_s(chip, shape, tokens), ar
     comm_s = 2.0 * (tp - 1) / tp * ar / chip.scaleup_Bps if tp > 1 else 0.0
     return compute_s, comm_s, ar
+
+
+_COMM = AlphaBetaCommModel()
+
+
+def moe_comm_s(chip: Chip, shape: ShardShape, tokens: int) -> float:
+    """TP all-reduces plus, with ``ep > 1``, each MoE layer's dispatch and combine all-to-all over the
+    ``ep`` GPUs (spanning scale-up domains when ``ep`` exceeds one), by the training model's comm model."""
+    system = default_system(chip.name)
+    ar = shape.moe.allreduce_bytes(tokens) / (2 * shape.arch.layers)
+    t = 0.0
+    if ar:
+        lay = GroupLayout(shape.tp, min(shape.tp, get_system(system).chips), shape.dp_attn)
+        t += 2 * shape.arch.layers * _COMM.collective_time_s(chip, system, "all_reduce", ar, lay)
+    return t + moe_a2a_s(chip, shape, tokens)
+
+
+def moe_a2a_s(chip: Chip, shape: ShardShape, tokens: int) -> float:
+    """Seconds of one iteration's expert-parallel all-to-alls (dispatch and combine, every MoE layer)."""
+    dispatch, combine = shape.moe.a2a_bytes(tokens)
+    if not dispatch:
+        return 0.0
+    system = default_system(chip.name)
+    lay = GroupLayout(shape.ep, min(shape.ep, get_system(system).chips))
+    return shape.arch.moe_layers * sum(_COMM.collective_time_s(chip, system, "all_to_all", b, lay)
+                                       for b in (dispatch, combine))
 
 
 def iteration_energy_j(chip: Chip, tp: int, it: Iteration, *, duration_s: float | None = None,
@@ -61,6 +93,7 @@ def iteration_energy_j(chip: Chip, tp: int, it: Iteration, *, duration_s: float 
     what the chip service measured (``duration_s``, ``above_idle_j`` for all ``tp`` chips).
     """
     dur = it.predicted_s if duration_s is None else duration_s
+    # ``tp`` is the replica's chip count (max(tp, ep) for an expert-parallel replica).
     above = tp * works_energy_above_idle_j(chip, it.work) if above_idle_j is None else above_idle_j
     return (tp * (chip.idle_w + host_overhead_w()) * dur + above
             + link_energy_j(2.0 * (tp - 1) * it.allreduce_bytes, 0.0))
@@ -72,6 +105,8 @@ def queue_wait_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_promp
     ``queued_prompt`` tokens: prefill at the token budget, then decode in waves of ``max_batch``."""
     chunk = max(1, min(cfg.max_prefill_tokens, queued_prompt))
     prefill_s = 0.0
+    if not shape.classic:
+        return _queue_wait_general_s(chip, shape, cfg, queued_prompt, out, ctx, n)
     if queued_prompt:
         per_chunk = works_time_s(chip, batch_work(
             shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
@@ -80,5 +115,23 @@ def queue_wait_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_promp
     batch = min(cfg.max_batch, n)
     step_s = works_time_s(chip, batch_work(
         shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
+    waves = math.ceil(n / cfg.max_batch)
+    return max(1e-3, prefill_s + waves * (out / n) * step_s)
+
+
+def _queue_wait_general_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_prompt: int, out: int,
+                          ctx: float, n: int) -> float:
+    """:func:`queue_wait_s` for the per-GPU model (MoE, MLA, windows): the same prefill-then-waves sum."""
+    none = np.zeros(0, dtype=np.int64)
+    chunk = max(1, min(cfg.max_prefill_tokens, queued_prompt))
+    prefill_s = 0.0
+    if queued_prompt:
+        w = shape.moe.batch_work(tokens=chunk, pre_c=np.zeros(1, dtype=np.int64),
+                                 pre_n=np.full(1, chunk, dtype=np.int64), dec_c=none, logits=1)
+        prefill_s = (works_time_s(chip, w) + moe_comm_s(chip, shape, chunk)) * queued_prompt / chunk
+    batch = min(cfg.max_batch, n)
+    w = shape.moe.batch_work(tokens=batch, pre_c=none, pre_n=none,
+                             dec_c=np.full(batch, max(0, round(ctx)), dtype=np.int64), logits=batch)
+    step_s = works_time_s(chip, w) + moe_comm_s(chip, shape, batch)
     waves = math.ceil(n / cfg.max_batch)
     return max(1e-3, prefill_s + waves * (out / n) * step_s)

@@ -382,8 +382,8 @@ class ReplicaEngine:
     # ----------------------------------------------------------------------------- completion
     def iteration_energy_j(self, it: Iteration, *, duration_s: float | None = None,
                            above_idle_j: float | None = None) -> float:
-        """IT energy of one batch iteration on the replica's ``tp`` chips, joules (:func:`.cost.iteration_energy_j`)."""
-        return iteration_energy_j(self._chip, self.cfg.tp, it, duration_s=duration_s, above_idle_j=above_idle_j)
+        """IT energy of one batch iteration on the replica's chips, joules (:func:`.cost.iteration_energy_j`)."""
+        return iteration_energy_j(self._chip, self.cfg.chips, it, duration_s=duration_s, above_idle_j=above_idle_j)
 
     def complete(self, it: Iteration, end_s: float, *, energy_j: float | None = None) -> list[TokenEvent]:
         """Apply a finished iteration; returns one TokenEvent per token produced."""

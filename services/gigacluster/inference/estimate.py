@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
+from gigacluster.inference.moe_work import touched_fraction, weight_elem_bytes
 from gigacluster.model import SpecError
 
 
@@ -35,9 +36,33 @@ class InferEstimate:
     weight_bytes: float
     decode_roofline_tokens_per_s: float
     decode_roofline_frac: float
+    moe: dict[str, Any] | None = None  # MoE replicas only: ep, chips, expert bytes per GPU, ...
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["moe"] is None:  # dense output unchanged
+            del d["moe"]
+        return d
+
+
+def moe_facts(cfg: ReplicaConfig, batch: int) -> dict[str, Any] | None:
+    """What an MoE replica adds to the estimate: layout, per-GPU expert weights, KV per token, the
+    share of experts a decode step of ``batch`` tokens reads, and the all-to-all bytes."""
+    a = cfg.arch
+    if not a.is_moe:
+        return None
+    s = cfg.shard.moe
+    dispatch, combine = s.a2a_bytes(batch)
+    return {
+        "ep": cfg.ep, "chips": cfg.chips, "dp_attention": s.dp_attn, "experts_per_gpu": s.local_experts
+        if cfg.ep > 1 else a.experts, "expert_bytes_per_gpu": s.expert_params() * weight_elem_bytes(cfg.precision),
+        "active_params": a.active_params, "total_params": a.params,
+        "kv_bytes_per_token_per_gpu": s.kv_bytes_per_token, "kv_window_bytes_per_seq_per_gpu": s.window_bytes_per_seq,
+        "decode_experts_touched_frac": touched_fraction(a.experts, a.experts_per_token, batch),
+        "decode_weight_read_bytes_per_gpu": s.weight_read_bytes_for(batch),
+        "a2a_dispatch_bytes_per_gpu_layer": dispatch, "a2a_combine_bytes_per_gpu_layer": combine,
+        "assumption": "uniform routing: a batch of B tokens touches E(1-(1-k/E)^B) experts per layer",
+    }
 
 
 def estimate_infer(cfg: ReplicaConfig, *, batch: int, prompt_tokens: int, output_tokens: int) -> InferEstimate:
@@ -74,4 +99,5 @@ def estimate_infer(cfg: ReplicaConfig, *, batch: int, prompt_tokens: int, output
         prefill_tokens_per_s=batch * prompt_tokens / max(ttft), max_batch_fit=fit,
         kv_cache_bytes=cfg.kv_cache_bytes, weight_bytes=cfg.weight_bytes,
         decode_roofline_tokens_per_s=roof, decode_roofline_frac=(1.0 / tpot_s) / roof if tpot_s else 0.0,
+        moe=moe_facts(cfg, batch),
     )

@@ -12,24 +12,58 @@ go through :func:`gigacluster.model.roofline.works_time_s`, the same function th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
+from gigacluster.inference.moe_work import MoeShard
 from gigacluster.model.arch import ModelArch
+from gigacluster.model.moe import OPERAND_BYTES
 from gigacluster.model.roofline import Work
 
-# Bytes per stored weight (and KV element) at each precision. tf32 is a math mode on fp32 storage.
-BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8": 1.0}
-# Activations stay in 16-bit except in fp32 runs (fp8 inference keeps bf16 activations).
-ACT_BYTES: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8": 2.0}
+# The formats the dense path was built for; any other (fp16, MX, NVFP4), a mixture of experts, MLA,
+# sliding windows or ep > 1 take the general per-GPU model of moe_work.py.
+CLASSIC_PRECISIONS = ("fp32", "tf32", "bf16", "fp8")
+# Bytes per stored weight at each precision (block scales included). tf32 is a math mode on fp32
+# storage. The dense path also stores its KV cache at this width.
+BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8": 1.0,
+                                     **{p: OPERAND_BYTES[p] for p in ("fp16", "mxfp6", "mxfp4", "nvfp4")}}
+# Activations stay in 16-bit except in fp32 runs (fp8 and narrower inference keeps bf16 activations).
+ACT_BYTES: dict[str, float] = {p: (4.0 if p in ("fp32", "tf32") else 2.0) for p in BYTES_PER_PARAM}
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardShape:
-    """Per-shard sizes of a model split ``tp`` ways (Megatron-style: heads and FFN columns split)."""
+    """Per-shard sizes of a model split ``tp`` ways (Megatron-style: heads and FFN columns split).
+
+    ``ep`` spreads a mixture of experts' routed experts over ``max(tp, ep)`` GPUs; anything but a
+    dense GQA model without windows at a classic precision is sized by :class:`MoeShard` (per GPU).
+    """
 
     arch: ModelArch
     tp: int
     precision: str
+    ep: int = 1
+
+    @property
+    def classic(self) -> bool:
+        """The dense path (kept bit-identical): dense GQA, no window, ep 1, a classic precision."""
+        a = self.arch
+        return (not a.is_moe and a.attention == "gqa" and not a.sliding_window and self.ep == 1
+                and self.precision in CLASSIC_PRECISIONS)
+
+    @functools.cached_property
+    def moe(self) -> MoeShard:
+        return MoeShard(self.arch, self.tp, self.ep, self.precision)
+
+    @property
+    def chips(self) -> int:
+        """GPUs of one replica: ``tp``, or ``ep`` when the experts spread wider (DP attention)."""
+        return max(self.tp, self.ep)
+
+    @property
+    def dp_attn(self) -> int:
+        """Data-parallel attention groups of one replica (``chips / tp``)."""
+        return self.chips // self.tp
 
     @property
     def q_dim(self) -> int:
@@ -69,21 +103,39 @@ class ShardShape:
     @property
     def weight_bytes(self) -> float:
         """Weights resident on one shard: layers, LM head slice, and the embedding slice."""
+        if not self.classic:
+            return self.moe.weight_bytes
         bpp = BYTES_PER_PARAM[self.precision]
         return (self.arch.layers * self.layer_params + 2 * self.head_params) * bpp
 
     @property
     def weight_read_bytes(self) -> float:
-        """Weights read by one full forward step (the input embedding is a row lookup, not read)."""
+        """Weights read by one full forward step of one token (the input embedding is a row lookup,
+        not read; a mixture of experts reads its top-k experts)."""
+        if not self.classic:
+            return self.moe.weight_read_bytes_for(1)
         return (self.arch.layers * self.layer_params + self.head_params) * BYTES_PER_PARAM[self.precision]
 
     @property
     def kv_bytes_per_token_layer(self) -> float:
+        if not self.classic:
+            return self.moe.kv_layer_bytes
         return 2.0 * self.kv_dim * BYTES_PER_PARAM[self.precision]
 
     @property
+    def window_bytes_per_seq(self) -> float:
+        """Sliding-window layers' KV ring per running sequence on one shard (0 without windows)."""
+        return 0.0 if self.classic else self.moe.window_bytes_per_seq
+
+    def kv_bytes_for(self, tokens: int) -> float:
+        """KV bytes of one ``tokens``-token sequence on one shard (what a P/D transfer moves)."""
+        return tokens * self.kv_bytes_per_token if self.classic else self.moe.kv_bytes_for(tokens)
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes one token occupies on one shard, all layers."""
+        """KV-cache bytes one token occupies on one shard, all (full-attention) layers."""
+        if not self.classic:
+            return self.moe.kv_bytes_per_token
         return self.arch.layers * self.kv_bytes_per_token_layer
 
 
@@ -180,6 +232,8 @@ def batch_work(
 
 def allreduce_bytes(shape: ShardShape, tokens: int) -> float:
     """Bytes each shard all-reduces per iteration: two per layer (after attention and after MLP)."""
+    if not shape.classic:
+        return shape.moe.allreduce_bytes(tokens)
     if shape.tp == 1:
         return 0.0
     return 2.0 * shape.arch.layers * tokens * shape.arch.hidden * ACT_BYTES[shape.precision]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -57,33 +58,41 @@ log = structlog.get_logger()
 class KvTransport:
     """Sends KV caches between a deployment's chips through the fabric service, and waits for them."""
 
-    def __init__(self, endpoint: str, capability: Lease, clock: VirtualClock) -> None:
+    def __init__(self, endpoint: str, capability: Callable[[], str], clock: VirtualClock) -> None:
         self.channel = open_channel(endpoint)
         self.stub = fabric_pb2_grpc.FabricServiceStub(self.channel)
         self.capability = capability
         self.clock = clock
-        # Live / predicted-when-started time of KV transfers (EWMA): above 1 under contention.
+        # Live / predicted-when-started time of the flows (EWMA): above 1 under contention.
         self.slow_ratio = 1.0
 
     async def send(self, src: int, dst: int, tp: int, bytes_per_shard: float, not_before_s: float,
                    tag: str) -> tuple[float, float]:
         """Move ``bytes_per_shard`` from each of ``tp`` devices at ``src`` to those at ``dst``; (start, end)."""
-        md = call_metadata(capability=self.capability())
-        cls = fabric_pb2.TRAFFIC_CLASS_INFERENCE
         if tp == 1:
             r = await self.stub.StartTransfer(fabric_pb2.StartTransferRequest(
-                src_device=src, dst_device=dst, bytes=bytes_per_shard, traffic_class=cls,
-                not_before_s=not_before_s, tag=tag), metadata=md, timeout=10)
-        else:  # one call for all shards: shard k sends to shard k (groups of one send/recv pair)
-            r = await self.stub.StartCollective(fabric_pb2.StartCollectiveRequest(
-                op=fabric_pb2.COLLECTIVE_OP_SEND_RECV, ranks=convert.range_msgs([(src, src + 1), (dst, dst + 1)]),
-                bytes=bytes_per_shard, traffic_class=cls, not_before_s=not_before_s, tag=tag, groups=tp,
-                group_stride=1), metadata=md, timeout=10)
-        end = await self.wait(r.name, r.predicted_end_s)
-        alone = r.predicted_end_s - r.start_s
+                src_device=src, dst_device=dst, bytes=bytes_per_shard, traffic_class=fabric_pb2.TRAFFIC_CLASS_INFERENCE,
+                not_before_s=not_before_s, tag=tag), metadata=call_metadata(capability=self.capability()), timeout=10)
+            return await self._settle(r.name, r.start_s, r.predicted_end_s)
+        # one call for all shards: shard k sends to shard k (groups of one send/recv pair)
+        return await self.collective(fabric_pb2.COLLECTIVE_OP_SEND_RECV, [(src, src + 1), (dst, dst + 1)],
+                                     bytes_per_shard, not_before_s, tag, groups=tp)
+
+    async def collective(self, op: fabric_pb2.CollectiveOp, ranks: list[tuple[int, int]], bytes_: float,
+                         not_before_s: float, tag: str, *, groups: int = 1) -> tuple[float, float]:
+        """One inference-class collective of ``bytes_`` per rank over ``ranks``, waited for; (start, end)."""
+        r = await self.stub.StartCollective(fabric_pb2.StartCollectiveRequest(
+            op=op, ranks=convert.range_msgs(ranks), bytes=bytes_, traffic_class=fabric_pb2.TRAFFIC_CLASS_INFERENCE,
+            not_before_s=not_before_s, tag=tag, groups=groups, group_stride=1),
+            metadata=call_metadata(capability=self.capability()), timeout=10)
+        return await self._settle(r.name, r.start_s, r.predicted_end_s)
+
+    async def _settle(self, name: str, start_s: float, predicted_end_s: float) -> tuple[float, float]:
+        end = await self.wait(name, predicted_end_s)
+        alone = predicted_end_s - start_s
         if alone > 0:
-            self.slow_ratio += SLOW_EWMA * ((end - r.start_s) / alone - self.slow_ratio)
-        return r.start_s, end
+            self.slow_ratio += SLOW_EWMA * ((end - start_s) / alone - self.slow_ratio)
+        return start_s, end
 
     async def wait(self, name: str, predicted_end_s: float) -> float:
         """The flow's end: sleep to its predicted end, then ask (the fabric settles it, or gives a later end)."""
@@ -238,7 +247,7 @@ class LiveDeployment:
                 raise ReplicaFailed(f"{self.name} has no healthy decode replica")
             dst = min(live, key=lambda r: (r.engine.stats().outstanding_requests, r.index))
             assert self.transport is not None and ev.summary is not None
-            bytes_ = len(stream.req.prompt_tokens) * src.engine.cfg.shard.kv_bytes_per_token
+            bytes_ = src.engine.cfg.shard.kv_bytes_for(len(stream.req.prompt_tokens))
             _, end = await self.transport.send(src.first_device, dst.first_device, self.cfg.tp, bytes_,
                                                ev.time_s, tag=f"kv:{self.name}:{rid}")
             self.kv_transfers += 1
@@ -302,6 +311,9 @@ class LiveDeployment:
         snap["kv_transfers"] = self.kv_transfers
         snap["kv_transfer_bytes"] = self.kv_transfer_bytes
         snap["held_kv"] = sum(r.engine.held_kv_requests for r in self.replicas)
+        a2a = [r.a2a for r in self.replicas if r.a2a is not None]
+        snap["a2a_flows"] = sum(a.flows for a in a2a)
+        snap["a2a_bytes"] = sum(a.booked_bytes for a in a2a)
         return snap
 
     async def close(self) -> None:

@@ -30,6 +30,7 @@ from gigacluster.inference.policies import make_policy
 from gigacluster.model import DoesNotFitError
 from gigacluster.router.deployment import Binding, KvTransport, Lease, LiveDeployment, ReacquireFn, Replica
 from gigacluster.router.messages import DeploySpec, deploy_spec, shard_endpoint
+from gigacluster.router.moe_traffic import A2aTraffic
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
@@ -45,6 +46,14 @@ ROUTER_PURPOSE_RE = re.compile(r"^(tenants/[^/]+/)?deployments/")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 HealthSetter = Callable[[Any], Awaitable[None]]
 
+
+
+def _topology(cfg: ReplicaConfig) -> broker_pb2.TopologyConstraint:
+    """One scale-up domain for a replica that fits in one; a wide-EP replica spans several (its
+    all-to-all then crosses the scale-out network, priced in the iteration time)."""
+    if cfg.chips <= get_system(default_system(cfg.chip)).chips:
+        return broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN
+    return broker_pb2.TOPOLOGY_CONSTRAINT_CONTIGUOUS
 
 class DeploymentManager:
     """Every deployment of the router, by ``DeploymentStore.key(tenant, id)``, and the broker calls behind them."""
@@ -107,12 +116,12 @@ class DeploymentManager:
         except grpc.aio.AioRpcError as err:
             await self.undeploy(dep)
             if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise ResourceExhausted(f"cannot place {spec.replicas} replicas of {spec.cfg.tp} {request.chip}: "
+                raise ResourceExhausted(f"cannot place {spec.replicas} replicas of {spec.cfg.chips} {request.chip}: "
                                         f"{err.details()}") from err
             raise Unavailable(f"broker refused the replicas ({err.code().name}): {err.details()}") from err
         dep.state = "ready"
         log.info("deployed", deployment=dep.qualified_name, seq=dep.seq, replicas=spec.replicas, chip=request.chip,
-                 tp=spec.cfg.tp, kv_cache_bytes=spec.cfg.kv_cache_bytes)
+                 tp=spec.cfg.tp, ep=spec.cfg.ep, kv_cache_bytes=spec.cfg.kv_cache_bytes)
         return dep
 
     def _persist(self, dep: LiveDeployment) -> None:
@@ -126,7 +135,7 @@ class DeploymentManager:
             return
         for i in indices:
             resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-                chip_type=spec.cfg.chip, count=spec.cfg.tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
+                chip_type=spec.cfg.chip, count=spec.cfg.chips, topology=_topology(spec.cfg),
                 purpose=dep.purpose, tenant=dep.tenant), metadata=self._smd(), timeout=30)
             await self._unless_deleted(dep, resp.instance.name)
             lease = dep.lease(resp.instance.name, resp.capability, resp.capability_expires_s, self._refresh)
@@ -142,6 +151,9 @@ class DeploymentManager:
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         rep.on_lag = self.on_lag
+        if cfg.ep > 1:
+            rep.a2a = A2aTraffic(cfg, KvTransport(inv.fabric_endpoint, lambda: rep.lease(), self.clock),
+                                 lambda: rep.devices, tag=f"a2a:{dep.name}:{i}")
         dep.add(rep)
 
     def _reacquirer(self, dep: LiveDeployment) -> ReacquireFn:
@@ -149,7 +161,7 @@ class DeploymentManager:
             """A new instance for ``rep`` when the broker no longer knows its own."""
             inv = await self.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=self._smd(), timeout=10)
             resp = await self.broker.AllocateInstance(broker_pb2.AllocateInstanceRequest(
-                chip_type=dep.cfg.chip, count=dep.cfg.tp, topology=broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN,
+                chip_type=dep.cfg.chip, count=dep.cfg.chips, topology=_topology(dep.cfg),
                 purpose=dep.purpose, tenant=dep.tenant), metadata=self._smd(), timeout=30)
             await self._unless_deleted(dep, resp.instance.name)
             old = dep.leases.pop(rep.instance, None)
@@ -163,7 +175,7 @@ class DeploymentManager:
 
     async def _deploy_disaggregated(self, dep: LiveDeployment, chip: str, inv: Any, n_pre: int, n_dec: int) -> None:
         """One instance of exact devices for all replicas, so one capability covers every KV transfer."""
-        tp = dep.cfg.tp
+        tp = dep.cfg.chips  # a replica's chips (tp, or ep for an expert-parallel MoE replica)
         shards = [s for s in inv.shards if s.chip_type == chip]
         domain = shards[0].chips_per_domain if shards else get_system(default_system(chip)).chips
         in_chip = [(max(a, s.devices.start), min(b, s.devices.end)) for a, b in convert.ranges(inv.free)
@@ -185,7 +197,7 @@ class DeploymentManager:
         dcfg = dataclasses.replace(cfg, role="decode")
         dep.transport = KvTransport(inv.fabric_endpoint, lease, self.clock)
         for i, g in enumerate(starts):
-            self._add_replica(dep, i, pcfg if i < n_pre else dcfg, instance, [(g, g + cfg.tp)], inv, lease)
+            self._add_replica(dep, i, pcfg if i < n_pre else dcfg, instance, [(g, g + cfg.chips)], inv, lease)
 
     async def _refresh(self, instance: str) -> tuple[str, float]:
         r = await self.broker.RefreshCapability(broker_pb2.RefreshCapabilityRequest(instance=instance),
@@ -293,7 +305,7 @@ class DeploymentManager:
         if spec.n_pre:
             if alive:
                 name, devs, token, exp = alive[0]
-                starts = [g for a, b in devs for g in range(a, b, dep.cfg.tp)]  # prefill groups sit lowest
+                starts = [g for a, b in devs for g in range(a, b, dep.cfg.chips)]  # prefill groups sit lowest
                 self._add_disaggregated(dep, name, starts, spec.n_pre, inv,
                                         dep.lease(name, token, exp, self._refresh))
             else:

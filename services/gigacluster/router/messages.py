@@ -10,7 +10,7 @@ from gigacluster.errors import InvalidArgument, Unavailable
 from gigacluster.hw.catalog import chip_names, default_system, get_system
 from gigacluster.inference.engine import ReplicaConfig
 from gigacluster.inference.policies import POLICIES
-from gigacluster.model.arch import ARCH_FIELDS, arch_from_dict
+from gigacluster.model.arch import ARCH_FIELDS, ARCH_TEXT_FIELDS, MOE_ARCH_FIELDS, arch_from_dict
 from gigacluster.router.deployment import LiveDeployment
 from gigacluster.router.generation import Chunk
 from gigacluster.router.v1 import router_pb2
@@ -42,14 +42,14 @@ def deploy_spec(request: router_pb2.DeployModelRequest, c: RouterConfig) -> Depl
     if len(m.preset) > MAX_NAME_CHARS or len(request.chip) > MAX_NAME_CHARS:
         raise InvalidArgument("model.preset" if len(m.preset) > MAX_NAME_CHARS else "chip",
                               f"at most {MAX_NAME_CHARS} characters")
-    arch = arch_from_dict({"preset": m.preset, **{k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)}}
-                          if m.preset else {k: int(getattr(m, k)) for k in ARCH_FIELDS if getattr(m, k)})
+    arch = arch_from_dict(arch_fields(m))
     if request.chip not in chip_names():
         raise InvalidArgument("chip", f"allowed: {', '.join(chip_names())}; got {request.chip[:64]!r}")
     tp = int(request.tp) or 1
     dom = get_system(default_system(request.chip)).chips
     if tp > dom:
         raise InvalidArgument("tp", f"must be <= {dom} (one {request.chip} scale-up domain), got {tp}")
+    ep = int(request.ep) or 1  # bounded by the model's experts, which it must divide (ReplicaConfig)
     n_pre, n_dec = int(request.prefill_replicas), int(request.decode_replicas)
     if (n_pre > 0) != (n_dec > 0):
         raise InvalidArgument("decode_replicas" if n_pre else "prefill_replicas",
@@ -70,11 +70,23 @@ def deploy_spec(request: router_pb2.DeployModelRequest, c: RouterConfig) -> Depl
     kv = request.kv_fraction or 0.9
     if not 0 < kv <= 1:  # also refuses NaN
         raise InvalidArgument("kv_fraction", f"must be in (0, 1], got {kv}")
-    cfg = ReplicaConfig(arch=arch, chip=request.chip, tp=tp,
+    cfg = ReplicaConfig(arch=arch, chip=request.chip, tp=tp, ep=ep,
                         precision=convert.precision_name(request.precision),
                         max_batch=int(request.max_batch) or 256, kv_fraction=kv,
                         max_queue=int(request.max_queue) or 1024, chunked_prefill=bool(request.chunked_prefill))
     return DeploySpec(cfg, policy_name, replicas, n_pre, n_dec)
+
+
+def arch_fields(m: common_pb2.ModelArchitecture) -> dict[str, object]:
+    """A ModelArchitecture as the mapping ``arch_from_dict`` reads: the dense, MoE/MLA/window and text
+    fields (zero and empty fields left to the preset or the defaults), so an MoE model runs as MoE."""
+    for k in ARCH_TEXT_FIELDS:
+        if len(getattr(m, k)) > MAX_NAME_CHARS:
+            raise InvalidArgument(f"model.{k}", f"at most {MAX_NAME_CHARS} characters")
+    d: dict[str, object] = {"preset": m.preset} if m.preset else {}
+    d.update({k: int(getattr(m, k)) for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS) if getattr(m, k)})
+    d.update({k: str(getattr(m, k)) for k in ARCH_TEXT_FIELDS if getattr(m, k)})
+    return d
 
 
 def shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
@@ -86,9 +98,12 @@ def shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
 
 
 def arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
+    """The deployment's architecture, MoE/MLA/window fields included (head_dim is the dataclass's attn_head_dim)."""
     a = dep.cfg.arch
+    moe = {k: int(getattr(a, "attn_head_dim" if k == "head_dim" else k)) for k in MOE_ARCH_FIELDS}
     return common_pb2.ModelArchitecture(preset=a.name, layers=a.layers, hidden=a.hidden, heads=a.heads,
-                                        kv_heads=a.kv_heads, ffn_hidden=a.ffn_hidden, vocab=a.vocab, seq_len=a.seq_len)
+                                        kv_heads=a.kv_heads, ffn_hidden=a.ffn_hidden, vocab=a.vocab, seq_len=a.seq_len,
+                                        mlp=a.mlp, attention=a.attention, **moe)
 
 
 def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
@@ -101,7 +116,7 @@ def deployment_msg(dep: LiveDeployment) -> router_pb2.Deployment:
         instances=list(dict.fromkeys(r.instance for r in dep.replicas)),
         kv_cache_bytes_per_replica=int(c.kv_cache_bytes),
         max_queue=c.max_queue, prefill_replicas=len(dep.pool("prefill")), decode_replicas=len(dep.pool("decode")),
-        chunked_prefill=c.chunked_prefill,
+        chunked_prefill=c.chunked_prefill, ep=c.ep, chips_per_replica=c.chips,
     )
 
 
@@ -140,4 +155,5 @@ def stats_msg(d: LiveDeployment) -> router_pb2.DeploymentStats:
         rejected=int(s["rejected"]) + int(s["shed"]),
         kv_transfers=int(s["kv_transfers"]),
         kv_transfer_bytes=float(s["kv_transfer_bytes"]),
+        a2a_flows=int(s["a2a_flows"]), a2a_bytes=float(s["a2a_bytes"]),
     )

@@ -21,7 +21,7 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -37,6 +37,9 @@ from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import VirtualClock
+
+if TYPE_CHECKING:
+    from gigacluster.router.moe_traffic import A2aTraffic
 
 log = structlog.get_logger()
 
@@ -171,7 +174,7 @@ class Stream:
 def replica_memory_bytes(engine: ReplicaEngine) -> int:
     """HBM one chip of a replica holds: its weight shard plus its share of the KV blocks in use."""
     cfg = engine.cfg
-    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.tp)
+    return int(cfg.shard.weight_bytes + engine.kv_used_frac * cfg.kv_cache_bytes / cfg.chips)
 
 
 class Replica:
@@ -200,6 +203,7 @@ class Replica:
         self.reacquire: ReacquireFn | None = None
         self.on_lag: Callable[[float], None] = lambda lag_s: None  # how late (wall s) an iteration's tokens went out
         self.reacquires = 0
+        self.a2a: A2aTraffic | None = None  # an expert-parallel replica's all-to-all, booked on the fabric
         lease.on_lost.append(self.wake.set)
         # Live and roofline times of the last batch iterations: their ratio is above 1 when the chips run slow.
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
@@ -354,6 +358,8 @@ class Replica:
             duration = self.reporter.duration_s(it)
             self.reporter.add(it, start)
             end = start + duration + it.comm_s
+            if self.a2a is not None:  # the fabric's measured slowdown of the expert all-to-all
+                end += self.a2a.book(it, start + duration)
             await self.clock.sleep_until(end)
             self.on_lag(self.clock.wall_s(self.clock.now() - end))
             # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
@@ -396,6 +402,8 @@ class Replica:
         if self._idle_report is not None:
             self._idle_report.cancel()
         await self.reporter.close()
+        if self.a2a is not None:
+            await self.a2a.close()
         for s in self.streams.values():
             s.queue.put_nowait(ReplicaFailed("deployment deleted"))
         await self.channel.close()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gigacluster.common.v1 import common_pb2 as gigacluster_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gigacluster/router/v1/router.proto\x12\x15gigacluster.router.v1\x1a\"gigacluster/common/v1/common.proto\"\xda\x04\n\nDeployment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x37\n\x05model\x18\x03 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x0c\n\x04\x63hip\x18\x04 \x01(\t\x12\n\n\x02tp\x18\x05 \x01(\r\x12\x10\n\x08replicas\x18\x06 \x01(\r\x12\x11\n\tmax_batch\x18\x07 \x01(\r\x12\x13\n\x0bkv_fraction\x18\x08 \x01(\x01\x12\x33\n\tprecision\x18\t \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06policy\x18\n \x01(\t\x12\x36\n\x05state\x18\x0b \x01(\x0e\x32\'.gigacluster.router.v1.Deployment.State\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x11\n\tinstances\x18\r \x03(\t\x12\"\n\x1akv_cache_bytes_per_replica\x18\x0e \x01(\x04\x12\x11\n\tmax_queue\x18\x0f \x01(\r\x12\x18\n\x10prefill_replicas\x18\x10 \x01(\r\x12\x17\n\x0f\x64\x65\x63ode_replicas\x18\x11 \x01(\r\x12\x17\n\x0f\x63hunked_prefill\x18\x12 \x01(\x08\"~\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fSTATE_DEPLOYING\x10\x01\x12\x0f\n\x0bSTATE_READY\x10\x02\x12\x10\n\x0cSTATE_FAILED\x10\x03\x12\x12\n\x0eSTATE_DELETING\x10\x04\x12\x12\n\x0eSTATE_DEGRADED\x10\x05\"\xdc\x02\n\x12\x44\x65ployModelRequest\x12\x15\n\rdeployment_id\x18\x01 \x01(\t\x12\x37\n\x05model\x18\x02 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x0c\n\x04\x63hip\x18\x03 \x01(\t\x12\n\n\x02tp\x18\x04 \x01(\r\x12\x10\n\x08replicas\x18\x05 \x01(\r\x12\x11\n\tmax_batch\x18\x06 \x01(\r\x12\x13\n\x0bkv_fraction\x18\x07 \x01(\x01\x12\x33\n\tprecision\x18\x08 \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06policy\x18\t \x01(\t\x12\x11\n\tmax_queue\x18\n \x01(\r\x12\x18\n\x10prefill_replicas\x18\x0b \x01(\r\x12\x17\n\x0f\x64\x65\x63ode_replicas\x18\x0c \x01(\r\x12\x17\n\x0f\x63hunked_prefill\x18\r \x01(\x08\"L\n\x13\x44\x65ployModelResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"N\n\x15GetDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"?\n\x16ListDeploymentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"j\n\x17ListDeploymentsResponse\x12\x36\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32!.gigacluster.router.v1.Deployment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x18\x44\x65leteDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xcc\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x34\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x1f.gigacluster.router.v1.TokenIdsH\x00\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x08\n\x06prompt\"\xec\x01\n\rGenerateUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\r\x12\x0f\n\x07queue_s\x18\x04 \x01(\x01\x12\x0e\n\x06ttft_s\x18\x05 \x01(\x01\x12\r\n\x05\x65\x32\x65_s\x18\x06 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x07 \x01(\x01\x12\x15\n\rkv_transfer_s\x18\x08 \x01(\x01\x12\x19\n\x11kv_transfer_bytes\x18\t \x01(\x01\x12\x17\n\x0fprefill_replica\x18\n \x01(\t\"\xc3\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06time_s\x18\x05 \x01(\x01\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x33\n\x05usage\x18\x07 \x01(\x0b\x32$.gigacluster.router.v1.GenerateUsage\x12\x0f\n\x07replica\x18\x08 \x01(\t\"%\n\x0fGetStatsRequest\x12\x12\n\ndeployment\x18\x01 \x01(\t\"\xf0\x03\n\x0f\x44\x65ploymentStats\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x33\n\x04ttft\x18\x02 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x33\n\x04tpot\x18\x03 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x32\n\x03itl\x18\x04 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x32\n\x03\x65\x32\x65\x18\x05 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x34\n\x05queue\x18\x06 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x14\n\x0ctokens_per_s\x18\x07 \x01(\x01\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x01\x12\x17\n\x0fprefix_hit_rate\x18\t \x01(\x01\x12\x13\n\x0bqueue_depth\x18\n \x01(\x04\x12\x0f\n\x07running\x18\x0b \x01(\x04\x12\x11\n\tcompleted\x18\x0c \x01(\x04\x12\x10\n\x08rejected\x18\r \x01(\x04\x12\x14\n\x0ckv_transfers\x18\x0e \x01(\x04\x12\x19\n\x11kv_transfer_bytes\x18\x0f \x01(\x01\"^\n\x10GetStatsResponse\x12;\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32&.gigacluster.router.v1.DeploymentStats\x12\r\n\x05now_s\x18\x02 \x01(\x01\x32\x84\x05\n\rRouterService\x12\x64\n\x0b\x44\x65ployModel\x12).gigacluster.router.v1.DeployModelRequest\x1a*.gigacluster.router.v1.DeployModelResponse\x12j\n\rGetDeployment\x12+.gigacluster.router.v1.GetDeploymentRequest\x1a,.gigacluster.router.v1.GetDeploymentResponse\x12p\n\x0fListDeployments\x12-.gigacluster.router.v1.ListDeploymentsRequest\x1a..gigacluster.router.v1.ListDeploymentsResponse\x12s\n\x10\x44\x65leteDeployment\x12..gigacluster.router.v1.DeleteDeploymentRequest\x1a/.gigacluster.router.v1.DeleteDeploymentResponse\x12]\n\x08Generate\x12&.gigacluster.router.v1.GenerateRequest\x1a\'.gigacluster.router.v1.GenerateResponse0\x01\x12[\n\x08GetStats\x12&.gigacluster.router.v1.GetStatsRequest\x1a\'.gigacluster.router.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gigacluster/router/v1/router.proto\x12\x15gigacluster.router.v1\x1a\"gigacluster/common/v1/common.proto\"\x81\x05\n\nDeployment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x37\n\x05model\x18\x03 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x0c\n\x04\x63hip\x18\x04 \x01(\t\x12\n\n\x02tp\x18\x05 \x01(\r\x12\x10\n\x08replicas\x18\x06 \x01(\r\x12\x11\n\tmax_batch\x18\x07 \x01(\r\x12\x13\n\x0bkv_fraction\x18\x08 \x01(\x01\x12\x33\n\tprecision\x18\t \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06policy\x18\n \x01(\t\x12\x36\n\x05state\x18\x0b \x01(\x0e\x32\'.gigacluster.router.v1.Deployment.State\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x11\n\tinstances\x18\r \x03(\t\x12\"\n\x1akv_cache_bytes_per_replica\x18\x0e \x01(\x04\x12\x11\n\tmax_queue\x18\x0f \x01(\r\x12\x18\n\x10prefill_replicas\x18\x10 \x01(\r\x12\x17\n\x0f\x64\x65\x63ode_replicas\x18\x11 \x01(\r\x12\x17\n\x0f\x63hunked_prefill\x18\x12 \x01(\x08\x12\n\n\x02\x65p\x18\x13 \x01(\r\x12\x19\n\x11\x63hips_per_replica\x18\x14 \x01(\r\"~\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fSTATE_DEPLOYING\x10\x01\x12\x0f\n\x0bSTATE_READY\x10\x02\x12\x10\n\x0cSTATE_FAILED\x10\x03\x12\x12\n\x0eSTATE_DELETING\x10\x04\x12\x12\n\x0eSTATE_DEGRADED\x10\x05\"\xe8\x02\n\x12\x44\x65ployModelRequest\x12\x15\n\rdeployment_id\x18\x01 \x01(\t\x12\x37\n\x05model\x18\x02 \x01(\x0b\x32(.gigacluster.common.v1.ModelArchitecture\x12\x0c\n\x04\x63hip\x18\x03 \x01(\t\x12\n\n\x02tp\x18\x04 \x01(\r\x12\x10\n\x08replicas\x18\x05 \x01(\r\x12\x11\n\tmax_batch\x18\x06 \x01(\r\x12\x13\n\x0bkv_fraction\x18\x07 \x01(\x01\x12\x33\n\tprecision\x18\x08 \x01(\x0e\x32 .gigacluster.common.v1.Precision\x12\x0e\n\x06policy\x18\t \x01(\t\x12\x11\n\tmax_queue\x18\n \x01(\r\x12\x18\n\x10prefill_replicas\x18\x0b \x01(\r\x12\x17\n\x0f\x64\x65\x63ode_replicas\x18\x0c \x01(\r\x12\x17\n\x0f\x63hunked_prefill\x18\r \x01(\x08\x12\n\n\x02\x65p\x18\x0e \x01(\r\"L\n\x13\x44\x65ployModelResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"N\n\x15GetDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"?\n\x16ListDeploymentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"j\n\x17ListDeploymentsResponse\x12\x36\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32!.gigacluster.router.v1.Deployment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x18\x44\x65leteDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.gigacluster.router.v1.Deployment\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xcc\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x34\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x1f.gigacluster.router.v1.TokenIdsH\x00\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x08\n\x06prompt\"\xec\x01\n\rGenerateUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\r\x12\x0f\n\x07queue_s\x18\x04 \x01(\x01\x12\x0e\n\x06ttft_s\x18\x05 \x01(\x01\x12\r\n\x05\x65\x32\x65_s\x18\x06 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x07 \x01(\x01\x12\x15\n\rkv_transfer_s\x18\x08 \x01(\x01\x12\x19\n\x11kv_transfer_bytes\x18\t \x01(\x01\x12\x17\n\x0fprefill_replica\x18\n \x01(\t\"\xc3\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06time_s\x18\x05 \x01(\x01\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x33\n\x05usage\x18\x07 \x01(\x0b\x32$.gigacluster.router.v1.GenerateUsage\x12\x0f\n\x07replica\x18\x08 \x01(\t\"%\n\x0fGetStatsRequest\x12\x12\n\ndeployment\x18\x01 \x01(\t\"\x96\x04\n\x0f\x44\x65ploymentStats\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x33\n\x04ttft\x18\x02 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x33\n\x04tpot\x18\x03 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x32\n\x03itl\x18\x04 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x32\n\x03\x65\x32\x65\x18\x05 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x34\n\x05queue\x18\x06 \x01(\x0b\x32%.gigacluster.common.v1.LatencySummary\x12\x14\n\x0ctokens_per_s\x18\x07 \x01(\x01\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x01\x12\x17\n\x0fprefix_hit_rate\x18\t \x01(\x01\x12\x13\n\x0bqueue_depth\x18\n \x01(\x04\x12\x0f\n\x07running\x18\x0b \x01(\x04\x12\x11\n\tcompleted\x18\x0c \x01(\x04\x12\x10\n\x08rejected\x18\r \x01(\x04\x12\x14\n\x0ckv_transfers\x18\x0e \x01(\x04\x12\x19\n\x11kv_transfer_bytes\x18\x0f \x01(\x01\x12\x11\n\ta2a_flows\x18\x10 \x01(\x04\x12\x11\n\ta2a_bytes\x18\x11 \x01(\x01\"^\n\x10GetStatsResponse\x12;\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32&.gigacluster.router.v1.DeploymentStats\x12\r\n\x05now_s\x18\x02 \x01(\x01\x32\x84\x05\n\rRouterService\x12\x64\n\x0b\x44\x65ployModel\x12).gigacluster.router.v1.DeployModelRequest\x1a*.gigacluster.router.v1.DeployModelResponse\x12j\n\rGetDeployment\x12+.gigacluster.router.v1.GetDeploymentRequest\x1a,.gigacluster.router.v1.GetDeploymentResponse\x12p\n\x0fListDeployments\x12-.gigacluster.router.v1.ListDeploymentsRequest\x1a..gigacluster.router.v1.ListDeploymentsResponse\x12s\n\x10\x44\x65leteDeployment\x12..gigacluster.router.v1.DeleteDeploymentRequest\x1a/.gigacluster.router.v1.DeleteDeploymentResponse\x12]\n\x08Generate\x12&.gigacluster.router.v1.GenerateRequest\x1a\'.gigacluster.router.v1.GenerateResponse0\x01\x12[\n\x08GetStats\x12&.gigacluster.router.v1.GetStatsRequest\x1a\'.gigacluster.router.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,39 +33,39 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gigacluster.router.v1.route
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEPLOYMENT']._serialized_start=98
-  _globals['_DEPLOYMENT']._serialized_end=700
-  _globals['_DEPLOYMENT_STATE']._serialized_start=574
-  _globals['_DEPLOYMENT_STATE']._serialized_end=700
-  _globals['_DEPLOYMODELREQUEST']._serialized_start=703
-  _globals['_DEPLOYMODELREQUEST']._serialized_end=1051
-  _globals['_DEPLOYMODELRESPONSE']._serialized_start=1053
-  _globals['_DEPLOYMODELRESPONSE']._serialized_end=1129
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=1131
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=1167
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=1169
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=1247
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=1249
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=1312
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=1314
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=1420
-  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_start=1422
-  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_end=1461
-  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_start=1463
-  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_end=1544
-  _globals['_TOKENIDS']._serialized_start=1546
-  _globals['_TOKENIDS']._serialized_end=1569
-  _globals['_GENERATEREQUEST']._serialized_start=1572
-  _globals['_GENERATEREQUEST']._serialized_end=1776
-  _globals['_GENERATEUSAGE']._serialized_start=1779
-  _globals['_GENERATEUSAGE']._serialized_end=2015
-  _globals['_GENERATERESPONSE']._serialized_start=2018
-  _globals['_GENERATERESPONSE']._serialized_end=2213
-  _globals['_GETSTATSREQUEST']._serialized_start=2215
-  _globals['_GETSTATSREQUEST']._serialized_end=2252
-  _globals['_DEPLOYMENTSTATS']._serialized_start=2255
-  _globals['_DEPLOYMENTSTATS']._serialized_end=2751
-  _globals['_GETSTATSRESPONSE']._serialized_start=2753
-  _globals['_GETSTATSRESPONSE']._serialized_end=2847
-  _globals['_ROUTERSERVICE']._serialized_start=2850
-  _globals['_ROUTERSERVICE']._serialized_end=3494
+  _globals['_DEPLOYMENT']._serialized_end=739
+  _globals['_DEPLOYMENT_STATE']._serialized_start=613
+  _globals['_DEPLOYMENT_STATE']._serialized_end=739
+  _globals['_DEPLOYMODELREQUEST']._serialized_start=742
+  _globals['_DEPLOYMODELREQUEST']._serialized_end=1102
+  _globals['_DEPLOYMODELRESPONSE']._serialized_start=1104
+  _globals['_DEPLOYMODELRESPONSE']._serialized_end=1180
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=1182
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=1218
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=1220
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=1298
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=1300
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=1363
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=1365
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=1471
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_start=1473
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_end=1512
+  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_start=1514
+  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_end=1595
+  _globals['_TOKENIDS']._serialized_start=1597
+  _globals['_TOKENIDS']._serialized_end=1620
+  _globals['_GENERATEREQUEST']._serialized_start=1623
+  _globals['_GENERATEREQUEST']._serialized_end=1827
+  _globals['_GENERATEUSAGE']._serialized_start=1830
+  _globals['_GENERATEUSAGE']._serialized_end=2066
+  _globals['_GENERATERESPONSE']._serialized_start=2069
+  _globals['_GENERATERESPONSE']._serialized_end=2264
+  _globals['_GETSTATSREQUEST']._serialized_start=2266
+  _globals['_GETSTATSREQUEST']._serialized_end=2303
+  _globals['_DEPLOYMENTSTATS']._serialized_start=2306
+  _globals['_DEPLOYMENTSTATS']._serialized_end=2840
+  _globals['_GETSTATSRESPONSE']._serialized_start=2842
+  _globals['_GETSTATSRESPONSE']._serialized_end=2936
+  _globals['_ROUTERSERVICE']._serialized_start=2939
+  _globals['_ROUTERSERVICE']._serialized_end=3583
 # @@protoc_insertion_point(module_scope)

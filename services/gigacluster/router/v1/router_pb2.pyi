@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Deployment(_message.Message):
-    __slots__ = ("name", "tenant", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "state", "reason", "instances", "kv_cache_bytes_per_replica", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill")
+    __slots__ = ("name", "tenant", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "state", "reason", "instances", "kv_cache_bytes_per_replica", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill", "ep", "chips_per_replica")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Deployment.State]
@@ -42,6 +42,8 @@ class Deployment(_message.Message):
     PREFILL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DECODE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     CHUNKED_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
+    CHIPS_PER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: _common_pb2.ModelArchitecture
@@ -60,10 +62,12 @@ class Deployment(_message.Message):
     prefill_replicas: int
     decode_replicas: int
     chunked_prefill: bool
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., state: _Optional[_Union[Deployment.State, str]] = ..., reason: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ..., kv_cache_bytes_per_replica: _Optional[int] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ...) -> None: ...
+    ep: int
+    chips_per_replica: int
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., state: _Optional[_Union[Deployment.State, str]] = ..., reason: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ..., kv_cache_bytes_per_replica: _Optional[int] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ..., ep: _Optional[int] = ..., chips_per_replica: _Optional[int] = ...) -> None: ...
 
 class DeployModelRequest(_message.Message):
-    __slots__ = ("deployment_id", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill")
+    __slots__ = ("deployment_id", "model", "chip", "tp", "replicas", "max_batch", "kv_fraction", "precision", "policy", "max_queue", "prefill_replicas", "decode_replicas", "chunked_prefill", "ep")
     DEPLOYMENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CHIP_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +81,7 @@ class DeployModelRequest(_message.Message):
     PREFILL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DECODE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     CHUNKED_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
     deployment_id: str
     model: _common_pb2.ModelArchitecture
     chip: str
@@ -90,7 +95,8 @@ class DeployModelRequest(_message.Message):
     prefill_replicas: int
     decode_replicas: int
     chunked_prefill: bool
-    def __init__(self, deployment_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ...) -> None: ...
+    ep: int
+    def __init__(self, deployment_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., chip: _Optional[str] = ..., tp: _Optional[int] = ..., replicas: _Optional[int] = ..., max_batch: _Optional[int] = ..., kv_fraction: _Optional[float] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., policy: _Optional[str] = ..., max_queue: _Optional[int] = ..., prefill_replicas: _Optional[int] = ..., decode_replicas: _Optional[int] = ..., chunked_prefill: _Optional[bool] = ..., ep: _Optional[int] = ...) -> None: ...
 
 class DeployModelResponse(_message.Message):
     __slots__ = ("deployment",)
@@ -215,7 +221,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, deployment: _Optional[str] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected", "kv_transfers", "kv_transfer_bytes")
+    __slots__ = ("deployment", "ttft", "tpot", "itl", "e2e", "queue", "tokens_per_s", "kv_cache_usage", "prefix_hit_rate", "queue_depth", "running", "completed", "rejected", "kv_transfers", "kv_transfer_bytes", "a2a_flows", "a2a_bytes")
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     TTFT_FIELD_NUMBER: _ClassVar[int]
     TPOT_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +237,8 @@ class DeploymentStats(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    A2A_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    A2A_BYTES_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     ttft: _common_pb2.LatencySummary
     tpot: _common_pb2.LatencySummary
@@ -246,7 +254,9 @@ class DeploymentStats(_message.Message):
     rejected: int
     kv_transfers: int
     kv_transfer_bytes: float
-    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_bytes: _Optional[float] = ...) -> None: ...
+    a2a_flows: int
+    a2a_bytes: float
+    def __init__(self, deployment: _Optional[str] = ..., ttft: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tpot: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., itl: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., e2e: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., queue: _Optional[_Union[_common_pb2.LatencySummary, _Mapping]] = ..., tokens_per_s: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., rejected: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_bytes: _Optional[float] = ..., a2a_flows: _Optional[int] = ..., a2a_bytes: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("deployments", "now_s")
