@@ -20,6 +20,8 @@ export GIGACLUSTER_BASE_IMAGE="${GIGACLUSTER_BASE_IMAGE:-localhost/debian-base:b
 PODMAN_GLOBAL=(--runtime runc --cgroup-manager cgroupfs)
 # podman asks for rlimits above what the sandbox allows a container (runc: "error setting rlimits").
 ULIMITS="--ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
+# Removing a container removes its anonymous volumes too (the Dockerfile's VOLUME in every gigacluster
+# container): `docker compose down -v` does, podman-compose's `podman rm` would leave them behind.
 # Builds use the host's network (no bridge network; the package mirrors are reached as from the host).
 BUILD_ARGS="--network host $ULIMITS"
 PODMAN=(podman "${PODMAN_GLOBAL[@]}")
@@ -34,9 +36,10 @@ fi
 PODMAN_COMPOSE=(podman-compose)
 command -v podman-compose >/dev/null || PODMAN_COMPOSE=(python3 -m podman_compose)
 COMPOSE=("${PODMAN_COMPOSE[@]}" \
-  --podman-args "${PODMAN_GLOBAL[*]}" \
-  --podman-build-args "$BUILD_ARGS" \
-  --podman-run-args "$ULIMITS" \
+  --podman-args="${PODMAN_GLOBAL[*]}" \
+  --podman-build-args="$BUILD_ARGS" \
+  --podman-run-args="$ULIMITS" \
+  --podman-rm-args=--volumes \
   -f "$DEPLOY/docker-compose.yml" -f "$DEPLOY/docker-compose.local.yml")
 if [ "${1:-}" = build ] && [ $# -eq 1 ]; then
   # The base image first (cached), then each image once: the six gigacluster containers share one

@@ -5,6 +5,7 @@
 # storage is kept (FORCE=1 remakes it). A machine that can pull images does not need this: the
 # Dockerfile's default base is the official python image. Needs root (debootstrap) and podman.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap lives in /usr/sbin
 IMAGE="${GIGACLUSTER_BASE_IMAGE:-localhost/debian-base:bookworm}"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"

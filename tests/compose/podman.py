@@ -1,0 +1,129 @@
+"""Driving deploy/docker-compose.yml through deploy/local/compose.sh (podman, this machine's flags), the
+way a person would from a shell: build, up, health checks, a crash, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+OVERRIDE = DEPLOY / "docker-compose.local.yml"
+SCRIPT = DEPLOY / "local" / "compose.sh"
+PROJECT = "gigacluster"  # `name:` in docker-compose.yml; podman-compose labels everything with it
+#: What the local run binds on the host (docker-compose.local.yml): gRPC, OpenAI HTTP, metrics, MQTT, Prometheus.
+HOST_PORTS = (50051, 50052, 50053, 50054, 50055, 50061, 8000, 9464, 9465, 9466, 9467, 9468, 9469, 1883, 9090)
+
+
+class ComposeTag:
+    """A compose merge tag (``!reset``, ``!override``) and the value under it."""
+
+    def __init__(self, tag: str, value: Any) -> None:
+        self.tag, self.value = tag, value
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """Reads compose files with merge tags (the override uses ``!reset`` and ``!override``)."""
+
+
+def _tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> ComposeTag:
+    if isinstance(node, yaml.SequenceNode):
+        return ComposeTag("!" + suffix, loader.construct_sequence(node, deep=True))
+    if isinstance(node, yaml.MappingNode):
+        return ComposeTag("!" + suffix, loader.construct_mapping(node, deep=True))
+    return ComposeTag("!" + suffix, loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+ComposeLoader.add_multi_constructor("!", _tagged)
+
+
+def load_override() -> dict[str, Any]:
+    return dict(yaml.load(OVERRIDE.read_text(), ComposeLoader))
+
+
+def require_tools() -> None:
+    """Fail (never skip) when what the compose step drives is missing, naming the installer."""
+    missing = [t for t in ("podman", "runc", "podman-compose") if shutil.which(t) is None]
+    if shutil.which("debootstrap") is None and not os.path.exists("/usr/sbin/debootstrap"):
+        missing.append("debootstrap")
+    if missing:
+        pytest.fail(f"the compose step needs {', '.join(missing)}: bash tests/install-deps.sh and "
+                    "pip install -e '.[dev]' (see .ci/run)")
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class ComposeStack:
+    """``bash deploy/local/compose.sh ...`` with a bounded time per command and its output kept for failures."""
+
+    def __init__(self, log_dir: pathlib.Path) -> None:
+        self.log_dir = log_dir
+        self.timings: dict[str, float] = {}
+        self.baseline_volumes: set[str] = set()  # podman's volumes before the stack started
+
+    def run(self, *args: str, timeout_s: float = 300.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        t0 = time.monotonic()
+        r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout_s,
+                           cwd=ROOT, stdin=subprocess.DEVNULL)
+        key = " ".join(args[:2])
+        self.timings[key] = self.timings.get(key, 0.0) + time.monotonic() - t0
+        with (self.log_dir / "compose.log").open("a") as log:
+            log.write(f"$ compose.sh {' '.join(args)}\n{r.stdout}{r.stderr}\n")
+        if check and r.returncode != 0:
+            raise AssertionError(f"compose.sh {' '.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}")
+        return r
+
+    def podman(self, *args: str, check: bool = True) -> str:
+        return self.run("podman", *args, timeout_s=60, check=check).stdout
+
+    def containers(self) -> dict[str, dict[str, Any]]:
+        """The project's containers (all states), by compose service name: inspect output."""
+        ids = self.podman("ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}").split()
+        if not ids:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for c in json.loads(self.podman("inspect", *ids)):
+            out[c["Config"]["Labels"]["com.docker.compose.service"]] = c
+        return out
+
+    def volumes(self) -> list[str]:
+        return self.podman("volume", "ls", "-q").split()
+
+    def health(self, name: str) -> str:
+        """Run the container's health check now (no systemd here to run it on a timer); its status."""
+        self.podman("healthcheck", "run", name, check=False)
+        return str(self.podman("inspect", name, "--format", "{{.State.Health.Status}}").strip())
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> dict[str, str]:
+        """Every container running and its health check passing; status by service."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            cs = self.containers()
+            status = {svc: (self.health(c["Name"]) if c["State"]["Status"] == "running" else c["State"]["Status"])
+                      for svc, c in cs.items()}
+            if cs and set(status.values()) == {"healthy"}:
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not every container healthy in {timeout_s:.0f} s: {status}\n"
+                                     + self.logs_tail(*[s for s, v in status.items() if v != "healthy"]))
+            time.sleep(1.0)
+
+    def logs_tail(self, *services: str) -> str:
+        cs = self.containers()
+        tails = []
+        for s in (s for s in services if s in cs):
+            r = self.run("podman", "logs", "--tail", "30", cs[s]["Name"], timeout_s=60, check=False)
+            tails.append(f"--- {s}\n{r.stdout}{r.stderr}")
+        return "\n".join(tails)
