@@ -13,7 +13,6 @@ from typing import Any
 import yaml
 
 from gigacluster.cli.mqtt_files import parse_env
-from gigacluster.runtime import config as cfgmod
 from tests.ops.compose import DEPLOY, IMAGE, ROOT, load_compose, service_runs
 from tests.ops.test_k8s import container_argv, load_config
 
