@@ -7,7 +7,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import time
 from typing import Any
@@ -60,11 +59,6 @@ def require_tools() -> None:
                     "pip install -e '.[dev]' (see .ci/run)")
 
 
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 class ComposeStack:
     """``bash deploy/local/compose.sh ...`` with a bounded time per command and its output kept for failures."""
 
@@ -72,6 +66,7 @@ class ComposeStack:
         self.log_dir = log_dir
         self.timings: dict[str, float] = {}
         self.baseline_volumes: set[str] = set()  # podman's volumes before the stack started
+        self.all_healthy = False
 
     def run(self, *args: str, timeout_s: float = 300.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         t0 = time.monotonic()
@@ -110,29 +105,35 @@ class ComposeStack:
         items = list(names.items())
         for i in range(0, len(items), at_once):
             procs = {svc: subprocess.Popen(["bash", str(SCRIPT), "podman", "healthcheck", "run", name], cwd=ROOT,
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL)
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
                      for svc, name in items[i:i + at_once]}
             for svc, p in procs.items():
                 try:
-                    codes[svc] = p.wait(timeout=60)
+                    out, _ = p.communicate(timeout=60)
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    codes[svc] = p.wait()
+                    out, _ = p.communicate()
+                codes[svc] = p.returncode
+                if p.returncode:
+                    with (self.log_dir / "compose.log").open("a") as log:
+                        log.write(f"health check of {svc} exited {p.returncode}: {out[-500:]}\n")
         self.timings["health checks"] = self.timings.get("health checks", 0.0) + time.monotonic() - t0
         return codes
 
-    def wait_healthy(self, timeout_s: float = 120.0) -> dict[str, str]:
-        """Every container running and passing a health check run now (its own exit code, not podman's
-        status, which stays 'healthy' through failures until the retries run out); status by service."""
+    def wait_healthy(self, timeout_s: float = 120.0, only: tuple[str, ...] = ()) -> dict[str, str]:
+        """Every container (or those of the services ``only``) running and passing a health check run now
+        (its own exit code, not podman's status, which stays 'healthy' through failures until the retries
+        run out); status by service. Sets :attr:`all_healthy` once every container has passed."""
         deadline = time.monotonic() + timeout_s
         passed: set[str] = set()
         while True:
-            cs = self.containers()
+            cs = {svc: c for svc, c in self.containers().items() if not only or svc in only}
             codes = self.run_health_checks({svc: c["Name"] for svc, c in cs.items()
                                             if svc not in passed and c["State"]["Status"] == "running"})
             passed |= {svc for svc, rc in codes.items() if rc == 0}
             if cs and passed >= set(cs):
+                self.all_healthy = self.all_healthy or not only
                 return {svc: "healthy" for svc in cs}
             if time.monotonic() > deadline:
                 status = {svc: "healthy" if svc in passed else c["State"]["Status"] for svc, c in cs.items()}

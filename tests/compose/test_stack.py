@@ -38,10 +38,12 @@ from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import config as cfgmod
 from gigacluster.runtime.auth import call_metadata
 from tests.integration.test_prometheus import DASHBOARD, _exprs, metric_names, query_until
+from tests.integration.test_router_http import read_completion_stream
 from tests.ops.compose import endpoint_refs
 from tests.ops.prometheus import PrometheusApi, local_config
+from tests.ops.test_compose_processes import _listening as port_in_use
 
-from .podman import HOST_PORTS, PROJECT, ROOT, ComposeLoader, ComposeStack, port_in_use, require_tools
+from .podman import HOST_PORTS, PROJECT, ROOT, ComposeLoader, ComposeStack, require_tools
 
 pytestmark = pytest.mark.compose
 ENV = parse_env((ROOT / "deploy" / "gigacluster.env").read_text())
@@ -78,7 +80,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def tenant(stack: ComposeStack, tmp_path_factory: pytest.TempPathFactory) -> Tenant:
     """Tenant ``default`` created with the admin key from deploy/gigacluster.env, with ``llama3-8b`` deployed."""
-    await asyncio.to_thread(stack.wait_healthy)
+    if not stack.all_healthy:
+        await asyncio.to_thread(stack.wait_healthy)
     async with grpc.aio.insecure_channel("127.0.0.1:50053") as ch:
         broker = broker_pb2_grpc.BrokerServiceStub(ch)
         admin = call_metadata(api_key=ENV["GIGACLUSTER_ADMIN_KEY"])
@@ -181,12 +184,7 @@ async def test_openai_client_streams_a_completion(tenant: Tenant) -> None:
     try:
         stream = await client.completions.create(model=MODEL, prompt="Explain max-min fairness", max_tokens=16,
                                                  stream=True, stream_options={"include_usage": True})
-        texts, finish, usage = [], None, None
-        async for chunk in stream:
-            if chunk.choices:
-                texts.append(chunk.choices[0].text)
-                finish = chunk.choices[0].finish_reason or finish
-            usage = chunk.usage or usage
+        texts, finish, usage = await read_completion_stream(stream)
         assert len(texts) >= 2 and "".join(texts).strip()
         assert finish == "length" and usage is not None and usage.completion_tokens == 16
     finally:
@@ -269,7 +267,7 @@ def test_a_killed_service_is_restarted_by_its_policy_and_the_job_still_finishes(
         assert time.monotonic() < deadline, after["State"]
         time.sleep(0.5)
     assert after["State"]["Pid"] != before["State"]["Pid"]
-    assert stack.wait_healthy(60)["scheduler"] == "healthy"
+    assert stack.wait_healthy(60, only=("scheduler",)) == {"scheduler": "healthy"}
     lines = cli(tenant, "watch", name).strip().splitlines()
     assert lines[-1].startswith(f"{name} SUCCEEDED step 20/20"), lines[-3:]
     assert jobs(tenant)[name]["state"] == "SUCCEEDED"
