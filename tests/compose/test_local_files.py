@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 
 import yaml
 
@@ -91,3 +92,16 @@ def test_the_cli_imports_without_the_dev_extras() -> None:
     code = "import sys; sys.modules['grpc_tools'] = None; import gigacluster.cli.main"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-1500:]
+
+
+def test_ci_installs_what_the_compose_step_drives_and_runs_it_after_the_chaos_step() -> None:
+    """tests/install-deps.sh installs podman, runc and debootstrap, the dev extra podman-compose, and .ci/run
+    runs the compose tests as a step after the chaos suite."""
+    script = (ROOT / "tests" / "install-deps.sh").read_text()
+    for pkg in ("podman", "runc", "debootstrap"):
+        assert f"missing+=({pkg})" in script
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(d.startswith("podman-compose") for d in dev)
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = [ln.strip() for ln in ci.splitlines() if ln.strip().startswith("python -m pytest -m ")]
+    assert steps[-2:] == ["python -m pytest -m chaos", "python -m pytest -m compose"]

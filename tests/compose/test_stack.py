@@ -32,7 +32,7 @@ import yaml
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.cli.main import build_parser
 from gigacluster.cli.mqtt_files import parse_env
-from gigacluster.client import Client
+from gigacluster.client import Client, Endpoints
 from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import config as cfgmod
@@ -94,7 +94,7 @@ async def tenant(stack: ComposeStack, tmp_path_factory: pytest.TempPathFactory) 
         assert (len(inv.shards), inv.free_devices) == (2, 64)
         key = (await broker.CreateTenant(broker_pb2.CreateTenantRequest(tenant_id="default"),
                                          metadata=admin, timeout=10)).api_key
-    async with Client.connect(api_key=key) as gc:
+    async with Client(Endpoints(), key) as gc:  # the compose ports; no credentials.json of a local `up`
         await gc.router.DeployModel(router_pb2.DeployModelRequest(
             deployment_id=MODEL, model=common_pb2.ModelArchitecture(preset=MODEL), chip="h100-sxm",
             tp=1, replicas=1), metadata=gc.md)
@@ -231,7 +231,7 @@ async def test_prometheus_serves_dcgm_vllm_and_link_series_and_the_dashboard_que
     assert sorted(r["metric"]["service"] for r in up) == ["broker", "chip", "chip", "fabric", "router", "scheduler"]
     power = await query_until(prom, "DCGM_FI_DEV_POWER_USAGE", lambda r: len(r) == 64, 30)
     assert sorted(int(r["metric"]["gpu"]) for r in power) == list(range(64))
-    async with Client.connect(api_key=tenant.api_key) as gc:
+    async with Client(Endpoints(), tenant.api_key) as gc:
         _ = [c async for c in gc.generate(f"deployments/{MODEL}", "tokens for prometheus", max_tokens=16)]
     tokens = await query_until(prom, f'vllm:generation_tokens_total{{model_name="{MODEL}"}}',
                                lambda r: bool(r) and float(r[0]["value"][1]) >= 16, 30)
