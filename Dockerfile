@@ -6,7 +6,7 @@
 # compose run builds on it (--build-arg BASE_IMAGE=localhost/debian-base:bookworm); a base with no
 # python3 gets Debian's (3.11 on bookworm). Either way the package lives in the venv /opt/gigacluster.
 ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS base
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -22,13 +22,18 @@ RUN if ! command -v python3 >/dev/null 2>&1; then \
     && python3 -m venv /opt/gigacluster \
     && useradd --system --uid 10001 --home-dir /var/lib/gigacluster --create-home gigacluster
 
+# The runtime dependencies, read from pyproject.toml in a stage of their own: the install below is
+# redone when that list changes, not on every edit of pyproject.toml, the README or the code.
+FROM base AS requirements
+COPY pyproject.toml /tmp/
+RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']))" \
+      > /tmp/requirements.txt
+
+FROM base
+COPY --from=requirements /tmp/requirements.txt /tmp/requirements.txt
+RUN pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 WORKDIR /app
-# The dependencies alone first (read from pyproject.toml), so editing the code reuses this layer.
 COPY pyproject.toml README.md ./
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-      > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
 COPY services ./services
 RUN pip install --no-deps . && rm -rf build services/*.egg-info
 COPY examples ./examples

@@ -23,7 +23,7 @@ def _dockerfile_base(path: str) -> str:
     """The default of ``ARG BASE_IMAGE`` in a Dockerfile, which must also be what it builds ``FROM``."""
     text = (ROOT / path).read_text()
     default = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
-    assert default is not None and re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M), path
+    assert default is not None and re.search(r"^FROM \$\{BASE_IMAGE\}( AS \w+)?$", text, re.M), path
     return default.group(1)
 
 

@@ -37,7 +37,7 @@ def test_dockerfile_builds_one_image_with_the_gigacluster_entrypoint() -> None:
     keeps the generated secrets out."""
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim\s*$", text, re.M)
-    assert re.search(r"^FROM \$\{BASE_IMAGE\}\s*$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}( AS \w+)?\s*$", text, re.M)
     assert re.search(r"^RUN pip install --no-deps \.", text, re.M)
     assert json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1)) == ["gigacluster"]  # type: ignore[union-attr]
     assert re.search(r"^USER gigacluster\s*$", text, re.M)
