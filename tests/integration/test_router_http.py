@@ -100,19 +100,26 @@ async def test_models_lists_ready_deployments_and_errors_are_openai_json(env: di
             assert {m["id"] for m in (await r.json())["data"]} >= {"chat", "pd"}  # admin sees all tenants'
 
 
+async def read_completion_stream(stream: Any) -> tuple[list[str], str | None, Any]:
+    """The text of each event, the last finish reason and the usage of a streamed openai completion."""
+    texts: list[str] = []
+    finish, usage = None, None
+    async for chunk in stream:
+        if chunk.choices:
+            texts.append(chunk.choices[0].text)
+            finish = chunk.choices[0].finish_reason or finish
+        if chunk.usage is not None:
+            usage = chunk.usage
+    return texts, finish, usage
+
+
 async def test_openai_client_streams_a_completion_and_a_chat(env: dict[str, Any]) -> None:
     """The real openai client streams /v1/completions and /v1/chat/completions; usage counts every token."""
     client = openai.AsyncOpenAI(base_url=env["base"], api_key=env["key"], max_retries=0)
     try:
         stream = await client.completions.create(model="chat", prompt="Explain max-min fairness", max_tokens=24,
                                                  stream=True, stream_options={"include_usage": True})
-        texts, usage, finish = [], None, None
-        async for chunk in stream:
-            if chunk.choices:
-                texts.append(chunk.choices[0].text)
-                finish = chunk.choices[0].finish_reason or finish
-            if chunk.usage is not None:
-                usage = chunk.usage
+        texts, finish, usage = await read_completion_stream(stream)
         assert len(texts) >= 2 and "".join(texts).strip()  # tokens arrive as several events
         assert finish == "length" and usage is not None and usage.completion_tokens == 24
         assert usage.prompt_tokens > 0 and usage.total_tokens == usage.prompt_tokens + 24

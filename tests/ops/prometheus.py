@@ -63,7 +63,31 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class PrometheusServer:
+class PrometheusApi:
+    """The HTTP API of the Prometheus server at ``url`` (one started here, or the compose stack's)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET ``/api/v1/<path>``; returns ``data`` (raises on an error status)."""
+        q = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{q}", timeout=10) as r:
+            body = json.loads(r.read())
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant PromQL query; the result vector."""
+        return list(self.api("query", query=expr)["result"])
+
+
+class PrometheusServer(PrometheusApi):
     """``prometheus`` on a loopback port with a temporary TSDB, stopped (and its data removed) on exit."""
 
     def __init__(self, config: dict[str, Any], exe: str = "") -> None:
@@ -99,19 +123,6 @@ class PrometheusServer:
     def tail(self) -> str:
         p = self.dir / "prometheus.log"
         return p.read_bytes()[-1500:].decode(errors="replace") if p.exists() else ""
-
-    def api(self, path: str, **params: str) -> Any:
-        """GET ``/api/v1/<path>``; returns ``data`` (raises on an error status)."""
-        q = urllib.parse.urlencode(params)
-        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{q}", timeout=10) as r:
-            body = json.loads(r.read())
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant PromQL query; the result vector."""
-        return list(self.api("query", query=expr)["result"])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

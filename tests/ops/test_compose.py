@@ -1,14 +1,12 @@
 """deploy/docker-compose.yml and the root Dockerfile: structure, and that every service, flag,
-variable and port in them is one the services accept (no Docker engine runs here)."""
+variable and port in them is one the services accept (read as files; tests/compose builds and runs
+the stack with podman)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 
-import pytest
 import yaml
 
 from gigacluster.cli.main import build_parser
@@ -34,11 +32,13 @@ def _accepted_vars(service: str) -> set[str]:
 
 
 def test_dockerfile_builds_one_image_with_the_gigacluster_entrypoint() -> None:
-    """The root Dockerfile is python:3.11-slim, pip-installs the package, runs as a non-root user, and
-    its entrypoint is the gigacluster console script; .dockerignore keeps the generated secrets out."""
+    """The root Dockerfile builds on python:3.11-slim unless given another BASE_IMAGE, pip-installs the
+    package, runs as a non-root user, and its entrypoint is the gigacluster console script; .dockerignore
+    keeps the generated secrets out."""
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
-    assert re.search(r"^RUN pip install \.", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim\s*$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}( AS \w+)?\s*$", text, re.M)
+    assert re.search(r"^RUN pip install --no-deps \.", text, re.M)
     assert json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1)) == ["gigacluster"]  # type: ignore[union-attr]
     assert re.search(r"^USER gigacluster\s*$", text, re.M)
     ignored = (ROOT / ".dockerignore").read_text().split()
@@ -155,13 +155,3 @@ def test_mosquitto_files_are_the_generated_password_and_acl_for_the_services() -
     mounts = {v.split(":")[1] for v in load_compose()["services"]["mosquitto"]["volumes"]}
     for path in re.findall(r"^(?:password_file|acl_file) (\S+)", conf, re.M):
         assert path in mounts
-
-
-def test_docker_compose_config_accepts_the_file_when_the_plugin_exists() -> None:
-    """`docker compose config` parses the file where the compose plugin is installed (skipped elsewhere)."""
-    docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30).returncode:
-        pytest.skip("docker compose plugin not installed")
-    r = subprocess.run([docker, "compose", "-f", str(DEPLOY / "docker-compose.yml"), "config", "--quiet"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr

@@ -18,7 +18,6 @@ from typing import Any
 
 import google.rpc
 
-from gigacluster.runtime.protogen import proto_files
 from gigacluster.runtime.reflection import file_descriptor_set
 
 REPO_PROTOS = pathlib.Path(__file__).resolve().parents[3] / "protos"
@@ -38,10 +37,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=cmd_protos)
 
 
+def _own_protos() -> list[pathlib.Path]:
+    """gigacluster's own .proto sources (not the breaking-check baseline). Read here rather than through
+    runtime.protogen, which imports grpcio-tools: a dev dependency the image does not install."""
+    return [p for p in sorted(REPO_PROTOS.rglob("*.proto")) if "baseline" not in p.relative_to(REPO_PROTOS).parts]
+
+
 def _own_modules() -> list[Any]:
     """The generated ``*_pb2`` module of every gigacluster proto (their descriptors)."""
     mods = []
-    for p in proto_files():
+    for p in _own_protos():
         rel = p.relative_to(REPO_PROTOS).with_suffix("")
         mods.append(importlib.import_module(".".join(rel.parts) + "_pb2"))
     return mods
@@ -57,9 +62,8 @@ def export(out: pathlib.Path) -> list[pathlib.Path]:
         shutil.copyfile(src, dst)
         written.append(dst)
 
-    for src in sorted(REPO_PROTOS.rglob("*.proto")):
-        if "baseline" not in src.relative_to(REPO_PROTOS).parts:
-            copy(src, src.relative_to(REPO_PROTOS))
+    for src in _own_protos():
+        copy(src, src.relative_to(REPO_PROTOS))
     for src in sorted(THIRD_PARTY.rglob("*.proto")):
         copy(src, src.relative_to(THIRD_PARTY))
     rpc_dir = pathlib.Path(google.rpc.__path__[0])
