@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+import pytest
 import yaml
 
 from gigacluster.cli.main import build_parser
@@ -155,3 +157,30 @@ def test_mosquitto_files_are_the_generated_password_and_acl_for_the_services() -
     mounts = {v.split(":")[1] for v in load_compose()["services"]["mosquitto"]["volumes"]}
     for path in re.findall(r"^(?:password_file|acl_file) (\S+)", conf, re.M):
         assert path in mounts
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Compose's merge of an override file: mappings merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {k: _merge(base[k], over[k]) if k in base and k in over else over.get(k, base.get(k))
+                for k in {**base, **over}}
+    return over
+
+
+@pytest.mark.parametrize("name", ["2gw-trainium3", "2gw-mi355x", "2gw-b200"])
+def test_a_preset_override_starts_the_site_up_would(name: str) -> None:
+    """docker-compose.yml + deploy/presets/<preset>.compose.yml: one chip service per shard tiling the preset's
+    chips, the fabric with the preset's count, tree and routing, and a broker listing every shard."""
+    from gigacluster.sites import get_preset
+
+    site = get_preset(name).resolve()
+    over = yaml.safe_load((DEPLOY / "presets" / f"{name}.compose.yml").read_text())
+    runs = {r.name: r for r in service_runs(_merge(load_compose(), over))}
+    chips = sorted((r.config() for r in runs.values() if r.service == "chip"), key=lambda c: c.device_offset)
+    assert len(chips) == site["shards"] and {c.chip for c in chips} == {site["chip"]}
+    assert [c.device_offset for c in chips] == [i * site["chips"] // site["shards"] for i in range(site["shards"])]
+    fabric = next(r.config() for r in runs.values() if r.service == "fabric")
+    assert (fabric.chip, fabric.count, fabric.tiers, fabric.switch, fabric.routing) == (  # type: ignore[attr-defined]
+        site["chip"], site["chips"], site["tiers"], site["switch"], site["routing"])
+    broker = next(r.config() for r in runs.values() if r.service == "broker")
+    assert {h for h, _ in endpoint_refs(broker.shards)} == {f"chip-{i}" for i in range(site["shards"])}  # type: ignore[attr-defined]

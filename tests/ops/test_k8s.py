@@ -16,14 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
+from gigacluster.cli import preset_files
 from gigacluster.cli.main import build_parser
 from gigacluster.cli.mqtt_files import parse_env
 from gigacluster.runtime import config as cfgmod
+from gigacluster.sites import PRESETS
 from tests.ops.compose import NON_CONFIG_VARS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 BASE, MILLION = K8S / "base", K8S / "overlays" / "million"
+PRESET_OVERLAYS = {name: K8S / "overlays" / name for name in PRESETS}
 K8S_VERSION = "1.30.0"  # oldest supported release with GA gRPC probes and StatefulSet ordinals
 
 
@@ -75,7 +78,7 @@ def load_config(argv: list[str], env: dict[str, str]) -> cfgmod.CommonConfig:
     return cfgmod.load(cfgmod.CONFIGS[args.service], flags=vars(args), env=env)
 
 
-@pytest.mark.parametrize("path", [BASE, MILLION], ids=["base", "million"])
+@pytest.mark.parametrize("path", [BASE, MILLION, *PRESET_OVERLAYS.values()], ids=["base", "million", *PRESET_OVERLAYS])
 def test_manifests_validate_against_the_kubernetes_schemas(path: pathlib.Path) -> None:
     """Every rendered object is valid for Kubernetes 1.30 under the strict schemas (unknown fields fail)."""
     kv = pytest.importorskip("kubernetes_validate")
@@ -85,8 +88,10 @@ def test_manifests_validate_against_the_kubernetes_schemas(path: pathlib.Path) -
         kv.validate(d, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize(("path", "shards", "per_shard"), [(BASE, 2, 32), (MILLION, 16, 65_536)],
-                         ids=["base", "million"])
+@pytest.mark.parametrize(("path", "shards", "per_shard"), [
+    (BASE, 2, 32), (MILLION, 16, 65_536),
+    *((PRESET_OVERLAYS[n], PRESETS[n].shards, PRESETS[n].chips() // PRESETS[n].shards) for n in PRESET_OVERLAYS)],
+    ids=["base", "million", *PRESET_OVERLAYS])
 def test_chip_statefulset_tiles_the_devices_the_fabric_and_broker_expect(
         path: pathlib.Path, shards: int, per_shard: int, tmp_path: pathlib.Path) -> None:
     """Pod chip-N of the StatefulSet serves devices [N x per_shard, (N+1) x per_shard) (its command run with
@@ -159,3 +164,25 @@ def test_mosquitto_secret_holds_the_hash_of_the_services_password() -> None:
     hashes = parse_password_file((BASE / "mosquitto" / "passwd").read_text())
     assert verify_mosquitto_hash(hashes[env["GIGACLUSTER_MQTT_USERNAME"]], env["GIGACLUSTER_MQTT_PASSWORD"])
     assert "allow_anonymous false" in (BASE / "mosquitto" / "mosquitto.conf").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_deploy_files_are_what_the_preset_generates(name: str) -> None:
+    """The committed Kubernetes overlay and compose override of each `up --preset` site are exactly what
+    `gigacluster preset-files` writes from gigacluster/sites.py today: the three ways of running the mesh
+    start the same site, and a change to a preset that forgets the deploy files fails here."""
+    assert (PRESET_OVERLAYS[name] / "kustomization.yaml").read_text() == preset_files.k8s_overlay(name)
+    assert (ROOT / "deploy" / "presets" / f"{name}.compose.yml").read_text() == preset_files.compose_override(name)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_preset_overlay_configures_the_fabric_as_up_does(name: str, tmp_path: pathlib.Path) -> None:
+    """The overlay's fabric loads with the preset's chip, count, tree and routing (what `up --preset` passes)."""
+    docs = render(PRESET_OVERLAYS[name])
+    env = pod_env(docs)
+    site = PRESETS[name].resolve()
+    fabric = load_config(objects(docs, "Deployment")["fabric"]["spec"]["template"]["spec"]["containers"][0]["args"],
+                         env)
+    got = {k: getattr(fabric, k) for k in ("chip", "count", "tiers", "switch", "routing", "nic")}
+    assert got == {"chip": site["chip"], "count": site["chips"], "tiers": site["tiers"], "switch": site["switch"],
+                   "routing": site["routing"], "nic": site["nic"]}

@@ -20,6 +20,7 @@ from gigacluster.cli import (
     loadtest_cmd,
     mqtt_files,
     planning,
+    preset_files,
     protos_cmd,
     report_cmds,
     scenario_cmd,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmds.register(sub)
     health.register(sub)
     mqtt_files.register(sub)
+    preset_files.register(sub)
     loadtest_cmd.register(sub)
     scenario_cmd.register(sub)
     protos_cmd.register(sub)
