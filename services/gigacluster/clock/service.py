@@ -106,8 +106,9 @@ class ClockService(Service[ClockConfig]):
     name = "clock"
 
     def __init__(self, config: ClockConfig) -> None:
-        # The coordinator holds the time; it never reports to one (it runs with the wall clock).
-        super().__init__(dataclasses.replace(config, clock="wall"))
+        # The coordinator holds the time; it never reports to one (it runs with the wall clock), and
+        # publishes no telemetry (GetTime is its interface).
+        super().__init__(dataclasses.replace(config, clock="wall", mqtt=""))
         self.servicer = ClockServicer(Coordinator(), config.service_key)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -82,8 +83,9 @@ class EventClock(VirtualClock):
         return self._now
 
     def wall_s(self, virtual_s: float) -> float:
-        """No wall time is tied to virtual time; callers use this only to pace polling (as at 1x)."""
-        return virtual_s
+        """No wall time brings virtual time nearer: a future instant is infinitely far in wall time (a
+        poller waits its longest tick, since only the coordinator moves time), a past one is due now."""
+        return math.copysign(math.inf, virtual_s) if virtual_s else 0.0
 
     def bump(self) -> None:
         """Something happened that the coordinator must hear about before it moves time."""
