@@ -31,6 +31,15 @@ def test_quiet_needs_every_process_idle_and_balanced_calls() -> None:
     assert not quiet({})
 
 
+def test_a_streamed_message_in_transit_keeps_the_mesh_from_quiet() -> None:
+    """A message a server stream sent and its client has not received yet blocks the advance."""
+    server = Report("f", idle=True, next_wake_s=None, calls_out=0, calls_in=1, activity=5, msgs_sent=2)
+    client = Report("s", idle=True, next_wake_s=3.0, calls_out=1, calls_in=0, activity=5, msgs_received=1)
+    assert not quiet({"f": server, "s": client})
+    assert quiet({"f": server, "s": Report("s", idle=True, next_wake_s=3.0, calls_out=1, calls_in=0, activity=6,
+                                           msgs_received=2)})
+
+
 def test_advances_only_after_a_probe_round_confirms_nothing_changed() -> None:
     """Quiet latest reports start a probe; identical answers advance time to the earliest wake-up."""
     c = Coordinator()

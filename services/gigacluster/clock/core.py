@@ -3,9 +3,10 @@
 Conservative synchronisation, as parallel discrete-event simulators do it: virtual time moves to
 the earliest pending wake-up of any process only when nothing can still happen before it. Each
 process reports whether it is idle (no work the coordinator cannot see), its earliest wake-up, the
-mesh calls it has open as client and as server, and an activity counter that grows with every
-call, sleep and wake-up. A call in transit shows as open at its client and not (yet, or any more)
-at its server, so the totals differ.
+mesh calls it has open as client and as server, the messages of open server streams it sent and
+received, and an activity counter that grows with every call, message, sleep and wake-up. A call
+in transit shows as open at its client and not (yet, or any more) at its server, a streamed
+message as sent and not received, so the totals differ.
 
 A snapshot of reports taken at different moments can miss a call that left an idle process after
 it reported and reached one that had already reported (Mattern's four-counter problem). So the
@@ -34,9 +35,11 @@ class Report:
     activity: int
     round: int = 0  # the probe round this answers; 0 = sent because the process's state changed
     now_s: float = 0.0
+    msgs_sent: int = 0  # messages of open server streams this process sent as their server
+    msgs_received: int = 0  # ... and received as their client
 
     def __post_init__(self) -> None:
-        if self.calls_out < 0 or self.calls_in < 0 or self.activity < 0 or self.round < 0:
+        if min(self.calls_out, self.calls_in, self.activity, self.round, self.msgs_sent, self.msgs_received) < 0:
             raise ValueError("counters must be >= 0")
 
 
@@ -53,9 +56,12 @@ NOTHING = Step()
 
 
 def quiet(reports: Mapping[str, Report]) -> bool:
-    """Every process idle and every mesh call open at a client also open at its server."""
-    return (bool(reports) and all(r.idle for r in reports.values())
-            and sum(r.calls_out for r in reports.values()) == sum(r.calls_in for r in reports.values()))
+    """Every process idle, every mesh call open at a client also open at its server, and every message
+    a server stream sent received by its client."""
+    rs = reports.values()
+    return (bool(reports) and all(r.idle for r in rs)
+            and sum(r.calls_out for r in rs) == sum(r.calls_in for r in rs)
+            and sum(r.msgs_sent for r in rs) == sum(r.msgs_received for r in rs))
 
 
 def earliest_wake(reports: Mapping[str, Report]) -> float | None:

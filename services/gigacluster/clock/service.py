@@ -38,7 +38,7 @@ def report_of(msg: clock_pb2.SyncRequest) -> Report:
     return Report(process=msg.process, idle=msg.idle,
                   next_wake_s=msg.next_wake_s if msg.HasField("next_wake_s") else None,
                   calls_out=msg.calls_out, calls_in=msg.calls_in, activity=msg.activity, round=msg.round,
-                  now_s=msg.now_s)
+                  now_s=msg.now_s, msgs_sent=msg.stream_messages_sent, msgs_received=msg.stream_messages_received)
 
 
 class ClockServicer(clock_pb2_grpc.ClockServiceServicer):

@@ -75,6 +75,8 @@ class EventClock(VirtualClock):
         self._seq = 0
         self.calls_out = 0
         self.calls_in = 0
+        self.msgs_sent = 0  # messages of open mesh server streams, as their server
+        self.msgs_received = 0  # ... and as their client
         self.activity = 0
         self.holds = 0
         self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
@@ -155,6 +157,14 @@ class EventClock(VirtualClock):
             self.calls_in -= 1
         else:
             self.calls_out -= 1
+        self.bump()
+
+    def stream_messages(self, n: int, *, sent: bool) -> None:
+        """``n`` more (or, when a stream ends, fewer) messages of open mesh streams sent or received."""
+        if sent:
+            self.msgs_sent += n
+        else:
+            self.msgs_received += n
         self.bump()
 
 

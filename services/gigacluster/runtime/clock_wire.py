@@ -13,7 +13,7 @@ count as activity, never as open calls (no client would close them).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -121,12 +121,19 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
 
             async def stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 self._begin(vt)
+                sent = 0
                 try:
                     async for item in inner(request, context):
-                        self.clock.bump()
+                        if vt is None:
+                            self.clock.bump()
+                        else:
+                            sent += 1
+                            self.clock.stream_messages(1, sent=True)
                         yield item
                     self._stamp(context)
                 finally:
+                    if sent:
+                        self.clock.stream_messages(-sent, sent=True)
                     self._end(vt)
 
             return stream_gen
@@ -173,7 +180,10 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
 
 
 class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInterceptor):
-    """Counts a server-streaming mesh call open until it ends (finished, failed or cancelled)."""
+    """Counts a server-streaming mesh call open until it ends (finished, failed or cancelled), and each
+    message its caller took while it was open (its server counts each one it sent: the difference is in
+    transit). The end is the call's own done callback, so a caller that leaves the stream early does not
+    hold the clock until the stream is garbage-collected."""
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
@@ -183,8 +193,23 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
         except BaseException:
             self.clock.call_ended(inbound=False)
             raise
-        call.add_done_callback(lambda _call: self.clock.call_ended(inbound=False))
-        return call
+        received = [0]
+
+        def done(_call: Any) -> None:
+            if received[0]:
+                self.clock.stream_messages(-received[0], sent=False)
+                received[0] = 0
+            self.clock.call_ended(inbound=False)
+
+        call.add_done_callback(done)
+        return self._counted(call, received)
+
+    async def _counted(self, call: Any, received: list[int]) -> AsyncIterator[Any]:
+        async for msg in call:
+            if not call.done():  # a message read after the end was already settled by done()
+                received[0] += 1
+                self.clock.stream_messages(1, sent=False)
+            yield msg
 
 
 def client_interceptors(clock: EventClock | None) -> list[grpc.aio.ClientInterceptor]:

@@ -96,7 +96,7 @@ class ClockAgent:
                 rnd, self._probe = self._probe, 0
                 rep = self._report(rnd)
                 key = (rep.idle, rep.next_wake_s if rep.HasField("next_wake_s") else None, rep.calls_out,
-                       rep.calls_in, rep.activity)
+                       rep.calls_in, rep.activity, rep.stream_messages_sent, rep.stream_messages_received)
                 if rnd == 0 and key == self._sent:
                     continue  # nothing new to say
                 self._sent = key
@@ -126,7 +126,8 @@ class ClockAgent:
         nxt = c.next_wake_s()
         return clock_pb2.SyncRequest(process=self.process, round=rnd, idle=c.holds == 0, next_wake_s=nxt,
                                      calls_out=max(c.calls_out, 0), calls_in=max(c.calls_in, 0),
-                                     activity=c.activity, now_s=c.now())
+                                     activity=c.activity, now_s=c.now(), stream_messages_sent=max(c.msgs_sent, 0),
+                                     stream_messages_received=max(c.msgs_received, 0))
 
 
 __all__ = ["ClockAgent"]

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SyncRequest(_message.Message):
-    __slots__ = ("process", "round", "idle", "next_wake_s", "calls_out", "calls_in", "activity", "now_s")
+    __slots__ = ("process", "round", "idle", "next_wake_s", "calls_out", "calls_in", "activity", "now_s", "stream_messages_sent", "stream_messages_received")
     PROCESS_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
@@ -14,6 +14,8 @@ class SyncRequest(_message.Message):
     CALLS_IN_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     NOW_S_FIELD_NUMBER: _ClassVar[int]
+    STREAM_MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    STREAM_MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     process: str
     round: int
     idle: bool
@@ -22,7 +24,9 @@ class SyncRequest(_message.Message):
     calls_in: int
     activity: int
     now_s: float
-    def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ...) -> None: ...
+    stream_messages_sent: int
+    stream_messages_received: int
+    def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ..., stream_messages_sent: _Optional[int] = ..., stream_messages_received: _Optional[int] = ...) -> None: ...
 
 class SyncResponse(_message.Message):
     __slots__ = ("now_s", "probe_round")
