@@ -320,8 +320,9 @@ class Stack:
             return logs / f"{name}.log" if logs is not None else None
 
         if cfg.clock == "event":  # first: every other service registers with it as it starts
+            services = cfg.shards + len(ORDER) - 1
             self.procs["clock"] = Proc("clock", [sys.executable, "-m", "gigacluster.clock", "--port",
-                                                 str(self.ports["clock"])], env, lp("clock"))
+                                                 str(self.ports["clock"]), "--expect", str(services)], env, lp("clock"))
 
         for i, port in enumerate(self.shard_ports):
             name = "chip" if i == 0 else f"chip-{i}"

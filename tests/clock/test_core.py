@@ -124,6 +124,18 @@ def test_a_process_leaving_lets_the_rest_advance() -> None:
     assert c.report(rep("a", wake=1.0, rnd=1)).advance_to_s == 1.0
 
 
+def test_time_holds_until_the_expected_processes_are_registered() -> None:
+    """With expect=3, two quiet processes do not move time; the third joining lets it move."""
+    c = Coordinator(expect=3)
+    assert two(c, rep("a", wake=1.0), rep("b")) == Step()
+    c.register("c")
+    step = c.report(rep("c"))
+    assert step.probe_round == 1
+    for p, wake in (("a", 1.0), ("b", None), ("c", None)):
+        step = c.report(rep(p, wake=wake, rnd=1))
+    assert step.advance_to_s == 1.0
+
+
 def test_report_rejects_negative_counters() -> None:
     """A report with a negative counter is refused."""
     with pytest.raises(ValueError):

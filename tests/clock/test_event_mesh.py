@@ -75,6 +75,38 @@ async def test_demo_in_event_mode_equals_wall_mode(mosquitto: str, tmp_path: pat
           f"{t.probes} probe rounds")
 
 
+async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: pathlib.Path) -> None:
+    """kill -9 of the clock coordinator mid-job: the Stack restarts it, the services reconnect with their
+    time (it never goes backwards), and the job ends with every step as the model has it."""
+    from gigacluster.client import Client
+    data = yaml.safe_load(DEMO.read_text())
+    data["steps"] = 40
+    spec, job = split_job_file(data)
+    async with live_stack("clkkill", mosquitto, tmp_path, clock="event", shards=1) as st:
+        key = await st.create_tenant("kill")
+        async with Client(st.endpoints, key) as gc:
+            sub = await gc.submit_job(spec, **job)
+            steps: list[float] = []
+            killed_at = 0.0
+            final = None
+            async for upd in gc.watch_job(sub.name):
+                final = upd.job
+                if upd.kind != "progress":
+                    continue
+                steps.append(upd.job.last_step_time_s)
+                if len(steps) == 5:
+                    proc = st.procs["clock"].proc
+                    assert proc is not None
+                    killed_at = upd.job.finished_s or 0.0
+                    os.kill(proc.pid, 9)
+        async with open_channel(st.endpoint_of("clock")) as ch:
+            t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
+    assert final is not None and final.step == 40 and st.procs["clock"].restarts == 1
+    assert all(s == pytest.approx(steps[0], rel=1e-6) for s in steps)
+    assert final.finished_s - final.started_s == pytest.approx(sum(steps) + final.checkpoint_pause_s, rel=1e-6)
+    assert t.now_s >= final.finished_s >= killed_at
+
+
 async def test_router_refuses_deployments_in_event_mode(mosquitto: str, tmp_path: pathlib.Path) -> None:
     """Inference is not supported in event mode yet: DeployModel answers FAILED_PRECONDITION at once."""
     from gigacluster.client import Client

@@ -72,8 +72,13 @@ def earliest_wake(reports: Mapping[str, Report]) -> float | None:
 class Coordinator:
     """The mesh's virtual time and the state of the two-wave advance rule."""
 
-    def __init__(self, now_s: float = 0.0) -> None:
+    def __init__(self, now_s: float = 0.0, *, expect: int = 0) -> None:
+        if expect < 0:
+            raise ValueError(f"expect must be >= 0, got {expect}")
         self.now_s = now_s
+        # Processes the mesh has: time holds while fewer are registered (at start, while a killed service
+        # restarts, and after the coordinator itself restarted, until every process has reconnected).
+        self.expect = expect
         self.latest: dict[str, Report] = {}
         self.registered: set[str] = set()
         self.round = 0  # the last probe round started
@@ -113,7 +118,8 @@ class Coordinator:
         return self._conclude()
 
     def _maybe_probe(self) -> Step:
-        if self.active is not None or set(self.latest) != self.registered or not quiet(self.latest):
+        if (self.active is not None or len(self.registered) < self.expect or set(self.latest) != self.registered
+                or not quiet(self.latest)):
             return NOTHING
         self.round += 1
         self.active = self.round

@@ -21,7 +21,7 @@ from gigacluster.clock.core import Coordinator, Report, Step
 from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
 from gigacluster.errors import Unauthenticated
 from gigacluster.runtime.auth import bearer_token
-from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.config import CommonConfig, ConfigError
 from gigacluster.runtime.errors import to_status
 from gigacluster.runtime.server import Service
 
@@ -32,6 +32,13 @@ log = structlog.get_logger()
 class ClockConfig(CommonConfig):
     service: typing.ClassVar[str] = "clock"
     port: int = dataclasses.field(default=50056, metadata={"help": "port to bind"})
+    expect: int = dataclasses.field(default=0, metadata={
+        "help": "service processes of the mesh: virtual time holds while fewer are registered (0 = any)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.expect < 0:
+            raise ConfigError(f"expect must be >= 0, got {self.expect}")
 
 
 def report_of(msg: clock_pb2.SyncRequest) -> Report:
@@ -109,7 +116,7 @@ class ClockService(Service[ClockConfig]):
         # The coordinator holds the time; it never reports to one (it runs with the wall clock), and
         # publishes no telemetry (GetTime is its interface).
         super().__init__(dataclasses.replace(config, clock="wall", mqtt=""))
-        self.servicer = ClockServicer(Coordinator(), config.service_key)
+        self.servicer = ClockServicer(Coordinator(expect=config.expect), config.service_key)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         clock_pb2_grpc.add_ClockServiceServicer_to_server(self.servicer, server)
