@@ -24,6 +24,7 @@ from tests.conftest import _free_port, live_stack
 pytestmark = pytest.mark.integration
 DEMO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "demo-train-h100.yaml"
 STEPS = 20
+WALL_SPEEDUP = 2.0
 
 
 async def run_demo(st: Stack) -> dict[str, Any]:
@@ -52,7 +53,8 @@ async def test_demo_in_event_mode_equals_wall_mode(mosquitto: str, tmp_path: pat
                                                    record_property: Any) -> None:
     """Step times, MFU and energy of the demo job in event mode equal the wall-clock mode's within 1%
     (issue 14); the run's virtual makespan / wall time is recorded (docs/performance.md "Event clock")."""
-    async with live_stack("clkwall", mosquitto, tmp_path / "wall") as st:
+    # The reference: the wall clock at 2x, slow enough to keep up on a loaded machine (docs/performance.md).
+    async with live_stack("clkwall", mosquitto, tmp_path / "wall", speedup=WALL_SPEEDUP) as st:
         wall = await run_demo(st)
     async with live_stack("clkevent", mosquitto, tmp_path / "event", clock="event") as st:
         event = await run_demo(st)
@@ -71,7 +73,7 @@ async def test_demo_in_event_mode_equals_wall_mode(mosquitto: str, tmp_path: pat
     record_property("event_virtual_per_wall", ratio)
     record_property("wall_mode_virtual_per_wall", wall["makespan_s"] / wall["wall_s"])
     print(f"event clock: {event['makespan_s']:.2f} virtual s in {event['wall_s']:.2f} wall s = {ratio:.1f}x; "
-          f"wall clock at 10x: {wall['makespan_s']:.2f} in {wall['wall_s']:.2f} s; {t.advances} advances, "
+          f"wall clock at {WALL_SPEEDUP:g}x: {wall['makespan_s']:.2f} in {wall['wall_s']:.2f} s; {t.advances} advances, "
           f"{t.probes} probe rounds")
 
 

@@ -72,9 +72,16 @@ class ClockAgent:
             try:
                 await self._session()
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # the service is stopping
+                log.warning("clock coordinator stream cancelled; reconnecting", retry_in_s=delay)
             except grpc.aio.AioRpcError as err:
                 log.warning("clock coordinator lost; reconnecting", code=err.code().name, retry_in_s=delay)
+            except Exception as exc:  # noqa: BLE001 - a write to a stream that just died; never stop syncing
+                log.warning("clock coordinator lost; reconnecting", error=repr(exc)[:120], retry_in_s=delay)
+            else:
+                delay = 0.05  # the coordinator ended the stream cleanly: a fresh start
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_S)
 
