@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import pathlib
 import sys
 import tempfile
@@ -39,6 +40,21 @@ from gigacluster.stack import Stack, StackConfig
 JOB = pathlib.Path(__file__).resolve().parents[1] / "examples" / "demo-train-h100.yaml"
 
 
+async def run_job(st: Stack, spec: dict[str, Any], job: dict[str, Any]) -> tuple[float, list[tuple[float, Any]]]:
+    """Submit the job and watch it to the end: the wall time of submission and every update with its wall time."""
+    async with Client(st.endpoints, await st.create_tenant("bench")) as gc:
+        t0 = time.monotonic()
+        name = (await gc.submit_job(spec, **job)).name
+        return t0, [(time.monotonic(), u) async for u in gc.watch_job(name)]
+
+
+async def coordinator_counts(st: Stack) -> tuple[int, int]:
+    """How often the clock coordinator advanced time, and how many probe rounds it ran."""
+    async with open_channel(st.endpoint_of("clock")) as ch:
+        t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest())
+    return t.advances, t.probes
+
+
 async def one(clock: str, speedup: float, steps: int, job_file: pathlib.Path) -> dict[str, Any]:
     data = yaml.safe_load(job_file.read_text())
     data["steps"] = steps
@@ -48,28 +64,16 @@ async def one(clock: str, speedup: float, steps: int, job_file: pathlib.Path) ->
         cfg = StackConfig(chip="h100-sxm", chips=64, speedup=speedup, clock=clock,
                           ports={k: 0 for k in DEFAULT_PORTS}, mqtt_port=0, state_dir=pathlib.Path(tmp), restart=False)
         async with Stack(cfg) as st:
-            key = await st.create_tenant("bench")
-            async with Client(st.endpoints, key) as gc:
-                t0 = time.monotonic()
-                submitted = await gc.submit_job(spec, **job)
-                step_times = []
-                seen: list[float] = []  # wall time of each step's progress update
-                final = None
-                async for upd in gc.watch_job(submitted.name):
-                    final = upd.job
-                    if upd.kind == "progress":
-                        step_times.append(upd.job.last_step_time_s)
-                        seen.append(time.monotonic())
-                wall = time.monotonic() - t0
-            advances = probes = 0
-            if clock == "event":
-                async with open_channel(st.endpoint_of("clock")) as ch:
-                    t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest())
-                advances, probes = t.advances, t.probes
-    assert final is not None and final.step == steps, final
+            t0, timed = await run_job(st, spec, job)
+            advances, probes = await coordinator_counts(st) if clock == "event" else (0, 0)
+    final = timed[-1][1].job
+    assert final.step == steps, final
+    progress = [(w, u.job.last_step_time_s) for w, u in timed if u.kind == "progress"]
+    step_times = [s for _, s in progress]
+    wall = timed[-1][0] - t0
     mean = sum(step_times) / len(step_times)
     makespan = final.finished_s - final.started_s
-    loop_wall = seen[-1] - seen[0]  # steps 2..N: the step loop alone, without dispatch and start-up
+    loop_wall = progress[-1][0] - progress[0][0]  # steps 2..N: the step loop alone, without dispatch and start-up
     loop_virtual = sum(step_times[1:]) + final.checkpoint_pause_s
     return {"clock": clock if clock == "event" else f"wall {speedup:g}x", "model_step_s": model,
             "live_step_s": mean, "step_err": mean / model - 1,
@@ -99,10 +103,9 @@ async def main(argv: list[str]) -> int:
                   f"{r['ratio']:.1f}x | {r['loop_ratio']:.1f}x | {r['ms_per_step']:.0f} | {r['advances']} | "
                   f"{r['probes']} |")
     else:
-        for r in rows:
-            print(r)
+        print(json.dumps(rows, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    raise SystemExit(asyncio.run(main(sys.argv[1:])))

@@ -23,6 +23,7 @@ from gigacluster.runtime.clock import EventClock
 from gigacluster.runtime.errors import to_status
 
 VT_KEY = "x-gigacluster-vt"
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
 
 #: RPCs that cannot run in event mode yet: the router's replicas poll the fabric simulator in wall
 #: time (router/deployment.py) and pace batches with asyncio.sleep (router/replica.py), so a
@@ -84,17 +85,13 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
     def _stamp(self, context: grpc.aio.ServicerContext) -> None:
         context.set_trailing_metadata(((VT_KEY, repr(self.clock.now())),))
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    async def intercept_service(self, continuation: Continuation,
+                                handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        method = handler_call_details.method
         if handler is None or handler.request_streaming:
-            return handler
-        if method in EVENT_UNSUPPORTED:
-            return _refusal(handler, method)
+            return handler  # no mesh call streams its requests
+        if handler_call_details.method in EVENT_UNSUPPORTED:
+            return _refusal(handler, handler_call_details.method)
         vt = _vt(handler_call_details.invocation_metadata)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, vt),
