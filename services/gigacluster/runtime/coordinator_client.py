@@ -98,7 +98,10 @@ class ClockAgent:
                 waiter.cancel()
                 if reader.done():
                     break
-                await self._settle()
+                # A probe answered with nothing new since the last (settled) report needs no settling: calls
+                # and wake-ups since would have moved the activity counter.
+                if not (self._probe and self._sent is not None and self.clock.activity == self._sent[4]):
+                    await self._settle()
                 self._dirty.clear()
                 rnd, self._probe = self._probe, 0
                 rep = self._report(rnd)
