@@ -109,3 +109,25 @@ async def test_event_mode_refuses_what_it_cannot_run_yet() -> None:
         assert "not supported in event mode yet" in (err.value.details() or "")
     finally:
         await server.stop(None)
+
+
+async def test_the_coordinator_takes_only_the_service_key() -> None:
+    """A Sync stream without the service key is UNAUTHENTICATED; GetTime (read-only) answers anyone."""
+    from gigacluster.clock.service import ClockConfig, ClockService
+    from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+    from gigacluster.runtime.server import create_server
+
+    server, port = await create_server(ClockService(ClockConfig(port=0, service_key="sk-test")))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = clock_pb2_grpc.ClockServiceStub(ch)
+            call = stub.Sync(metadata=(("authorization", "Bearer wrong"),))
+            await call.write(clock_pb2.SyncRequest(process="intruder", idle=True))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            t = await stub.GetTime(clock_pb2.GetTimeRequest())
+            assert (t.now_s, t.processes) == (0.0, 0)
+    finally:
+        await server.stop(None)
