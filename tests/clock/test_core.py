@@ -179,3 +179,19 @@ def test_event_clock_busy_and_call_counters() -> None:
     clock.call_ended(inbound=True)
     assert (clock.holds, clock.calls_out, clock.calls_in) == (0, 0, 0)
     assert seen == [1, 2, 3, 4, 5, 6]
+
+
+def test_module_busy_holds_only_the_installed_event_clock() -> None:
+    """runtime.clock.busy() is a no-op in wall mode and holds the process's event clock in event mode."""
+    from gigacluster.runtime import clock as clockmod
+
+    with clockmod.busy():
+        assert clockmod.active() is None
+    ev = EventClock()
+    clockmod.install(ev)
+    try:
+        with clockmod.busy():
+            assert ev.holds == 1
+        assert ev.holds == 0 and ev.activity == 2
+    finally:
+        clockmod.install(None)
