@@ -190,6 +190,8 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
     print(f"gigacluster is up: cluster {cfg.cluster}, {cfg.chips} x {cfg.chip} in {cfg.shards} shard(s)", file=out)
     grpc_eps = [(n, stack.endpoint_of(n)) for n in DEFAULT_PORTS]
     grpc_eps += [(f"chip-{i}", stack.endpoint_of(f"chip-{i}")) for i in range(1, len(stack.shard_ports))]
+    if cfg.clock == "event":  # the event clock's coordinator (GetTime: the mesh's virtual time)
+        grpc_eps.append(("clock", stack.endpoint_of("clock")))
     for i, (name, ep) in enumerate(grpc_eps):
         print(f"  {'gRPC' if i == 0 else '':<9} {name:<10} {ep}", file=out)
     if creds is not None:
@@ -205,7 +207,10 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
     print(f"  {'':<9} {mosquitto_sub_command(stack)}", file=out)
     if state is not None:
         print(f"  {'logs':<9} {state / 'logs'}", file=out)
-    print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
+    if cfg.clock == "event":
+        print(f"  {'model':<9} none: inference is not supported in event mode yet (--clock event)", file=out)
+    else:
+        print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
     print("Ctrl-C stops everything.", file=out)
 
 
