@@ -34,6 +34,7 @@ from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.client import DEFAULT_PORTS, Endpoints
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import Tls, make_dev_pki, open_channel
+from gigacluster.runtime.clock import CLOCK_MODES
 from gigacluster.runtime.telemetry import EmbeddedBroker
 from gigacluster.security.apikeys import new_api_key
 from gigacluster.security.mqtt_auth import new_password
@@ -63,6 +64,7 @@ class StackConfig:
     nic: str = ""
     routing: str = ""  # fabric routing mode (ecmp, spray); "" = the fabric's default (ecmp)
     speedup: float = 1.0
+    clock: str = "wall"  # or "event": a clock coordinator process, virtual time jumps when the mesh is idle
     mqtt: str = ""  # empty: start an embedded broker
     mqtt_port: int = 1883
     ports: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PORTS))
@@ -87,6 +89,8 @@ class StackConfig:
             raise ValueError(f"metrics_base_port must leave room for {len(ORDER) + self.shards - 1} ports below 65536")
         if not 0 < self.restart_backoff_s <= self.restart_backoff_max_s or self.healthy_reset_s < 0:
             raise ValueError("need 0 < restart_backoff_s <= restart_backoff_max_s and healthy_reset_s >= 0")
+        if self.clock not in CLOCK_MODES:
+            raise ValueError(f"clock must be one of {', '.join(CLOCK_MODES)}; got {self.clock[:40]!r}")
 
 
 #: Run in a small launcher process, then exec the service: ask for SIGTERM when the supervisor
@@ -237,6 +241,7 @@ class Stack:
             "GIGACLUSTER_CLUSTER": self.cfg.cluster,
             "GIGACLUSTER_CLOCK_EPOCH": repr(self.epoch),
             "GIGACLUSTER_SPEEDUP": repr(self.cfg.speedup),
+            "GIGACLUSTER_CLOCK": self.cfg.clock,
             "GIGACLUSTER_MQTT": self.mqtt,
             "GIGACLUSTER_ADMIN_KEY": self.admin_key,
             "GIGACLUSTER_SERVICE_KEY": self.service_key,
@@ -247,6 +252,8 @@ class Stack:
             "GIGACLUSTER_LOG_FORMAT": self.cfg.log_format,
             "PYTHONUNBUFFERED": "1",
         })
+        if "clock" in self.ports:
+            env["GIGACLUSTER_CLOCK_COORDINATOR"] = f"127.0.0.1:{self.ports['clock']}"
         if self.cfg.state_dir is not None:
             env["GIGACLUSTER_STATE_DIR"] = str(self.cfg.state_dir)
         env.update(self.tls_env)
@@ -303,6 +310,8 @@ class Stack:
             self.mqtt = self.embedded.endpoint
         per = cfg.chips // cfg.shards
         self.shard_ports = [self.ports["chip"]] + [self._free_port() for _ in range(cfg.shards - 1)]
+        if cfg.clock == "event":
+            self.ports["clock"] = self.ports.get("clock") or self._free_port()
         env = self._env()
         logs = cfg.state_dir / "logs" if cfg.state_dir is not None else None
         if logs is not None:
@@ -310,6 +319,11 @@ class Stack:
 
         def lp(name: str) -> pathlib.Path | None:
             return logs / f"{name}.log" if logs is not None else None
+
+        if cfg.clock == "event":  # first: every other service registers with it as it starts
+            services = cfg.shards + len(ORDER) - 1
+            self.procs["clock"] = Proc("clock", [sys.executable, "-m", "gigacluster.clock", "--port",
+                                                 str(self.ports["clock"]), "--expect", str(services)], env, lp("clock"))
 
         for i, port in enumerate(self.shard_ports):
             name = "chip" if i == 0 else f"chip-{i}"
@@ -340,6 +354,8 @@ class Stack:
             self._supervisor = asyncio.create_task(self._supervise())
 
     def endpoint_of(self, name: str) -> str:
+        """``HOST:PORT`` of service ``name`` (``chip-2`` for the third shard; ``clock`` for the event clock's
+        coordinator in event mode)."""
         if name.startswith("chip"):
             idx = 0 if name == "chip" else int(name.split("-")[1])
             return f"127.0.0.1:{self.shard_ports[idx]}"

@@ -73,6 +73,10 @@ async def _inference(gc: Client, n: int, duration_s: float, speedup: float, prog
     return errors
 
 
+async def _no_inference() -> list[str]:
+    return []
+
+
 async def _watch(gc: Client, name: str, progress: Progress, task: Any) -> scheduler_pb2.Job:
     job = None
     async for upd in gc.watch_job(name):
@@ -135,9 +139,11 @@ async def demo(args: argparse.Namespace) -> int:
         cfg.mqtt_port = 0
         stack = Stack(cfg)
         t0 = time.monotonic()
-        console.print(f"[bold]gigacluster demo[/]: {cfg.chips} x {cfg.chip}, speed-up {cfg.speedup:g}x")
+        event = cfg.clock == "event"  # inference is refused in event mode for now: training only
+        console.print(f"[bold]gigacluster demo[/]: {cfg.chips} x {cfg.chip}, "
+                      + ("event clock (training only)" if event else f"speed-up {cfg.speedup:g}x"))
         try:
-            key = await bring_up(stack, disaggregated=True)
+            key = await bring_up(stack, deploy=not event, disaggregated=True)
             console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
             async with Client(stack.endpoints, key, tls=stack.tls) as gc:
                 chips0 = await chip_totals(stack)
@@ -147,18 +153,19 @@ async def demo(args: argparse.Namespace) -> int:
                 with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), console=console) as progress:
                     jt = progress.add_task(f"training {job.name}", total=job.steps_total)
-                    it = progress.add_task("inference requests", total=args.requests)
+                    it = progress.add_task("inference requests", total=0 if event else args.requests)
                     requests: list[dict[str, float]] = []
                     recorder = (asyncio.create_task(_record(stack, pathlib.Path(args.record) / "run.jsonl"))
                                 if args.record else None)
                     final, errors = await asyncio.gather(
                         _watch(gc, job.name, progress, jt),
+                        _no_inference() if event else
                         _inference(gc, args.requests, duration, cfg.speedup, progress, it, requests))
                     if recorder is not None:
                         await asyncio.sleep(2.0)  # the last telemetry ticks (1 s interval)
                         recorder.cancel()
                         await asyncio.gather(recorder, return_exceptions=True)
-                stats = (await gc.router.GetStats(router_pb2.GetStatsRequest(
+                stats = None if event else (await gc.router.GetStats(router_pb2.GetStatsRequest(
                     deployment=f"deployments/{DEFAULT_MODEL['deployment_id']}"), metadata=gc.md)).deployments[0]
                 chips = await chip_totals(stack)
             _report(console, final, predicted, stats, chips0, chips, errors, time.monotonic() - t0)
@@ -189,14 +196,16 @@ def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: A
     t.add_row("training energy", f"{job.usage.energy_it_j / 3.6e6:.3f} kWh IT, "
               f"{job.usage.energy_facility_j / 3.6e6:.3f} kWh at the meter")
     t.add_row("training cost", f"${job.usage.cost_usd:.2f} ({job.usage.chip_hours:.2f} chip-hours)")
-    t.add_row("inference requests", f"{stats.completed} completed, {stats.rejected} rejected, "
-              f"{len(errors)} errors")
-    t.add_row("TTFT p50 / p90 / p99", _pct(stats.ttft))
-    t.add_row("ITL p50 / p90 / p99", _pct(stats.itl))
-    t.add_row("decode throughput", f"{stats.tokens_per_s:,.0f} tokens/s; prefix hit rate "
-              f"{stats.prefix_hit_rate * 100:.0f}%")
-    t.add_row("KV caches over the fabric", f"{stats.kv_transfers} transfers, {stats.kv_transfer_bytes / 1e9:.2f} GB "
-              "(prefill and decode replicas on different chips, sharing the fabric with training)")
+    if stats is not None:  # None in event mode (no inference yet)
+        t.add_row("inference requests", f"{stats.completed} completed, {stats.rejected} rejected, "
+                  f"{len(errors)} errors")
+        t.add_row("TTFT p50 / p90 / p99", _pct(stats.ttft))
+        t.add_row("ITL p50 / p90 / p99", _pct(stats.itl))
+        t.add_row("decode throughput", f"{stats.tokens_per_s:,.0f} tokens/s; prefix hit rate "
+                  f"{stats.prefix_hit_rate * 100:.0f}%")
+        t.add_row("KV caches over the fabric", f"{stats.kv_transfers} transfers, "
+                  f"{stats.kv_transfer_bytes / 1e9:.2f} GB (prefill and decode replicas on different chips, "
+                  "sharing the fabric with training)")
     # The cluster on the job's boundary: IT (chips plus each chip's host share), from submission to the
     # end, every chip (the idle ones too). Link energy is booked per job only, so it is not in here.
     window_s = chips.now_s - chips0.now_s

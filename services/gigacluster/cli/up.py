@@ -19,6 +19,7 @@ from gigacluster.common.v1 import common_pb2
 from gigacluster.fabric.sizing import choose_scaleout
 from gigacluster.model import SpecError
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime.clock import CLOCK_MODES
 from gigacluster.runtime.logging import configure
 from gigacluster.sites import PRESETS, get_preset
 from gigacluster.stack import Stack, StackConfig
@@ -46,7 +47,11 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic", default=None, help="NIC: nic400 or thor-ultra (default: the chip's own, from the catalog)")
     p.add_argument("--routing", default=None, help="fabric routing: ecmp (one hash per flow) or spray (packet "
                    "spraying over every equal-cost path); default ecmp, spray for the presets")
-    p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
+    p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1; wall clock)")
+    p.add_argument("--clock", choices=CLOCK_MODES, default="wall",
+                   help="wall: virtual time = wall time x speedup (default); event: virtual time jumps to the next "
+                        "event once the whole mesh is idle (a clock coordinator process; training only, inference "
+                        "is refused in event mode for now)")
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
     p.add_argument("--mqtt-port", type=int, default=1883, help="port of the embedded MQTT broker (default 1883)")
     p.add_argument("--cluster", default="local", help="cluster name (default local)")
@@ -93,7 +98,8 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
     return StackConfig(cluster=args.cluster, chip=site["chip"], system=site["system"], chips=site["chips"],
                        shards=site["shards"], tiers=site["tiers"], switch=site["switch"], nic=site["nic"],
                        routing=site["routing"],
-                       speedup=args.speedup, mqtt=args.mqtt, mqtt_port=args.mqtt_port, ports=ports,
+                       speedup=args.speedup, clock=getattr(args, "clock", "wall"), mqtt=args.mqtt,
+                       mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
                        http_port=_http_port(args), tls=getattr(args, "tls", False),
                        metrics=_metrics_port(args) >= 0, metrics_base_port=max(_metrics_port(args), 0))
@@ -187,6 +193,8 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
     print(f"gigacluster is up: cluster {cfg.cluster}, {cfg.chips} x {cfg.chip} in {cfg.shards} shard(s)", file=out)
     grpc_eps = [(n, stack.endpoint_of(n)) for n in DEFAULT_PORTS]
     grpc_eps += [(f"chip-{i}", stack.endpoint_of(f"chip-{i}")) for i in range(1, len(stack.shard_ports))]
+    if cfg.clock == "event":  # the event clock's coordinator (GetTime: the mesh's virtual time)
+        grpc_eps.append(("clock", stack.endpoint_of("clock")))
     for i, (name, ep) in enumerate(grpc_eps):
         print(f"  {'gRPC' if i == 0 else '':<9} {name:<10} {ep}", file=out)
     if creds is not None:
@@ -202,7 +210,10 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
     print(f"  {'':<9} {mosquitto_sub_command(stack)}", file=out)
     if state is not None:
         print(f"  {'logs':<9} {state / 'logs'}", file=out)
-    print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
+    if cfg.clock == "event":
+        print(f"  {'model':<9} none: inference is not supported in event mode yet (--clock event)", file=out)
+    else:
+        print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
     print("Ctrl-C stops everything.", file=out)
 
 
@@ -216,7 +227,7 @@ def run_up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await bring_up(stack, deploy=not args.no_model)
+            await bring_up(stack, deploy=not args.no_model and args.clock == "wall")
             print_endpoints(stack)
             await stop.wait()
         finally:

@@ -22,6 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gigacluster.runtime import clock
+from gigacluster.runtime.clock_wire import client_interceptors
+
 SERVER_NAME = "gigacluster"  # the name every service certificate carries (SAN), checked by clients
 
 
@@ -67,13 +70,16 @@ MESH_CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str, tls: Tls | None = None) -> grpc.aio.Channel:
-    """A channel to ``endpoint``: mTLS when configured (argument or environment), else plain."""
+def open_channel(endpoint: str, tls: Tls | None = None, *, metered: bool = True) -> grpc.aio.Channel:
+    """A channel to ``endpoint``: mTLS when configured (argument or environment), else plain. In
+    event-clock mode its calls are counted for the clock (``metered``; not the clock's own channel)."""
     tls = tls or Tls.from_env()
+    interceptors = client_interceptors(clock.active()) if metered else []
     if tls is None:
-        return grpc.aio.insecure_channel(endpoint, options=MESH_CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(endpoint, options=MESH_CHANNEL_OPTIONS, interceptors=interceptors or None)
     return grpc.aio.secure_channel(endpoint, tls.channel_credentials(),
-                                   options=[*MESH_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", SERVER_NAME)])
+                                   options=[*MESH_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", SERVER_NAME)],
+                                   interceptors=interceptors or None)
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: Tls | None = None) -> int:

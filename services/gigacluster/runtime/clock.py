@@ -1,16 +1,23 @@
-"""The mesh's one virtual clock.
+"""The mesh's one virtual clock, in one of two modes (``--clock``).
 
-Virtual time is ``(wall_time - epoch) * speedup`` seconds. Every process of a cluster gets the
-same ``epoch`` (``gigacluster up`` passes its own start time) and ``speedup``, so their clocks
-agree without messages: 1x is real time, 100x-1000x compresses what-if runs. Wall time is
-``time.time()`` so processes on different hosts agree as far as NTP does.
+``wall`` (the default): virtual time is ``(wall_time - epoch) * speedup`` seconds. Every process
+of a cluster gets the same ``epoch`` (``gigacluster up`` passes its own start time) and
+``speedup``, so their clocks agree without messages: 1x is real time, 100x-1000x compresses
+what-if runs. Wall time is ``time.time()`` so processes on different hosts agree as far as NTP does.
+
+``event``: :class:`EventClock`, virtual time that jumps to the next pending wake-up whenever the
+whole mesh is idle, held by a coordinator (``gigacluster.clock``; docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import heapq
+import math
 import time
+from collections.abc import Callable, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,3 +50,145 @@ class VirtualClock:
     async def sleep(self, virtual_s: float) -> None:
         if virtual_s > 0:
             await asyncio.sleep(virtual_s / self.speedup)
+
+
+CLOCK_MODES = ("wall", "event")
+
+
+class EventClock(VirtualClock):
+    """Virtual time that jumps from event to event, told by the mesh's clock coordinator.
+
+    A drop-in for :class:`VirtualClock` (``now``, ``sleep_until``, ``sleep``, ``wall_s``): services
+    use it unchanged. ``now`` is the last time this process was told (by the coordinator, or on a
+    call from a process that was told later); it never goes backwards. ``sleep_until`` parks the
+    task until the coordinator moves time to ``t_s``, which it does once the whole mesh is idle
+    and nothing is in flight (``gigacluster.clock.core``). This object only keeps the process's
+    side of that: its sleepers, its open mesh calls (counted by the interceptors of
+    ``runtime/clock_wire.py``) and an activity counter; ``runtime/coordinator_client.py`` reports
+    them. No gRPC here.
+    """
+
+    def __init__(self, now_s: float = 0.0) -> None:
+        super().__init__(0.0, 1.0)
+        self._now = now_s
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = 0
+        self.calls_out = 0
+        self.calls_in = 0
+        self.msgs_sent = 0  # messages of open mesh server streams, as their server
+        self.msgs_received = 0  # ... and as their client
+        self.activity = 0
+        self.holds = 0
+        self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
+
+    def now(self) -> float:
+        return self._now
+
+    def wall_s(self, virtual_s: float) -> float:
+        """No wall time brings virtual time nearer: a future instant is infinitely far in wall time (a
+        poller waits its longest tick, since only the coordinator moves time), a past one is due now."""
+        return math.copysign(math.inf, virtual_s) if virtual_s else 0.0
+
+    def bump(self) -> None:
+        """Something happened that the coordinator must hear about before it moves time."""
+        self.activity += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    async def sleep_until(self, t_s: float) -> None:
+        """Wait until virtual time ``t_s`` (returns at once if it has passed)."""
+        if t_s <= self._now:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._sleepers, (t_s, self._seq, fut))
+        self.bump()
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()  # a cancelled sleeper: dropped from the heap by next_wake_s
+                self.bump()
+
+    async def sleep(self, virtual_s: float) -> None:
+        if virtual_s > 0:
+            await self.sleep_until(self._now + virtual_s)
+
+    def next_wake_s(self) -> float | None:
+        """The earliest time a task of this process waits for (None: none waits)."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+        return self._sleepers[0][0] if self._sleepers else None
+
+    def advance(self, t_s: float) -> None:
+        """Move this process's time to ``t_s`` (never back) and wake every task due by then."""
+        if t_s <= self._now:
+            return
+        self._now = t_s
+        woke = False
+        while self._sleepers and self._sleepers[0][0] <= t_s:
+            _, _, fut = heapq.heappop(self._sleepers)
+            if not fut.done():
+                fut.set_result(None)
+                woke = True
+        if woke:
+            self.bump()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Hold virtual time while work the coordinator cannot see runs (a thread, a subprocess)."""
+        self.holds += 1
+        self.bump()
+        try:
+            yield
+        finally:
+            self.holds -= 1
+            self.bump()
+
+    def call_started(self, inbound: bool) -> None:
+        if inbound:
+            self.calls_in += 1
+        else:
+            self.calls_out += 1
+        self.bump()
+
+    def call_ended(self, inbound: bool) -> None:
+        if inbound:
+            self.calls_in -= 1
+        else:
+            self.calls_out -= 1
+        self.bump()
+
+    def stream_messages(self, n: int, *, sent: bool) -> None:
+        """``n`` more (or, when a stream ends, fewer) messages of open mesh streams sent or received."""
+        if sent:
+            self.msgs_sent += n
+        else:
+            self.msgs_received += n
+        self.bump()
+
+
+_ACTIVE: EventClock | None = None
+
+
+def install(clock: EventClock | None) -> None:
+    """Make ``clock`` the process's event clock: its channels and servers count mesh calls for it."""
+    global _ACTIVE
+    _ACTIVE = clock
+
+
+def active() -> EventClock | None:
+    """The process's event clock, or None in wall-clock mode (the default)."""
+    return _ACTIVE
+
+
+@contextlib.contextmanager
+def busy() -> Iterator[None]:
+    """Hold the mesh's virtual time while this process works where the event clock cannot see it
+    (``asyncio.to_thread``, an executor). A no-op in wall-clock mode."""
+    clock = _ACTIVE
+    if clock is None:
+        yield
+        return
+    with clock.busy():
+        yield

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from gigacluster import registry, safeyaml
 from gigacluster.errors import InvalidArgument
 from gigacluster.hw.catalog import chip_names, system_names
+from gigacluster.runtime.clock import CLOCK_MODES
 
 T = TypeVar("T", bound="CommonConfig")
 
@@ -44,7 +45,12 @@ class CommonConfig:
     mqtt_username: str = _f("", "MQTT user name")
     mqtt_password: str = _f("", "MQTT password")
     clock_epoch: float = _f(0.0, "wall time (unix s) of virtual time 0, shared by the mesh; 0 = now")
-    speedup: float = _f(1.0, "virtual seconds per wall second (1 = real time)")
+    speedup: float = _f(1.0, "virtual seconds per wall second (1 = real time; wall clock only)")
+    clock: str = _f("wall", "virtual clock: wall (virtual time = wall time x speedup) or event (time jumps to the "
+                            "next event once the whole mesh is idle; needs clock_coordinator)")
+    clock_coordinator: str = _f("", "event clock coordinator HOST:PORT (gigacluster serve clock)")
+    clock_connect_timeout_s: float = _f(10.0, "wall seconds a service in event mode waits for the clock "
+                                              "coordinator at start before it fails")
     log_format: str = _f("json", "json or console")
     log_level: str = _f("info", "debug, info, warning or error")
     broker: str = _f("127.0.0.1:50053", "isolation broker HOST:PORT")
@@ -67,6 +73,7 @@ class CommonConfig:
             raise ConfigError(f"metrics_port must be -1 (off) or in 0..65535, got {self.metrics_port}")
         if not self.speedup > 0:
             raise ConfigError(f"speedup must be > 0, got {self.speedup}")
+        check_clock(self.clock, self.clock_coordinator, self.clock_connect_timeout_s, agent=self.service != "clock")
         if self.log_format not in ("json", "console"):
             raise ConfigError(f"log_format must be json or console, got {self.log_format!r}")
         if self.mqtt and not _is_endpoint(self.mqtt):
@@ -81,6 +88,20 @@ class CommonConfig:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def check_clock(mode: str, coordinator: str, connect_timeout_s: float, *, agent: bool = True) -> None:
+    """Fail fast on an unknown clock mode (listing the allowed ones), or event mode without a coordinator
+    (``agent``: a service that must report to one; the coordinator itself does not)."""
+    if mode not in CLOCK_MODES:
+        raise ConfigError(f"clock must be one of {', '.join(CLOCK_MODES)}; got {mode[:40]!r}")
+    if mode == "event" and agent and not coordinator:
+        raise ConfigError("clock event needs the coordinator's HOST:PORT in clock_coordinator "
+                          "(--clock-coordinator or GIGACLUSTER_CLOCK_COORDINATOR; started by gigacluster serve clock)")
+    if coordinator and not _is_endpoint(coordinator):
+        raise ConfigError(f"clock_coordinator must be HOST:PORT, got {coordinator[:80]!r}")
+    if not 0 < connect_timeout_s < float("inf"):
+        raise ConfigError(f"clock_connect_timeout_s must be a finite number > 0, got {connect_timeout_s!r}")
 
 
 def _positive(cfg: CommonConfig, *names: str) -> None:

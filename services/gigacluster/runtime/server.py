@@ -24,10 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from gigacluster.errors import InvalidArgument
+from gigacluster.runtime import clock
 from gigacluster.runtime.auth import BrokerAuth, rate_limiter
 from gigacluster.runtime.channels import add_port
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
+from gigacluster.runtime.clock_wire import ClockServerInterceptor
 from gigacluster.runtime.config import CommonConfig
+from gigacluster.runtime.coordinator_client import ClockAgent
 from gigacluster.runtime.errors import preview, to_status
 from gigacluster.runtime.metrics import serve_metrics
 from gigacluster.runtime.reflection import enable as enable_reflection
@@ -222,7 +225,15 @@ class Service(Generic[CfgT]):
     def __init__(self, config: CfgT) -> None:
         self.config = config
         epoch = config.clock_epoch
-        self.clock = VirtualClock(epoch, config.speedup) if epoch > 0 else VirtualClock.starting_now(config.speedup)
+        self.clock_agent: ClockAgent | None = None
+        if config.clock == "event":
+            self.clock: VirtualClock = EventClock()
+            clock.install(self.clock)
+            self.clock_agent = ClockAgent(self.clock, config.clock_coordinator, self.name,
+                                          connect_timeout_s=config.clock_connect_timeout_s,
+                                          service_key=config.service_key)
+        else:
+            self.clock = VirtualClock(epoch, config.speedup) if epoch > 0 else VirtualClock.starting_now(config.speedup)
         self.telemetry = Telemetry(
             cluster=config.cluster,
             service=self.name,
@@ -258,6 +269,9 @@ class Service(Generic[CfgT]):
 
     async def start(self) -> None:
         """Start background work (called after the server has bound its port)."""
+        if self.clock_agent is not None:
+            await self.clock_agent.connect()
+            self.spawn(self.clock_agent.run(), "clock-sync")
         await self.telemetry.start()
         if self.config.metrics_port >= 0:
             self.metrics_port = serve_metrics(self.registry, self.config.host, self.config.metrics_port)
@@ -271,6 +285,8 @@ class Service(Generic[CfgT]):
                 await t
         self._tasks.clear()
         await self.telemetry.close()
+        if self.clock_agent is not None:
+            await self.clock_agent.close()
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -301,6 +317,8 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     if limiter is not None:
         interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
     interceptors.append(DecodeErrorInterceptor())
+    if isinstance(service.clock, EventClock):
+        interceptors.append(ClockServerInterceptor(service.clock))
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[
@@ -329,7 +347,7 @@ async def serve(service: Service[Any], *, ready: Callable[[int], None] | None = 
     await server.start()
     await service.start()
     log.info("serving", service=service.name, address=f"{service.config.host}:{port}",
-             speedup=service.config.speedup, mqtt=service.config.mqtt or None)
+             clock=service.config.clock, speedup=service.config.speedup, mqtt=service.config.mqtt or None)
     if ready:
         ready(port)
     stop = asyncio.Event()

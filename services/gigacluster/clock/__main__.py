@@ -1,0 +1,30 @@
+"""``python -m gigacluster.clock [--port N] ...``: run the event clock's coordinator."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from gigacluster.clock.service import ClockConfig, ClockService
+from gigacluster.runtime import config as cfgmod
+from gigacluster.runtime.logging import configure
+from gigacluster.runtime.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gigacluster.clock", description=__doc__)
+    cfgmod.add_arguments(parser, ClockConfig)
+    args = parser.parse_args(argv)
+    try:
+        config = cfgmod.load(ClockConfig, flags=vars(args), config_file=args.config)
+    except cfgmod.ConfigError as exc:
+        print(f"gigacluster clock: {exc}", file=sys.stderr)
+        return 2
+    configure("clock", fmt=config.log_format, level=config.log_level)
+    asyncio.run(serve(ClockService(config)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

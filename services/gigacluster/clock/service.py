@@ -1,0 +1,126 @@
+"""The clock coordinator service: one ``Sync`` stream per service process, and ``GetTime``.
+
+A process of its own (``python -m gigacluster.clock``), so it runs anywhere the services can reach
+it over gRPC (another host, a compose or Kubernetes pod) and survives the loss of any service. It
+keeps no durable state: the processes re-register with their own time after it restarts, and it
+starts from the latest (time never goes backwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import typing
+from collections.abc import AsyncIterator
+
+import grpc
+import structlog
+
+from gigacluster.clock.core import Coordinator, Report, Step
+from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+from gigacluster.errors import Unauthenticated
+from gigacluster.runtime.auth import bearer_token
+from gigacluster.runtime.config import CommonConfig, ConfigError
+from gigacluster.runtime.errors import to_status
+from gigacluster.runtime.server import Service
+
+log = structlog.get_logger()
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockConfig(CommonConfig):
+    service: typing.ClassVar[str] = "clock"
+    port: int = dataclasses.field(default=50056, metadata={"help": "port to bind"})
+    expect: int = dataclasses.field(default=0, metadata={
+        "help": "service processes of the mesh: virtual time holds while fewer are registered (0 = any)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.expect < 0:
+            raise ConfigError(f"expect must be >= 0, got {self.expect}")
+
+
+def report_of(msg: clock_pb2.SyncRequest) -> Report:
+    return Report(process=msg.process, idle=msg.idle,
+                  next_wake_s=msg.next_wake_s if msg.HasField("next_wake_s") else None,
+                  calls_out=msg.calls_out, calls_in=msg.calls_in, activity=msg.activity, round=msg.round,
+                  now_s=msg.now_s, msgs_sent=msg.stream_messages_sent, msgs_received=msg.stream_messages_received)
+
+
+class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
+    """Thin: the advance rule is :class:`Coordinator`; this fans its decisions out to the streams."""
+
+    def __init__(self, core: Coordinator, service_key: str) -> None:
+        self.core = core
+        self.service_key = service_key
+        self.outboxes: dict[str, asyncio.Queue[clock_pb2.SyncResponse]] = {}
+        self.probes = 0
+
+    def apply(self, step: Step) -> None:
+        if step.probe_round is not None:
+            self.probes += 1
+            self.broadcast(clock_pb2.SyncResponse(now_s=self.core.now_s, probe_round=step.probe_round))
+        if step.advance_to_s is not None:
+            self.broadcast(clock_pb2.SyncResponse(now_s=step.advance_to_s))
+
+    def broadcast(self, msg: clock_pb2.SyncResponse) -> None:
+        for q in self.outboxes.values():
+            q.put_nowait(msg)
+
+    async def Sync(self, request_iterator: AsyncIterator[clock_pb2.SyncRequest],
+                   context: grpc.aio.ServicerContext) -> None:
+        key = bearer_token(context)
+        if self.service_key and not (key and hmac.compare_digest(key.encode(), self.service_key.encode())):
+            await context.abort_with_status(to_status(Unauthenticated("the clock coordinator takes the service key")))
+        first = await context.read()
+        if first is grpc.aio.EOF:
+            return
+        name = first.process
+        queue: asyncio.Queue[clock_pb2.SyncResponse] = asyncio.Queue()
+        self.outboxes[name] = queue
+        self.core.register(name, first.now_s)
+        queue.put_nowait(clock_pb2.SyncResponse(now_s=self.core.now_s))
+        log.info("clock process registered", process=name, now_s=self.core.now_s,
+                 processes=len(self.core.registered))
+        self.apply(self.core.report(report_of(first)))
+        writer = asyncio.ensure_future(self._write(queue, context))
+        try:
+            while True:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:
+                    break
+                self.apply(self.core.report(report_of(msg)))
+        finally:
+            writer.cancel()
+            if self.outboxes.get(name) is queue:
+                del self.outboxes[name]
+                self.apply(self.core.leave(name))
+                log.info("clock process left", process=name, processes=len(self.core.registered))
+
+    @staticmethod
+    async def _write(queue: asyncio.Queue[clock_pb2.SyncResponse], context: grpc.aio.ServicerContext) -> None:
+        while True:
+            await context.write(await queue.get())
+
+    async def GetTime(self, request: clock_pb2.GetTimeRequest,
+                      context: grpc.aio.ServicerContext) -> clock_pb2.GetTimeResponse:
+        return clock_pb2.GetTimeResponse(now_s=self.core.now_s, processes=len(self.core.registered),
+                                         advances=self.core.advances, probes=self.probes)
+
+
+class ClockService(Service[ClockConfig]):
+    name = "clock"
+
+    def __init__(self, config: ClockConfig) -> None:
+        # The coordinator holds the time; it never reports to one (it runs with the wall clock), and
+        # publishes no telemetry (GetTime is its interface).
+        super().__init__(dataclasses.replace(config, clock="wall", mqtt=""))
+        self.servicer = ClockServicer(Coordinator(expect=config.expect), config.service_key)
+
+    def add_to_server(self, server: grpc.aio.Server) -> list[str]:
+        clock_pb2_grpc.add_ClockServiceServicer_to_server(self.servicer, server)
+        return [clock_pb2.DESCRIPTOR.services_by_name["ClockService"].full_name]
+
+
+__all__ = ["ClockConfig", "ClockService", "ClockServicer", "report_of"]

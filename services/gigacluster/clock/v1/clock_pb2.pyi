@@ -1,0 +1,53 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SyncRequest(_message.Message):
+    __slots__ = ("process", "round", "idle", "next_wake_s", "calls_out", "calls_in", "activity", "now_s", "stream_messages_sent", "stream_messages_received")
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_WAKE_S_FIELD_NUMBER: _ClassVar[int]
+    CALLS_OUT_FIELD_NUMBER: _ClassVar[int]
+    CALLS_IN_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    NOW_S_FIELD_NUMBER: _ClassVar[int]
+    STREAM_MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    STREAM_MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    process: str
+    round: int
+    idle: bool
+    next_wake_s: float
+    calls_out: int
+    calls_in: int
+    activity: int
+    now_s: float
+    stream_messages_sent: int
+    stream_messages_received: int
+    def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ..., stream_messages_sent: _Optional[int] = ..., stream_messages_received: _Optional[int] = ...) -> None: ...
+
+class SyncResponse(_message.Message):
+    __slots__ = ("now_s", "probe_round")
+    NOW_S_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ROUND_FIELD_NUMBER: _ClassVar[int]
+    now_s: float
+    probe_round: int
+    def __init__(self, now_s: _Optional[float] = ..., probe_round: _Optional[int] = ...) -> None: ...
+
+class GetTimeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTimeResponse(_message.Message):
+    __slots__ = ("now_s", "processes", "advances", "probes")
+    NOW_S_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    ADVANCES_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
+    now_s: float
+    processes: int
+    advances: int
+    probes: int
+    def __init__(self, now_s: _Optional[float] = ..., processes: _Optional[int] = ..., advances: _Optional[int] = ..., probes: _Optional[int] = ...) -> None: ...

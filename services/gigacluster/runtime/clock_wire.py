@@ -1,0 +1,219 @@
+"""The event clock on the wire: interceptors that count a process's mesh calls and carry its time.
+
+Installed only in event mode (``--clock event``), on every server (``runtime/server.py``) and every
+channel a service opens (``runtime/channels.py``). A call between two services carries the
+caller's virtual time in ``x-gigacluster-vt`` and is counted open at its client from before it
+leaves until its answer is in, and at its server while its handler runs; the server answers with
+its own time in the trailing metadata. The coordinator compares the totals (a call in transit is
+open at one end only) and each side takes the later of the two times, so a process never acts on
+an answer from its future. Calls from outside the mesh (the CLI, loadtest) carry no time: they
+count as activity, never as open calls (no client would close them).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from gigacluster.errors import FailedPrecondition
+from gigacluster.runtime.clock import EventClock
+from gigacluster.runtime.errors import to_status
+
+VT_KEY = "x-gigacluster-vt"
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+
+#: RPCs that cannot run in event mode yet: the router's replicas poll the fabric simulator in wall
+#: time (router/deployment.py) and pace batches with asyncio.sleep (router/replica.py), so a
+#: deployment would hang; they are refused at once instead.
+EVENT_UNSUPPORTED = (
+    "/gigacluster.router.v1.RouterService/DeployModel",
+    "/gigacluster.router.v1.RouterService/Generate",
+)
+
+
+def _vt(metadata: Any) -> float | None:
+    for k, v in metadata or ():
+        if k == VT_KEY:
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _refusal(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    err = FailedPrecondition(f"{method.rsplit('/', 1)[-1]} is not supported in event mode yet "
+                             "(--clock event); run the mesh with --clock wall", reason="EVENT_CLOCK_UNSUPPORTED")
+    status = to_status(err)
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+
+    async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort_with_status(status)
+        yield  # pragma: no cover - an async generator that never yields
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=lambda raw: None,
+                                                   response_serializer=handler.response_serializer)
+    return grpc.unary_stream_rpc_method_handler(refuse_stream, request_deserializer=lambda raw: None,
+                                                response_serializer=handler.response_serializer)
+
+
+class ClockServerInterceptor(grpc.aio.ServerInterceptor):
+    """Counts the calls this server handles for the event clock and answers with its time."""
+
+    def __init__(self, clock: EventClock) -> None:
+        self.clock = clock
+
+    def _begin(self, vt: float | None) -> None:
+        if vt is None:
+            self.clock.bump()
+            return
+        self.clock.advance(vt)
+        self.clock.call_started(inbound=True)
+
+    def _end(self, vt: float | None) -> None:
+        if vt is None:
+            self.clock.bump()
+        else:
+            self.clock.call_ended(inbound=True)
+
+    def _stamp(self, context: grpc.aio.ServicerContext) -> None:
+        context.set_trailing_metadata(((VT_KEY, repr(self.clock.now())),))
+
+    async def intercept_service(self, continuation: Continuation,
+                                handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming:
+            return handler  # no mesh call streams its requests
+        if handler_call_details.method in EVENT_UNSUPPORTED:
+            return _refusal(handler, handler_call_details.method)
+        vt = _vt(handler_call_details.invocation_metadata)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, vt),
+                                                       request_deserializer=handler.request_deserializer,
+                                                       response_serializer=handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(self._stream(handler.unary_stream, vt),
+                                                    request_deserializer=handler.request_deserializer,
+                                                    response_serializer=handler.response_serializer)
+
+    def _unary(self, inner: Callable[..., Any], vt: float | None) -> Callable[..., Any]:
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            self._begin(vt)
+            try:
+                response = await inner(request, context)
+                self._stamp(context)
+                return response
+            finally:
+                self._end(vt)
+
+        return unary
+
+    def _stream(self, inner: Callable[..., Any], vt: float | None) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(inner) or inspect.isasyncgenfunction(getattr(inner, "__func__", None)):
+
+            async def stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                self._begin(vt)
+                sent = 0
+                try:
+                    async for item in inner(request, context):
+                        if vt is None:
+                            self.clock.bump()
+                        else:
+                            sent += 1
+                            self.clock.stream_messages(1, sent=True)
+                        yield item
+                    self._stamp(context)
+                finally:
+                    if sent:
+                        self.clock.stream_messages(-sent, sent=True)
+                    self._end(vt)
+
+            return stream_gen
+
+        async def stream_coro(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            self._begin(vt)
+            try:
+                await inner(request, context)
+                self._stamp(context)
+            finally:
+                self._end(vt)
+
+        return stream_coro
+
+
+class _ClientClock:
+    def __init__(self, clock: EventClock) -> None:
+        self.clock = clock
+
+    def details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        md = grpc.aio.Metadata(*(d.metadata or ()))
+        md.add(VT_KEY, repr(self.clock.now()))
+        return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
+
+
+class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterceptor):
+    """Counts a unary mesh call open from before it leaves until its answer is in."""
+
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
+                                    request: Any) -> Any:
+        self.clock.call_started(inbound=False)
+        try:
+            call = await continuation(self.details(client_call_details), request)
+            try:
+                await call
+            except grpc.aio.AioRpcError:
+                return call  # the caller sees the error when it awaits the call
+            vt = _vt(await call.trailing_metadata())
+            if vt is not None:
+                self.clock.advance(vt)
+            return call
+        finally:
+            self.clock.call_ended(inbound=False)
+
+
+class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInterceptor):
+    """Counts a server-streaming mesh call open until it ends (finished, failed or cancelled), and each
+    message its caller took while it was open (its server counts each one it sent: the difference is in
+    transit). The end is the call's own done callback, so a caller that leaves the stream early does not
+    hold the clock until the stream is garbage-collected."""
+
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
+                                     request: Any) -> Any:
+        self.clock.call_started(inbound=False)
+        try:
+            call = await continuation(self.details(client_call_details), request)
+        except BaseException:
+            self.clock.call_ended(inbound=False)
+            raise
+        received = [0]
+
+        def done(_call: Any) -> None:
+            if received[0]:
+                self.clock.stream_messages(-received[0], sent=False)
+                received[0] = 0
+            self.clock.call_ended(inbound=False)
+
+        call.add_done_callback(done)
+        return self._counted(call, received)
+
+    async def _counted(self, call: Any, received: list[int]) -> AsyncIterator[Any]:
+        async for msg in call:
+            if not call.done():  # a message read after the end was already settled by done()
+                received[0] += 1
+                self.clock.stream_messages(1, sent=False)
+            yield msg
+
+
+def client_interceptors(clock: EventClock | None) -> list[grpc.aio.ClientInterceptor]:
+    """The interceptors a channel of this process needs (none in wall-clock mode)."""
+    if clock is None:
+        return []
+    return [ClockUnaryClientInterceptor(clock), ClockStreamClientInterceptor(clock)]
+
+
+__all__ = ["EVENT_UNSUPPORTED", "VT_KEY", "ClockServerInterceptor", "client_interceptors"]

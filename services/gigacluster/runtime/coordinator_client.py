@@ -1,0 +1,143 @@
+"""A service process's side of the event clock: reports to the coordinator, takes the time from it.
+
+One bidirectional ``ClockService.Sync`` stream per process. The process reports (idle or not, its
+earliest wake-up, its open mesh calls, its activity counter) whenever its state has settled after
+a change, and at once when the coordinator asks (a probe round); the coordinator sends the time,
+which wakes the process's sleepers. "Settled" means the activity counter stayed put while the
+event loop ran every ready callback several times: asyncio runs one callback at a time, so a
+handler doing CPU work keeps this task from running at all, and one that awaits a mesh call or
+the clock has been counted. Work the clock cannot see (a thread) must hold it (``clock.busy()``).
+
+If the coordinator goes away the process reconnects with backoff and re-registers with its own
+time, so a restarted coordinator starts from the latest time any process knew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import grpc
+import structlog
+
+from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+from gigacluster.errors import Unavailable
+from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.clock import EventClock
+
+log = structlog.get_logger()
+
+SETTLE_YIELDS = 8  # loop passes with no activity before a process calls itself settled
+RECONNECT_MAX_S = 1.0
+
+
+class ClockAgent:
+    """Keeps one process's :class:`EventClock` in step with the coordinator at ``endpoint``."""
+
+    def __init__(self, clock: EventClock, endpoint: str, service: str, *, connect_timeout_s: float,
+                 service_key: str = "") -> None:
+        self.clock = clock
+        self.metadata = call_metadata(api_key=service_key)
+        self.endpoint = endpoint
+        self.process = f"{service}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.connect_timeout_s = connect_timeout_s
+        self._channel: grpc.aio.Channel | None = None
+        self._dirty = asyncio.Event()
+        self._probe = 0
+        self._sent: tuple[object, ...] | None = None
+        clock.on_change = self._dirty.set
+
+    async def connect(self) -> None:
+        """Reach the coordinator, or fail naming the setting (a service in event mode cannot run without it)."""
+        self._channel = open_channel(self.endpoint, metered=False)
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout_s)
+        except TimeoutError:
+            await self._channel.close()
+            raise Unavailable(f"clock_coordinator {self.endpoint[:80]} is not reachable after "
+                              f"{self.connect_timeout_s:g} s: start it (gigacluster serve clock) or fix "
+                              "--clock-coordinator / GIGACLUSTER_CLOCK_COORDINATOR") from None
+
+    async def close(self) -> None:
+        self.clock.on_change = None
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def run(self) -> None:
+        """Sync with the coordinator for ever, reconnecting after a loss."""
+        delay = 0.05
+        while True:
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # the service is stopping
+                log.warning("clock coordinator stream cancelled; reconnecting", retry_in_s=delay)
+            except grpc.aio.AioRpcError as err:
+                log.warning("clock coordinator lost; reconnecting", code=err.code().name, retry_in_s=delay)
+            except Exception as exc:  # noqa: BLE001 - a write to a stream that just died; never stop syncing
+                log.warning("clock coordinator lost; reconnecting", error=repr(exc)[:120], retry_in_s=delay)
+            else:
+                delay = 0.05  # the coordinator ended the stream cleanly: a fresh start
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
+
+    async def _session(self) -> None:
+        assert self._channel is not None, "connect() first"
+        call = clock_pb2_grpc.ClockServiceStub(self._channel).Sync(metadata=self.metadata)
+        self._sent = None
+        await call.write(self._report(0))
+        reader = asyncio.ensure_future(self._read(call))
+        try:
+            while not reader.done():
+                waiter = asyncio.ensure_future(self._dirty.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if reader.done():
+                    break
+                # A probe answered with nothing new since the last (settled) report needs no settling: calls
+                # and wake-ups since would have moved the activity counter.
+                if not (self._probe and self._sent is not None and self.clock.activity == self._sent[4]):
+                    await self._settle()
+                self._dirty.clear()
+                rnd, self._probe = self._probe, 0
+                rep = self._report(rnd)
+                key = (rep.idle, rep.next_wake_s if rep.HasField("next_wake_s") else None, rep.calls_out,
+                       rep.calls_in, rep.activity, rep.stream_messages_sent, rep.stream_messages_received)
+                if rnd == 0 and key == self._sent:
+                    continue  # nothing new to say
+                self._sent = key
+                await call.write(rep)
+            reader.result()  # raises the stream's error, if any
+        finally:
+            reader.cancel()
+            call.cancel()
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        async for msg in call:
+            self.clock.advance(msg.now_s)
+            if msg.probe_round:
+                self._probe = max(self._probe, msg.probe_round)
+            self._dirty.set()
+
+    async def _settle(self) -> None:
+        while True:
+            before = self.clock.activity
+            for _ in range(SETTLE_YIELDS):
+                await asyncio.sleep(0)
+            if self.clock.activity == before:
+                return
+
+    def _report(self, rnd: int) -> clock_pb2.SyncRequest:
+        c = self.clock
+        nxt = c.next_wake_s()
+        return clock_pb2.SyncRequest(process=self.process, round=rnd, idle=c.holds == 0, next_wake_s=nxt,
+                                     calls_out=max(c.calls_out, 0), calls_in=max(c.calls_in, 0),
+                                     activity=c.activity, now_s=c.now(), stream_messages_sent=max(c.msgs_sent, 0),
+                                     stream_messages_received=max(c.msgs_received, 0))
+
+
+__all__ = ["ClockAgent"]

@@ -1,0 +1,197 @@
+"""The event clock's advance rule (gigacluster.clock.core) and the process side (EventClock), no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gigacluster.clock.core import Coordinator, Report, Step, quiet
+from gigacluster.runtime.clock import EventClock
+
+
+def rep(p: str, *, idle: bool = True, wake: float | None = None, out: int = 0, inn: int = 0, act: int = 0,
+        rnd: int = 0) -> Report:
+    return Report(process=p, idle=idle, next_wake_s=wake, calls_out=out, calls_in=inn, activity=act, round=rnd)
+
+
+def two(c: Coordinator, a: Report, b: Report) -> Step:
+    c.register("a")
+    c.register("b")
+    c.report(a)
+    return c.report(b)
+
+
+def test_quiet_needs_every_process_idle_and_balanced_calls() -> None:
+    """Quiet means all idle and as many calls open at clients as at servers."""
+    assert quiet({"a": rep("a"), "b": rep("b")})
+    assert not quiet({"a": rep("a", idle=False), "b": rep("b")})
+    assert not quiet({"a": rep("a", out=1), "b": rep("b")})  # a call in transit to b
+    assert quiet({"a": rep("a", out=1), "b": rep("b", inn=1)})  # b is serving it (e.g. sleeping on the clock)
+    assert not quiet({})
+
+
+def test_a_streamed_message_in_transit_keeps_the_mesh_from_quiet() -> None:
+    """A message a server stream sent and its client has not received yet blocks the advance."""
+    server = Report("f", idle=True, next_wake_s=None, calls_out=0, calls_in=1, activity=5, msgs_sent=2)
+    client = Report("s", idle=True, next_wake_s=3.0, calls_out=1, calls_in=0, activity=5, msgs_received=1)
+    assert not quiet({"f": server, "s": client})
+    assert quiet({"f": server, "s": Report("s", idle=True, next_wake_s=3.0, calls_out=1, calls_in=0, activity=6,
+                                           msgs_received=2)})
+
+
+def test_advances_only_after_a_probe_round_confirms_nothing_changed() -> None:
+    """Quiet latest reports start a probe; identical answers advance time to the earliest wake-up."""
+    c = Coordinator()
+    step = two(c, rep("a", wake=5.0, act=3), rep("b", wake=2.0, act=7))
+    assert step.probe_round == 1 and step.advance_to_s is None and c.now_s == 0.0
+    assert c.report(rep("a", wake=5.0, act=3, rnd=1)) == Step()
+    step = c.report(rep("b", wake=2.0, act=7, rnd=1))
+    assert step.advance_to_s == 2.0 and c.now_s == 2.0 and c.advances == 1
+
+
+def test_a_call_in_transit_between_reports_is_never_missed() -> None:
+    """a reported idle, then called b, which had already reported: the probe sees the changed activity."""
+    c = Coordinator()
+    step = two(c, rep("a", wake=9.0, act=1), rep("b", wake=1.0, act=1))
+    assert step.probe_round == 1
+    # Answers: a sent a call (activity moved), b has not received it yet: totals unbalanced.
+    c.report(rep("a", wake=9.0, out=1, act=2, rnd=1))
+    step = c.report(rep("b", wake=1.0, act=1, rnd=1))
+    assert step.advance_to_s is None and c.now_s == 0.0
+
+
+def test_changed_activity_with_balanced_calls_probes_again_before_advancing() -> None:
+    """Answers that are quiet but show activity since the snapshot start a new round instead of advancing."""
+    c = Coordinator()
+    two(c, rep("a", wake=3.0, act=1), rep("b", act=1))
+    c.report(rep("a", wake=3.0, act=4, rnd=1))
+    step = c.report(rep("b", act=1, rnd=1))
+    assert step == Step(probe_round=2) and c.now_s == 0.0
+    c.report(rep("a", wake=3.0, act=4, rnd=2))
+    assert c.report(rep("b", act=1, rnd=2)).advance_to_s == 3.0
+
+
+def test_a_state_change_during_a_probe_cancels_it() -> None:
+    """A spontaneous report in the middle of a round voids the round; late answers to it are ignored."""
+    c = Coordinator()
+    two(c, rep("a", wake=3.0), rep("b"))
+    c.report(rep("a", wake=3.0, rnd=1))
+    step = c.report(rep("b", idle=False, act=1))  # b got busy
+    assert step == Step() and c.active is None
+    assert c.report(rep("b", act=1, rnd=1)) == Step()  # a stale answer
+    assert c.now_s == 0.0
+
+
+def test_busy_or_unreported_process_blocks_the_advance() -> None:
+    """No probe while a process is busy or has not reported yet."""
+    c = Coordinator()
+    c.register("a")
+    c.register("b")
+    assert c.report(rep("a", wake=1.0)) == Step()  # b never reported
+    assert c.report(rep("b", idle=False)) == Step()
+    assert c.now_s == 0.0
+
+
+def test_idle_mesh_with_nothing_pending_keeps_time() -> None:
+    """With no wake-up pending anywhere, a confirmed idle mesh stays at its time."""
+    c = Coordinator(now_s=4.0)
+    two(c, rep("a"), rep("b"))
+    c.report(rep("a", rnd=1))
+    assert c.report(rep("b", rnd=1)) == Step() and c.now_s == 4.0
+
+
+def test_time_never_goes_backwards() -> None:
+    """A wake-up in the past is answered with the current time; a rejoining process cannot pull time back,
+    and a fresh coordinator starts from the latest time a process knew."""
+    c = Coordinator(now_s=10.0)
+    two(c, rep("a", wake=4.0), rep("b"))
+    c.report(rep("a", wake=4.0, rnd=1))
+    assert c.report(rep("b", rnd=1)).advance_to_s == 10.0 and c.now_s == 10.0 and c.advances == 0
+    c.register("c", now_s=3.0)
+    assert c.now_s == 10.0
+    fresh = Coordinator()
+    fresh.register("a", now_s=42.5)
+    assert fresh.now_s == 42.5
+
+
+def test_a_process_leaving_lets_the_rest_advance() -> None:
+    """When a busy process's stream ends, the idle rest are probed."""
+    c = Coordinator()
+    two(c, rep("a", wake=1.0), rep("b", idle=False))
+    step = c.leave("b")
+    assert step.probe_round == 1
+    assert c.report(rep("a", wake=1.0, rnd=1)).advance_to_s == 1.0
+
+
+def test_time_holds_until_the_expected_processes_are_registered() -> None:
+    """With expect=3, two quiet processes do not move time; the third joining lets it move."""
+    c = Coordinator(expect=3)
+    assert two(c, rep("a", wake=1.0), rep("b")) == Step()
+    c.register("c")
+    step = c.report(rep("c"))
+    assert step.probe_round == 1
+    for p, wake in (("a", 1.0), ("b", None), ("c", None)):
+        step = c.report(rep(p, wake=wake, rnd=1))
+    assert step.advance_to_s == 1.0
+
+
+def test_report_rejects_negative_counters() -> None:
+    """A report with a negative counter is refused."""
+    with pytest.raises(ValueError):
+        rep("a", out=-1)
+
+
+async def test_event_clock_wakes_sleepers_in_order_and_never_goes_back() -> None:
+    """sleep_until parks until advance() reaches its time; now() never decreases."""
+    clock = EventClock()
+    woke: list[float] = []
+
+    async def sleeper(t: float) -> None:
+        await clock.sleep_until(t)
+        woke.append(clock.now())
+
+    tasks = [asyncio.ensure_future(sleeper(t)) for t in (3.0, 1.0, 2.0)]
+    await asyncio.sleep(0)
+    assert clock.next_wake_s() == 1.0 and clock.activity >= 3
+    clock.advance(2.0)
+    await asyncio.sleep(0)
+    assert woke == [2.0, 2.0] and clock.next_wake_s() == 3.0
+    clock.advance(1.0)
+    assert clock.now() == 2.0
+    tasks[0].cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert clock.next_wake_s() is None
+    await clock.sleep_until(1.5)  # in the past: at once
+
+
+def test_event_clock_busy_and_call_counters() -> None:
+    """busy() holds the clock; call counters move with calls; every change bumps the activity."""
+    clock = EventClock()
+    seen: list[int] = []
+    clock.on_change = lambda: seen.append(clock.activity)
+    with clock.busy():
+        assert clock.holds == 1
+    clock.call_started(inbound=False)
+    clock.call_started(inbound=True)
+    assert (clock.calls_out, clock.calls_in) == (1, 1)
+    clock.call_ended(inbound=False)
+    clock.call_ended(inbound=True)
+    assert (clock.holds, clock.calls_out, clock.calls_in) == (0, 0, 0)
+    assert seen == [1, 2, 3, 4, 5, 6]
+
+
+def test_module_busy_holds_only_the_installed_event_clock() -> None:
+    """runtime.clock.busy() is a no-op in wall mode and holds the process's event clock in event mode."""
+    from gigacluster.runtime import clock as clockmod
+
+    with clockmod.busy():
+        assert clockmod.active() is None
+    ev = EventClock()
+    clockmod.install(ev)
+    try:
+        with clockmod.busy():
+            assert ev.holds == 1
+        assert ev.holds == 0 and ev.activity == 2
+    finally:
+        clockmod.install(None)

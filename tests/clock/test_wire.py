@@ -1,0 +1,133 @@
+"""The event clock's interceptors on a real in-process gRPC server: calls and streamed messages are
+counted at both ends while in flight, and time travels with them (no service, no coordinator)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from gigacluster.runtime.clock import EventClock
+from gigacluster.runtime.clock_wire import EVENT_UNSUPPORTED, ClockServerInterceptor, client_interceptors
+
+
+def _same(b: bytes) -> bytes:
+    return b
+
+
+async def _mesh(server_clock: EventClock) -> tuple[grpc.aio.Server, int]:
+    async def wait(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await server_clock.sleep_until(float(request.decode()))
+        return b"done"
+
+    async def watch(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        for i in range(int(request.decode())):
+            yield str(i).encode()
+            await server_clock.sleep(1.0)
+
+    async def refused(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return b"ran"  # pragma: no cover - refused before it runs
+
+    service, method = EVENT_UNSUPPORTED[0].strip("/").split("/")
+    server = grpc.aio.server(interceptors=[ClockServerInterceptor(server_clock)])
+    server.add_generic_rpc_handlers((
+        grpc.method_handlers_generic_handler("test.Clock", {
+            "Wait": grpc.unary_unary_rpc_method_handler(wait, _same, _same),
+            "Watch": grpc.unary_stream_rpc_method_handler(watch, _same, _same)}),
+        grpc.method_handlers_generic_handler(service, {
+            method: grpc.unary_unary_rpc_method_handler(refused, _same, _same)}),
+    ))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def _until(cond: Any) -> None:
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_unary_call_is_open_at_both_ends_and_carries_time_back() -> None:
+    """While the server sleeps on its clock the call is open at client and server; the answer brings the
+    server's later time to the client."""
+    server_clock, client_clock = EventClock(), EventClock()
+    server, port = await _mesh(server_clock)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             interceptors=client_interceptors(client_clock)) as ch:
+            call = asyncio.ensure_future(ch.unary_unary("/test.Clock/Wait", _same, _same)(b"5.0"))
+            await _until(lambda: server_clock.next_wake_s() == 5.0)
+            assert (client_clock.calls_out, server_clock.calls_in) == (1, 1)
+            server_clock.advance(5.0)
+            assert await call == b"done"
+            assert (client_clock.calls_out, server_clock.calls_in) == (0, 0)
+            assert client_clock.now() == 5.0
+    finally:
+        await server.stop(None)
+
+
+async def test_streamed_messages_are_counted_until_taken_and_settled_at_the_end() -> None:
+    """A message the server streamed counts as sent until the client takes it; both counts go back to 0
+    when the stream ends."""
+    server_clock, client_clock = EventClock(), EventClock()
+    server, port = await _mesh(server_clock)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             interceptors=client_interceptors(client_clock)) as ch:
+            stream = ch.unary_stream("/test.Clock/Watch", _same, _same)(b"2")
+            it = stream.__aiter__()
+            await _until(lambda: server_clock.next_wake_s() == 1.0)
+            assert server_clock.msgs_sent == 1 and client_clock.msgs_received == 0  # in transit
+            assert await it.__anext__() == b"0"
+            assert client_clock.msgs_received == 1
+            server_clock.advance(1.0)
+            assert await it.__anext__() == b"1"
+            await _until(lambda: server_clock.next_wake_s() == 2.0)  # as the coordinator would: once it waits
+            server_clock.advance(2.0)
+            with pytest.raises(StopAsyncIteration):
+                await it.__anext__()
+            await _until(lambda: client_clock.calls_out == 0)
+            assert (server_clock.msgs_sent, client_clock.msgs_received, server_clock.calls_in) == (0, 0, 0)
+    finally:
+        await server.stop(None)
+
+
+async def test_event_mode_refuses_what_it_cannot_run_yet() -> None:
+    """A router deployment is FAILED_PRECONDITION naming event mode, not a hang."""
+    server, port = await _mesh(EventClock())
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await ch.unary_unary(EVENT_UNSUPPORTED[0], _same, _same)(b"")
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "not supported in event mode yet" in (err.value.details() or "")
+    finally:
+        await server.stop(None)
+
+
+async def test_the_coordinator_takes_only_the_service_key() -> None:
+    """A Sync stream without the service key is UNAUTHENTICATED; GetTime (read-only) answers anyone."""
+    from gigacluster.clock.service import ClockConfig, ClockService
+    from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+    from gigacluster.runtime.server import create_server
+
+    server, port = await create_server(ClockService(ClockConfig(port=0, service_key="sk-test")))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = clock_pb2_grpc.ClockServiceStub(ch)
+            call = stub.Sync(metadata=(("authorization", "Bearer wrong"),))
+            await call.write(clock_pb2.SyncRequest(process="intruder", idle=True))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            t = await stub.GetTime(clock_pb2.GetTimeRequest())
+            assert (t.now_s, t.processes) == (0.0, 0)
+    finally:
+        await server.stop(None)
