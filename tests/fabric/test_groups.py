@@ -146,3 +146,29 @@ async def test_time_spent_planning_never_delays_the_flows_in_virtual_time(two_gr
     driver.advance(11.0)
     assert driver.sim.now_s == 11.0
     driver.close()
+
+
+async def test_in_event_mode_the_simulators_next_event_is_a_wake_up_of_the_clock(two_groups: Topology) -> None:
+    """With the event clock the driver waits on the clock, not on wall time: the mesh's next wake-up is the
+    simulator's next event (so time stops where a flow ends, however contention stretched it), and moving time
+    there ends the flow."""
+    from gigacluster.runtime.clock import EventClock
+
+    clock = EventClock(0.0)
+    sim = FlowSim(two_groups)
+    driver = SimDriver(sim, two_groups, FlowBook(sim), clock, lag_s=0.0, publish=lambda *_: None)
+    h = sim.start_collectives("all_reduce", np.arange(8), 8, 4, 1e9, start_s=0.0)[0]
+    task = asyncio.ensure_future(driver.run())
+    for _ in range(100):
+        await asyncio.sleep(0)
+    wakes = []
+    while h.state != "done" and len(wakes) < 50:
+        nxt = clock.next_wake_s()
+        assert nxt is not None and nxt == pytest.approx(sim.next_event_s())
+        wakes.append(nxt)
+        clock.advance(nxt)
+        for _ in range(100):
+            await asyncio.sleep(0)
+    assert h.state == "done" and wakes[-1] == pytest.approx(h.end_s) and sim.now_s == pytest.approx(h.end_s)
+    task.cancel()
+    driver.close()

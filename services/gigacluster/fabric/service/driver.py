@@ -30,7 +30,7 @@ from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
 from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
 from gigacluster.fabric.topology import Topology
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 
 MAX_ACTIVE_GROUPS = 200_000
 MAX_TICK_S = 0.05  # wall seconds between two looks at the clock when nothing is due sooner
@@ -106,14 +106,31 @@ class SimDriver:
 
     async def run(self) -> None:
         """Keep the simulator ``lag_s`` behind the clock and deliver completions on time."""
+        event_clock = isinstance(self.clock, EventClock)
         while True:
             self.advance(self.clock.now() - self.lag_s)
             nxt = self.sim.next_event_s()
+            self._wake.clear()
+            if event_clock:
+                # Event mode: the simulator's next event is a wake-up the clock coordinator knows about, so
+                # the mesh's time stops there (flows slowed by contention end when the simulator says).
+                await self._wake_or_until(nxt)
+                continue
             delay = MAX_TICK_S if nxt is None else min(
                 MAX_TICK_S, max(self.clock.wall_s(nxt + self.lag_s - self.clock.now()), 0.001))
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _wake_or_until(self, t_s: float | None) -> None:
+        """Until a call wakes the driver or (when ``t_s`` is given) virtual time reaches ``t_s``."""
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+        if t_s is not None:
+            waits.append(asyncio.ensure_future(self.clock.sleep_until(t_s + self.lag_s)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     def settle(self, rec: FlowRecord) -> None:
         """If ``rec`` should have ended by now, advance the simulator to its end."""
