@@ -63,8 +63,10 @@ def request_trace(chunks: Sequence[Any]) -> dict[str, Any]:
         return {"traceEvents": []}
     last = chunks[-1]
     u = last.usage
-    first_t = chunks[0].time_s
-    arrival = first_t - u.ttft_s
+    # A chunk carries the time of its LAST token (a stream that fell behind sends several per message), so
+    # the request's times come from the last chunk (its last token is the request's last) and the usage.
+    arrival = last.time_s - u.e2e_s
+    first_t = arrival + u.ttft_s
     rid = last.request_id
     events = _meta(1, f"request {rid}", {1: "router", 2: "replica", 3: "fabric", 4: "tokens"})
     events.append(_slice(1, 1, "queue", arrival, u.queue_s))
