@@ -20,6 +20,7 @@ from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, call_metadata
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.clock import busy as clock_busy
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.scheduler.book import JobBook
 from gigacluster.scheduler.core import JobRecord
@@ -92,10 +93,11 @@ class ClusterView:
             if topo_resp is not None and topo_resp.chip_type == chip and int(topo_resp.chips) == n:
                 tiers = topo_resp.switch_tiers or (3 if any(tr.tier == "spine-core" for tr in topo_resp.tiers) else 2)
                 # Off the event loop: a million-chip tree takes seconds to build (the service keeps answering).
-                topo = await asyncio.to_thread(build_topology, TopologyConfig(
-                    chip=chip, count=n, system=topo_resp.system or None, tiers=tiers,
-                    oversubscription=topo_resp.oversubscription or 1.0, switch=topo_resp.switch or "tomahawk5",
-                    nic=topo_resp.nic or None, routing=topo_resp.routing or "ecmp"))
+                with clock_busy():  # the event clock holds time while the thread works
+                    topo = await asyncio.to_thread(build_topology, TopologyConfig(
+                        chip=chip, count=n, system=topo_resp.system or None, tiers=tiers,
+                        oversubscription=topo_resp.oversubscription or 1.0, switch=topo_resp.switch or "tomahawk5",
+                        nic=topo_resp.nic or None, routing=topo_resp.routing or "ecmp"))
                 lay = Layout.from_topology(topo, offset=start)
             out[chip] = lay
         self._layouts = out

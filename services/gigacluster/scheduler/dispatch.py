@@ -24,6 +24,7 @@ from gigacluster.broker.v1 import broker_pb2
 from gigacluster.errors import Unavailable
 from gigacluster.runtime import convert
 from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import busy as clock_busy
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.book import JobBook
@@ -110,7 +111,8 @@ class Dispatcher:
 
         # The pass is pure array work over a snapshot: run it off the event loop so RPCs are served
         # while thousands of queued jobs are weighed.
-        d, changed = await asyncio.to_thread(work)
+        with clock_busy():  # the event clock holds time while the thread works
+            d, changed = await asyncio.to_thread(work)
         await self.apply(d, changed, snap.layouts)
 
     def _estimated_end(self, job: JobRecord, now: float) -> float:

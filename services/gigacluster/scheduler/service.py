@@ -26,6 +26,7 @@ import structlog
 from gigacluster.errors import InvalidArgument, PermissionDenied
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal
+from gigacluster.runtime.clock import busy as clock_busy
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.errors import grpc_errors
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
@@ -140,7 +141,8 @@ class SchedulerService(Service[SchedulerConfig]):
 
         # The model's work (parse, plan, estimate: ~30 ms for a new spec, cached for a repeated one)
         # runs off the event loop, so other tenants' calls are not queued behind it.
-        spec, plan, steps, est = await asyncio.to_thread(model)
+        with clock_busy():  # the event clock holds time while the thread works
+            spec, plan, steps, est = await asyncio.to_thread(model)
         job_id = self.book.new_id()
         job = JobRecord(
             job_id=job_id, tenant=p.tenant, display_name=request.display_name or job_id,
