@@ -146,6 +146,7 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--routing", default="", help="fabric routing mode (ecmp, spray; default: the preset's)")
+    ap.add_argument("--backdate-s", type=float, default=0.0, help="fabric backdate window, wall s (default: its own)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     site = get_preset(args.preset).resolve()
@@ -153,7 +154,8 @@ async def main(argv: list[str]) -> int:
         cfg = StackConfig(chip=site["chip"], chips=site["chips"], shards=site["shards"], system=site["system"],
                           tiers=site["tiers"], switch=site["switch"], nic=site["nic"], speedup=args.speedup,
                           ports={k: 0 for k in DEFAULT_PORTS}, mqtt_port=0, state_dir=pathlib.Path(tmp),
-                          restart=False, routing=args.routing or site["routing"])
+                          restart=False, routing=args.routing or site["routing"],
+                          extra_env={"GIGACLUSTER_FABRIC_BACKDATE_S": str(args.backdate_s)} if args.backdate_s else {})
         t0 = time.monotonic()
         async with Stack(cfg) as st:
             up_s = time.monotonic() - t0

@@ -86,3 +86,5 @@ def test_a_tree_too_small_is_refused_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match="tiers must be 2, 3 or 0"):
         FabricConfig(chip="h100-sxm", count=64, tiers=4)
     assert FabricConfig(chip="h100-sxm", count=64).tiers == 0
+    with pytest.raises(ConfigError, match="backdate_s must be a finite number > 0"):
+        FabricConfig(chip="h100-sxm", count=64, backdate_s=0.0)

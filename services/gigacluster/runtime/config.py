@@ -178,11 +178,13 @@ class FabricConfig(CommonConfig):
     max_flow_bytes: float = _f(1e15, "bytes per rank (collective) or per transfer (more: INVALID_ARGUMENT)")
     not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie "
                                              "(further: INVALID_ARGUMENT)")
+    backdate_s: float = _f(0.25, "wall seconds the simulator lags the clock, so a call that arrives that late "
+                                 "still starts its flows at its not_before_s (wall-clock mode)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _positive(self, "max_collective_ranks", "max_rank_ranges", "max_collective_groups", "max_flow_bytes",
-                  "not_before_horizon_s")
+                  "not_before_horizon_s", "backdate_s")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.count <= 0:

@@ -26,7 +26,6 @@ from gigacluster.runtime.metrics import FunctionCollector, gauge
 from gigacluster.runtime.server import Service
 
 log = structlog.get_logger()
-BACKDATE_WALL_S = 0.25
 
 
 class FabricService(Service[FabricConfig]):
@@ -53,7 +52,7 @@ class FabricService(Service[FabricConfig]):
         self.sim.advance(max(0.0, self.clock.now()))
         self.book = FlowBook(self.sim)
         # The event clock never runs ahead of a call in flight, so nothing arrives late to backdate.
-        lag_s = 0.0 if config.clock == "event" else BACKDATE_WALL_S * config.speedup
+        lag_s = 0.0 if config.clock == "event" else config.backdate_s * config.speedup
         self.driver = SimDriver(self.sim, self.topo, self.book, self.clock, lag_s=lag_s,
                                 publish=self.telemetry.publish)
         self.auth = self.broker_auth()
