@@ -111,8 +111,10 @@ async def test_flood_sheds_cleanly_with_retry_after_and_bounded_state(stack: Sta
     errs = [r for r in res if isinstance(r, grpc.aio.AioRpcError)]
     done = [r for r in res if not isinstance(r, grpc.aio.AioRpcError)]
     assert {e.code() for e in errs} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
-    # served: at least one batch + queue; the rest (most, as the flood lasts a fraction of a second) shed
-    assert len(done) >= 12 and len(errs) >= 1000 and len(done) + len(errs) == 1500
+    # served: at least one batch + queue. Shed: up to 360 calls are in flight against room for 12 (max_batch +
+    # max_queue), so a large share is refused; how large depends on how fast the router serves (878-1,060 of
+    # 1,500 on this machine since token accounting left the token path), so the bound is a share, not a count.
+    assert len(done) >= 12 and len(errs) >= 1500 // 5 and len(done) + len(errs) == 1500
     assert all(r is not None and r.usage.completion_tokens == 32 for r in done)
     retry = [float(dict(e.trailing_metadata() or ())["retry-after-s"]) for e in errs]
     assert min(retry) > 0 and max(retry) < 60  # model-based estimate of the backlog, not a constant
