@@ -175,6 +175,8 @@ def test_a_preset_override_starts_the_site_up_would(name: str) -> None:
 
     site = get_preset(name).resolve()
     over = yaml.safe_load((DEPLOY / "presets" / f"{name}.compose.yml").read_text())
+    # compose's schema wants every command element a string (an unquoted 3 in YAML is an int)
+    assert all(isinstance(a, str) for svc in over["services"].values() for a in svc.get("command", []))
     runs = {r.name: r for r in service_runs(_merge(load_compose(), over))}
     chips = sorted((r.config() for r in runs.values() if r.service == "chip"), key=lambda c: c.device_offset)
     assert len(chips) == site["shards"] and {c.chip for c in chips} == {site["chip"]}

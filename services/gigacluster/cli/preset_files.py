@@ -130,7 +130,7 @@ def compose_override(name: str) -> str:
         "  fabric:",
         f"    environment: {{GIGACLUSTER_CHIP: {s['chip']}}}",
         f"    command: [serve, fabric, --port, \"50052\", --count, \"{s['chips']}\", "
-        + ", ".join(tree) + "]",
+        + ", ".join(a if a.startswith("--") else f'"{a}"' for a in tree) + "]",
         "  broker:",
         f"    command: [serve, broker, --port, \"50053\", --shards, \"{endpoints}\", --fabric, \"fabric:50052\"]",
         "    depends_on:",
