@@ -172,7 +172,8 @@ def test_preset_deploy_files_are_what_the_preset_generates(name: str) -> None:
     `gigacluster preset-files` writes from gigacluster/sites.py today: the three ways of running the mesh
     start the same site, and a change to a preset that forgets the deploy files fails here."""
     assert (PRESET_OVERLAYS[name] / "kustomization.yaml").read_text() == preset_files.k8s_overlay(name)
-    assert (ROOT / "deploy" / "presets" / f"{name}.compose.yml").read_text() == preset_files.compose_override(name)
+    assert (ROOT / "deploy" / "presets" / f"{name}.compose.yml").read_text() == preset_files.compose_override(
+        name, ROOT / "deploy" / "docker-compose.yml")
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
