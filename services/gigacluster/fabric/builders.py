@@ -17,6 +17,7 @@ import numpy as np
 
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
+from gigacluster.model.comm import scaleup_bus_fraction
 
 if TYPE_CHECKING:
     from gigacluster.fabric.topology import TopologyConfig
@@ -73,6 +74,12 @@ class BuildContext:
     ports: int
 
 
+def _scaleup_efficiency(chip: str, sysm: Any) -> float:
+    """The chip's own scale-up bus fraction (catalog ``efficiency.comm.chips``), else the system's link efficiency."""
+    own = scaleup_bus_fraction(chip)
+    return own if own is not None else _f(sysm.params.get("link_efficiency", 1.0))
+
+
 def context(cfg: TopologyConfig) -> BuildContext:
     chip = catalog.get_chip(cfg.chip)
     sysm = catalog.get_system(str(cfg.system))
@@ -91,7 +98,7 @@ def context(cfg: TopologyConfig) -> BuildContext:
         chip_local=chips % dom, prop=_f(net["propagation_s_per_m"]),
         cable={k: _f(v) for k, v in net["cable_m"].items()}, sw_lat=_f(sw["latency_s"]), nic_bps=nic_bps,
         nic_lat=_f(nic_part["latency_s"]), nic_eff=_f(net.get("nic_efficiency", 1.0)),
-        su_eff=_f(sysm.params.get("link_efficiency", 1.0)), port_Bps=nic_bps / 8.0, ports=ports,
+        su_eff=_scaleup_efficiency(cfg.chip, sysm), port_Bps=nic_bps / 8.0, ports=ports,
     )
 
 

@@ -47,9 +47,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, launch_s, protocols
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
-from gigacluster.hw import catalog
 from gigacluster.model import SpecError
 from gigacluster.model.comm import OPS, bus_factor
 from gigacluster.model.comm import check_op as _check_op
@@ -70,6 +70,7 @@ class Phase:
     steps: int
     lockstep: bool = True
     flow_of: np.ndarray | None = None
+    proto: str = DEFAULT_PROTOCOL
 
     def __post_init__(self) -> None:
         if self.src.shape != self.dst.shape:
@@ -241,39 +242,99 @@ class HalvingDoubling(Algorithm):
         return doubling if op == "all_gather" else halving + doubling
 
 
+def _in_one_full_mesh(ranks: np.ndarray, topo: Topology) -> bool:
+    """Whether every rank sits in the same full-mesh scale-up domain (a direct link to each peer)."""
+    return topo.scaleup == "full_mesh" and np.unique(topo.chip_domain[ranks]).size == 1
+
+
+def _pairs(ranks: np.ndarray, bytes_: float) -> Phase:
+    """Every rank sends ``bytes_`` straight to each other rank, in one step."""
+    n = ranks.size
+    s = np.repeat(ranks, n)
+    d = np.tile(ranks, n)
+    keep = s != d
+    return Phase(s[keep], d[keep], bytes_, 1, lockstep=False)
+
+
 class Direct(Algorithm):
-    """Every rank sends straight to each peer: all-to-all (S/n per pair) and send/recv."""
+    """Every rank sends straight to each peer: all-to-all and send/recv anywhere; on a full mesh
+    (MI300X-class Infinity Fabric) also reduce-scatter, all-gather (S/n per pair, one step) and the
+    two-shot all-reduce (reduce-scatter then all-gather), which drive all n-1 links of every rank at
+    once as RCCL's direct and multi-ring algorithms do (a ring uses one link of each rank)."""
 
     name = "direct"
-    ops = ("all_to_all", "send_recv")
+    ops = ("all_to_all", "send_recv", "reduce_scatter", "all_gather", "all_reduce")
+    _mesh_ops = ("reduce_scatter", "all_gather", "all_reduce")
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
         if op == "send_recv":
             return ranks.size == 2
+        if op in self._mesh_ops and not _in_one_full_mesh(ranks, topo):
+            return False
         return super().supports(op, ranks, topo)
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         n = ranks.size
         if op == "send_recv":
             return [Phase(ranks[:1], ranks[1:2], bytes_, 1)]
-        s = np.repeat(ranks, n)
-        d = np.tile(ranks, n)
-        keep = s != d
-        return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
+        if op == "all_reduce":
+            return [_pairs(ranks, bytes_ / n), _pairs(ranks, bytes_ / n)]
+        return [_pairs(ranks, bytes_ / n)]
+
+
+class OneShot(Algorithm):
+    """One-shot all-reduce on a full mesh: every rank sends its whole buffer to each peer and reduces
+    locally; one step, n-1 times the bytes, so it wins only for small messages (RCCL's one-shot)."""
+
+    name = "one_shot"
+    ops = ("all_reduce",)
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return super().supports(op, ranks, topo) and _in_one_full_mesh(ranks, topo)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        return [_pairs(ranks, bytes_)]
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
                                            accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
-for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct()):
+for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct(), OneShot()):
     ALGORITHMS.register(_algo.name, _algo)
 ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])
 
 
-def collective_constants() -> tuple[float, float]:
-    """(launch_s, step_s): the catalog's per-call and per-step software costs."""
-    net = catalog.network()
-    return float(net.get("collective_launch_s", 0.0)), float(net.get("collective_step_s", 0.0))
+def collective_constants(proto: str = DEFAULT_PROTOCOL) -> tuple[float, float]:
+    """(launch_s, step_s): the catalog's per-call cost and the per-step cost of protocol ``proto``."""
+    return launch_s(), get_protocol(proto).step_s
+
+
+def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
+    """``phases`` run with protocol ``proto``: wire bytes = payload / its wire efficiency."""
+    eff = get_protocol(proto).wire_efficiency
+    return [dataclasses.replace(p, bytes_per_hop=p.bytes_per_hop / eff, proto=proto) for p in phases]
+
+
+def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topology, *,
+                alive: np.ndarray | None = None,
+                capacity_Bps: np.ndarray | None = None) -> tuple[list[Phase], list[float]]:
+    """Algorithm ``name``'s phases under its fastest protocol, with their contention-free estimates."""
+    base = ALGORITHMS[name].phases(op, ranks, bytes_, topo)
+    best: tuple[list[Phase], list[float]] | None = None
+    for proto in protocols():
+        phases = with_protocol(base, proto)
+        est = [phase_estimate_s(p, topo, alive=alive, first=(i == 0), capacity_Bps=capacity_Bps)
+               for i, p in enumerate(phases)]
+        if best is None or sum(est) < sum(best[1]):
+            best = (phases, est)
+    assert best is not None
+    return best
+
+
+def plan_label(name: str, phases: Sequence[Phase]) -> str:
+    """The algorithm as reported: ``ring`` for Simple, ``ring/ll`` or ``ring/ll128`` otherwise."""
+    proto = phases[0].proto if phases else DEFAULT_PROTOCOL
+    return name if proto == DEFAULT_PROTOCOL else f"{name}/{proto}"
 
 
 def phase_estimate_s(
@@ -281,8 +342,8 @@ def phase_estimate_s(
     capacity_Bps: np.ndarray | None = None,
 ) -> float:
     """Contention-free time of one phase: bandwidth term + latency terms (+ launch if first)."""
-    launch_s, step_s = collective_constants()
-    lat = launch_s if first else 0.0
+    launch, step_s = collective_constants(phase.proto)
+    lat = launch if first else 0.0
     if phase.n_subflows == 0:
         return lat
     r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
@@ -332,12 +393,11 @@ class FastestPolicy(SelectionPolicy):
         None, None)`` when none applies."""
         best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
         best_t = float("inf")
-        for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct"):
+        for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct", "one_shot"):
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue
-            phases = algo.phases(op, ranks, bytes_, topo)
-            est = [phase_estimate_s(p, topo, first=(i == 0)) for i, p in enumerate(phases)]
+            phases, est = plan_phases(name, op, ranks, bytes_, topo)
             t = sum(est)
             if t < best_t:
                 best, best_t = (name, phases, est), t
@@ -401,8 +461,8 @@ def plan_collective(
     if r.size == 1:
         return CollectivePlan(op, algo or "none", r, float(bytes_), ())
     name = choose_algorithm(op, r, float(bytes_), topo, algo=algo, policy=policy)
-    phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
-    return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
+    phases, _ = plan_phases(name, op, r, float(bytes_), topo)
+    return CollectivePlan(op, plan_label(name, phases), r, float(bytes_), tuple(phases))
 
 
 __all__ = [
@@ -420,4 +480,7 @@ __all__ = [
     "phase_estimate_s",
     "plan_collective",
     "plan_estimate_s",
+    "plan_label",
+    "plan_phases",
+    "with_protocol",
 ]
