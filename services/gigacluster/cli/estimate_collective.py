@@ -13,6 +13,7 @@ import re
 import sys
 from typing import Any
 
+from gigacluster.fabric.collectives import ALGORITHMS
 from gigacluster.fabric.estimate import estimate_collective
 from gigacluster.model import SpecError
 
@@ -38,6 +39,22 @@ def parse_bytes(text: str) -> float:
     return value
 
 
+def algo_help() -> str:
+    """``--algo`` help built from the algorithm registry: each name with the ops it runs."""
+    seen: dict[int, list[str]] = {}
+    for name, algo in ALGORITHMS.items():
+        seen.setdefault(id(algo), []).append(name)
+    parts = []
+    for names in seen.values():
+        algo = ALGORITHMS[names[0]]
+        alias = f" (= {', '.join(names[1:])})" if len(names) > 1 else ""
+        parts.append(f"{names[0]}{alias}: {', '.join(algo.ops)}")
+    return ("force an algorithm (default: the fastest for the op, size and topology); "
+            + "; ".join(parts) + ". one_shot, and direct for reduce_scatter, all_gather and all_reduce, need all "
+            "ranks in one full-mesh domain (MI300X-class); an algorithm that cannot run the request is refused "
+            "with the ones that can")
+
+
 def register(subparsers: Any) -> None:
     """Add the ``collective`` command under ``gigacluster estimate``."""
     p = subparsers.add_parser(
@@ -51,8 +68,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chip", required=True, help="chip type from the catalog, e.g. h100-sxm, trainium2")
     p.add_argument("--count", required=True, type=int, help="number of ranks (one per chip)")
     p.add_argument("--system", default=None, help="scale-up system (default: the chip's default system)")
-    p.add_argument("--algo", default=None,
-                   help="force an algorithm: ring, tree, hierarchical, halving_doubling, direct")
+    p.add_argument("--algo", default=None, help=algo_help())
     p.add_argument("--nic", default=None, help="NIC part (nic400, thor-ultra); default: the chip's own NIC rate")
     p.add_argument("--switch", default="tomahawk5", help="fat-tree switch (tomahawk5, tomahawk6, tomahawk-ultra)")
     p.add_argument("--tiers", type=int, default=None, help="fat-tree tiers, 2 or 3 (default: 2, or 3 if needed)")
