@@ -215,6 +215,43 @@ class Hierarchical(Algorithm):
         return out
 
 
+class RailRings(Algorithm):
+    """NCCL's multi-channel rings across domains, rail-aligned with PXN: one ring per local rank c of
+    the m ranks a domain holds, each carrying S/m. Ring c visits every domain's ranks starting at
+    local c; its last rank in a domain hands the data over scale-up to local c (PXN), whose NIC
+    sends it on rail c to local c of the next domain. So every ring stays on one rail, the m rings
+    use all m NICs of a domain, and a domain's scale-up links carry the rest. Needs >= 2 domains
+    holding the same number (>= 2) of the ranks.
+    """
+
+    name = "rail_rings"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        grid = Hierarchical._grid(ranks, topo) if super().supports(op, ranks, topo) else None
+        return grid is not None and grid.shape[1] >= 2
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        grid = Hierarchical._grid(ranks, topo)
+        if grid is None or grid.shape[1] < 2:
+            raise SpecError("algo", "rail_rings needs >= 2 domains holding the same number (>= 2) of ranks")
+        g, m = grid.shape
+        n = g * m
+        srcs, dsts, rings = [], [], []
+        for c in range(m):
+            order = np.roll(grid, -c, axis=1)  # every domain's ranks, starting at local c
+            s_in, d_in = order[:, :-1].ravel(), order[:, 1:].ravel()  # along the domain's chain
+            pxn_s, pxn_d = order[:, -1], order[:, 0]  # last of the chain -> local c, over scale-up
+            rail_s, rail_d = order[:, 0], np.roll(order[:, 0], -1)  # local c -> local c of the next domain
+            s = np.concatenate([s_in, pxn_s, rail_s])
+            srcs.append(s)
+            dsts.append(np.concatenate([d_in, pxn_d, rail_d]))
+            rings.append(np.full(s.size, c, dtype=np.int64))
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        return [Phase(np.concatenate(srcs), np.concatenate(dsts), factor * bytes_ / m, steps,
+                      flow_of=np.concatenate(rings))]
+
+
 class HalvingDoubling(Algorithm):
     """Rabenseifner: recursive-halving reduce-scatter, then recursive-doubling all-gather.
 
@@ -299,7 +336,7 @@ class OneShot(Algorithm):
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
                                            accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
-for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct(), OneShot()):
+for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), OneShot()):
     ALGORITHMS.register(_algo.name, _algo)
 ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])
 
@@ -393,7 +430,7 @@ class FastestPolicy(SelectionPolicy):
         None, None)`` when none applies."""
         best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
         best_t = float("inf")
-        for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct", "one_shot"):
+        for name in ("ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot"):
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue

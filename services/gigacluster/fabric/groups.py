@@ -59,6 +59,7 @@ class Template:
     lockstep: tuple[bool, ...]
     est_s: tuple[float, ...]
     protos: tuple[str, ...] = ()
+    flow_idx: tuple[np.ndarray | None, ...] = ()  # a lockstep phase's own flows (rail_rings: one per ring)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -168,7 +169,7 @@ class GroupPlanner:
 def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy: str, topo: Topology,
               alive: np.ndarray, capacity_Bps: np.ndarray, pristine: bool) -> Template:
     if rep.size == 1:
-        return Template(algo or "none", (), (), (), (), (), (), ())
+        return Template(algo or "none", (), (), (), (), (), (), (), ())
     chooser = POLICIES.lookup(policy)
     phases: list[Phase] | None = None
     est: tuple[float, ...] = ()
@@ -194,6 +195,7 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         tuple(index(p.dst) for p in phases),
         tuple(float(p.bytes_per_hop) for p in phases), tuple(int(p.steps) for p in phases),
         tuple(bool(p.lockstep) for p in phases), est, tuple(p.proto for p in phases),
+        tuple(p.flow_of for p in phases),
     )
 
 
@@ -202,10 +204,16 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
     g = ranks.shape[0]
     phases = []
     protos = tpl.protos or (DEFAULT_PROTOCOL,) * len(tpl.steps)
-    for si, di, b, st, ls, pr in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps, tpl.lockstep, protos,
-                                     strict=True):
+    flows = tpl.flow_idx or (None,) * len(tpl.steps)
+    for si, di, b, st, ls, pr, fi in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps, tpl.lockstep,
+                                         protos, flows, strict=True):
         k = si.size
-        flow_of = np.repeat(np.arange(g, dtype=np.int64), k) if ls and g > 1 else None
+        flow_of = None
+        if ls and fi is not None:  # copy j's own flows follow copy j-1's
+            per = int(fi.max()) + 1 if fi.size else 1
+            flow_of = (np.arange(g, dtype=np.int64)[:, None] * per + fi[None, :]).ravel()
+        elif ls and g > 1:
+            flow_of = np.repeat(np.arange(g, dtype=np.int64), k)
         phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr))
     return GroupsPlan(op, tpl.algorithm, rows, ranks, bytes_, tuple(phases), tpl.est_s)
 
