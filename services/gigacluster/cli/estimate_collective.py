@@ -16,6 +16,7 @@ from typing import Any
 from gigacluster.fabric.collectives import ALGORITHMS
 from gigacluster.fabric.estimate import estimate_collective
 from gigacluster.model import SpecError
+from gigacluster.model.network_spec import DEFAULT_ROUTING, ROUTINGS
 
 _UNITS = {
     "": 1, "b": 1,
@@ -73,7 +74,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--switch", default="tomahawk5", help="fat-tree switch (tomahawk5, tomahawk6, tomahawk-ultra)")
     p.add_argument("--tiers", type=int, default=None, help="fat-tree tiers, 2 or 3 (default: 2, or 3 if needed)")
     p.add_argument("--oversubscription", type=float, default=1.0, help="leaf down:up port ratio (default 1)")
-    p.add_argument("--routing", default="ecmp", help="ecmp or spray")
+    p.add_argument("--routing", default=DEFAULT_ROUTING,
+                   help=f"{', '.join(ROUTINGS)} (default {DEFAULT_ROUTING}, as clusters at scale run)")
+    p.add_argument("--nics-per-node", type=int, default=0, dest="nics_per_node",
+                   help="NICs per scale-up domain (default: one per chip)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(handler=run)
 
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the estimate; exit code 2 with the field's message on bad input."""
     try:
         size = parse_bytes(args.bytes_)
-        kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch,
+        kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch, "nics_per_node": args.nics_per_node,
                               "oversubscription": args.oversubscription, "routing": args.routing}
         try:
             est = estimate_collective(args.op, size, args.chip, args.count, system=args.system, algo=args.algo,

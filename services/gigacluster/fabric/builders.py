@@ -90,6 +90,8 @@ def context(cfg: TopologyConfig) -> BuildContext:
     sw = net["switches"][cfg.switch]
     nic_part = net["nics"][cfg.nic] if cfg.nic is not None else net["nics"]["nic400"]
     nic_bps = _f(nic_part["bps"]) if cfg.nic is not None else chip.nic_bps
+    if cfg.nics_per_node:  # fewer NICs than chips: the chips of a domain share them (PXN), rail by rail
+        nic_bps *= min(1.0, cfg.nics_per_node / sysm.chips)
     ports = int(_f(sw["capacity_bps"]) // nic_bps)
     if ports < 4:
         raise SpecError("switch", f"{cfg.switch} has only {ports} ports at {nic_bps / 1e9:.0f} Gb/s")
