@@ -72,7 +72,7 @@ def test_forced_algorithm_must_support_the_op() -> None:
         estimate_collective("all_gather", 1e6, "h100-sxm", 8, algo="tree")
     assert exc.value.field == "algo" and "ring" in str(exc.value)
     with pytest.raises(SpecError) as exc:
-        estimate_collective("all_reduce", 1e6, "h100-sxm", 8, algo="nvls")
+        estimate_collective("all_reduce", 1e6, "h100-sxm", 8, algo="collnet")
     assert exc.value.field == "algo"
 
 
