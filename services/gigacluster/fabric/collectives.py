@@ -137,6 +137,8 @@ class FastestPolicy(SelectionPolicy):
     """Cost every supporting algorithm with the contention-free model; take the fastest."""
 
     name = "fastest"
+    names: ClassVar[tuple[str, ...]] = (
+        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot", "nvls")
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -147,7 +149,7 @@ class FastestPolicy(SelectionPolicy):
         None, None)`` when none applies."""
         best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
         best_t = float("inf")
-        for name in ("ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot", "nvls"):
+        for name in self.names:
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue
@@ -158,20 +160,37 @@ class FastestPolicy(SelectionPolicy):
         return best
 
 
+class LibraryPolicy(FastestPolicy):
+    """The fastest of the algorithms NCCL and RCCL ship (the default): ring, the rail-aligned
+    multi-channel rings across domains, the double binary tree, NVLS, and RCCL's direct and one-shot
+    on a full mesh; not halving-doubling nor the three-phase hierarchical ring, which neither
+    library runs, so estimates compare with nccl-tests and rccl-tests as published."""
+
+    name = "library"
+    names = ("ring", "rail_rings", "tree", "nvls", "direct", "one_shot")
+
+
+DEFAULT_POLICY = LibraryPolicy.name
+
+
 class RingOnlyPolicy(SelectionPolicy):
-    """Always the ring where it applies (direct otherwise): NCCL with NCCL_ALGO=Ring."""
+    """Always the ring where it applies (NCCL with NCCL_ALGO=Ring): rail-aligned rings across domains
+    holding equal shares of the ranks, one ring otherwise, direct for the ops a ring cannot run."""
 
     name = "ring"
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
-        return "ring" if ALGORITHMS["ring"].supports(op, ranks, topo) else "direct"
+        for name in ("rail_rings", "ring"):
+            if ALGORITHMS[name].supports(op, ranks, topo):
+                return name
+        return "direct"
 
 
 POLICIES: Registry[SelectionPolicy] = Registry("policy", field="policy",
                                                group="gigacluster.collective_policies",
                                                accepts=lambda o: isinstance(o, SelectionPolicy))
 """Algorithm selection policies (instances) by name."""
-for _pol in (FastestPolicy(), RingOnlyPolicy()):
+for _pol in (FastestPolicy(), LibraryPolicy(), RingOnlyPolicy()):
     POLICIES.register(_pol.name, _pol)
 
 
@@ -208,7 +227,7 @@ def choose_algorithm(op: str, ranks: np.ndarray, bytes_: float, topo: Topology, 
 
 def plan_collective(
     op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *, algo: str | None = None,
-    policy: str = "fastest",
+    policy: str = DEFAULT_POLICY,
 ) -> CollectivePlan:
     """Validate the request and decompose it into phases (forced ``algo`` or ``policy``'s choice)."""
     r = check_request(op, ranks, bytes_, topo)
@@ -221,11 +240,13 @@ def plan_collective(
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_POLICY",
     "OPS",
     "POLICIES",
     "Algorithm",
     "CollectivePlan",
     "FastestPolicy",
+    "LibraryPolicy",
     "Phase",
     "SelectionPolicy",
     "bus_factor",

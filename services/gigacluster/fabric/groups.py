@@ -32,6 +32,7 @@ import numpy as np
 
 from gigacluster.fabric import FlowCancelledError
 from gigacluster.fabric.collectives import (
+    DEFAULT_POLICY,
     POLICIES,
     FastestPolicy,
     Phase,
@@ -116,7 +117,7 @@ class GroupPlanner:
     ran) and touches only its own cache, under a lock.
     """
 
-    def __init__(self, topo: Topology, *, policy: str = "fastest", cache_size: int = PLAN_CACHE_SIZE) -> None:
+    def __init__(self, topo: Topology, *, policy: str = DEFAULT_POLICY, cache_size: int = PLAN_CACHE_SIZE) -> None:
         self.topo = topo
         self.policy = policy
         self.cache_size = cache_size

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
-from gigacluster.fabric.collectives import CollectivePlan, Phase, collective_constants
+from gigacluster.fabric.collectives import DEFAULT_POLICY, CollectivePlan, Phase, collective_constants
 from gigacluster.fabric.flows import (
     DEFAULT_CLASSES,
     EVENT_KINDS,
@@ -70,7 +70,7 @@ class FlowSim:
     """Event-driven max-min flow simulator of one topology, in virtual seconds."""
 
     def __init__(
-        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest",
+        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = DEFAULT_POLICY,
         incremental: bool = True,
     ) -> None:
         self.topo = topo
