@@ -16,8 +16,8 @@ LL128 and large ones Simple, which is what NCCL's tuner does.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+from typing import Any, NamedTuple
 
 from gigacluster.hw import catalog
 from gigacluster.hw.catalog import _raw
@@ -26,26 +26,29 @@ from gigacluster.model import SpecError
 DEFAULT_PROTOCOL = "simple"
 
 
-@dataclasses.dataclass(frozen=True)
-class Protocol:
+class Protocol(NamedTuple):
     """One protocol: the payload share of wire bytes and the software cost of one algorithm step."""
 
     name: str
     wire_efficiency: float
     step_s: float
 
-    def __post_init__(self) -> None:
-        if not 0 < self.wire_efficiency <= 1:
-            raise SpecError(f"efficiency.comm.protocols.{self.name}.wire_efficiency", "must be in (0, 1]")
-        if self.step_s < 0:
-            raise SpecError(f"efficiency.comm.protocols.{self.name}.step_s", "must be >= 0")
+
+def _checked(name: str, entry: dict[str, Any]) -> Protocol:
+    """The catalog entry of protocol ``name``, its values in range (SpecError naming the field otherwise)."""
+    p = Protocol(name, float(entry["wire_efficiency"]), float(entry["step_s"]))
+    if not 0 < p.wire_efficiency <= 1:
+        raise SpecError(f"efficiency.comm.protocols.{name}.wire_efficiency", "must be in (0, 1]")
+    if p.step_s < 0:
+        raise SpecError(f"efficiency.comm.protocols.{name}.step_s", "must be >= 0")
+    return p
 
 
 @functools.cache
 def protocols() -> dict[str, Protocol]:
     """The catalog's protocols by name, fastest step first."""
     table = _raw()["efficiency"]["comm"]["protocols"]
-    out = {n: Protocol(n, float(v["wire_efficiency"]), float(v["step_s"])) for n, v in table.items()}
+    out = {n: _checked(n, v) for n, v in table.items()}
     if DEFAULT_PROTOCOL not in out:
         raise SpecError("efficiency.comm.protocols", f"must define {DEFAULT_PROTOCOL!r}")
     return dict(sorted(out.items(), key=lambda kv: kv[1].step_s))
