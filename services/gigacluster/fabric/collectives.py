@@ -10,9 +10,11 @@ all-to-all phase is independent flows, since each pair finishes on its own.
 
 Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
 
-    time = bytes_per_hop / rate + steps * (path latency + per-step cost) [+ launch cost, phase 0]
+    time = wire bytes_per_hop / rate + steps * (path latency + protocol step cost) [+ launch cost, phase 0]
 
-Algorithms (registry :data:`ALGORITHMS`, keyed by name; ``tree`` is the double binary tree):
+with the protocol (LL, LL128, Simple: :mod:`gigacluster.fabric.protocols`) chosen per algorithm by
+the same cost. Algorithms (:mod:`gigacluster.fabric.algorithms`, registry :data:`ALGORITHMS`;
+``tree`` is the double binary tree, also named ``double_binary_tree``):
 
 ==================  ============================  ==============================  =========
 algorithm           ops                           bytes per hop                   steps
@@ -20,19 +22,23 @@ algorithm           ops                           bytes per hop                 
 ring                all_reduce                    2(n-1)/n * S                    2(n-1)
 ring                reduce_scatter, all_gather    (n-1)/n * S                     n-1
 ring                broadcast (a pipelined chain) S                               n-1
+rail_rings          AR, RS, AG across domains     as ring, S/m per ring, m rings  as ring
 tree                all_reduce                    S/2 per tree edge, both ways    2 depth
+nvls                all_reduce, one NVSwitch 3+   (1 + 1/n) S per GPU link        2
 hierarchical        all_reduce                    intra RS, inter ring AR, intra AG (3 phases)
 halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back         2 log2 n
 direct              all_to_all                    S/n per ordered pair            1
 direct              send_recv (2 ranks)           S                               1
+direct              RS, AG; AR (two-shot), mesh   S/n per ordered pair (per shot) 1 per shot
+one_shot            all_reduce, full mesh         S per ordered pair              1
 ==================  ============================  ==============================  =========
 
 The ring visits the ranks in the order given (pass them domain-major, as chip ids are, for the
-NCCL-like ring that crosses each domain boundary once). Selection: a forced name, or the
-:class:`FastestPolicy` (the default, registry :data:`POLICIES`) that costs every algorithm that
-supports the op, rank count and topology with the contention-free model above and takes the
-fastest; so small messages pick the tree or halving-doubling (fewer latency steps) and large
-ones the ring or the hierarchical ring (least bytes on the slowest links).
+NCCL-like ring that crosses each domain boundary once). Selection: a forced name, or a policy
+(registry :data:`POLICIES`) that costs every algorithm it considers with the contention-free
+model above and takes the fastest: :class:`LibraryPolicy` (the default: what NCCL and RCCL ship),
+:class:`FastestPolicy` (also halving-doubling and the hierarchical ring), or the ring only. So
+small messages pick the tree or one-shot on LL and large ones NVLS, direct or the rings on Simple.
 
 algbw and busbw follow nccl-tests (doc/PERFORMANCE.md): ``algbw = S / time``; ``busbw = algbw *
 bus_factor(op, n)`` with factor 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter, all-gather

@@ -13,7 +13,8 @@ the NICs, all-gather inside the domain)::
 
 with ``bus_factor`` the nccl-tests bus-bandwidth factor (all-reduce 2(n-1)/n; reduce-scatter,
 all-gather, all-to-all (n-1)/n; broadcast, send_recv 1) and the bus bandwidth the per-rank link
-rate times a measured bus fraction (catalog ``efficiency.comm``). ``bytes_`` is the per-rank
+rate times a measured bus fraction (catalog ``efficiency.comm``; a chip's own scale-up fraction under
+``efficiency.comm.chips`` where it has one, e.g. A100, MI300X). ``bytes_`` is the per-rank
 message size as nccl-tests counts it (for all-gather, the gathered output).
 """
 
