@@ -77,14 +77,17 @@ def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
 def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topology, *,
                 alive: np.ndarray | None = None,
                 capacity_Bps: np.ndarray | None = None) -> tuple[list[Phase], list[float]]:
-    """Algorithm ``name``'s phases under its fastest protocol, with their contention-free estimates."""
+    """Algorithm ``name``'s phases under its fastest protocol, with their contention-free estimates.
+
+    Each phase is routed once; its cost under every protocol follows from the same rate and path
+    latency (a protocol changes only the wire bytes and the step cost)."""
     algo = ALGORITHMS[name]
     base = algo.phases(op, ranks, bytes_, topo)
+    terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
     best: tuple[list[Phase], list[float]] | None = None
     for proto in algo.protocols or tuple(protocols()):
         phases = with_protocol(base, proto)
-        est = [phase_estimate_s(p, topo, alive=alive, first=(i == 0), capacity_Bps=capacity_Bps)
-               for i, p in enumerate(phases)]
+        est = [_phase_cost(p, t, first=(i == 0)) for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
         if best is None or sum(est) < sum(best[1]):
             best = (phases, est)
     assert best is not None
@@ -97,32 +100,49 @@ def plan_label(name: str, phases: Sequence[Phase]) -> str:
     return name if proto == DEFAULT_PROTOCOL else f"{name}/{proto}"
 
 
+def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
+                capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
+    """(rate B/s of the phase's slowest flow, slowest path latency s) on the intact or given fabric;
+    rate 0 when some sub-flow has no live path, inf when no link carries bytes."""
+    if phase.n_subflows == 0:
+        return float("inf"), 0.0
+    r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
+    if not r.ok.all():
+        return 0.0, 0.0
+    path_s = float(r.latency_s.max())
+    if r.e_link.size == 0:
+        return float("inf"), path_s
+    cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
+    # per used link only (a bincount over every link cost O(topology) per phase)
+    used, inv = np.unique(r.e_link, return_inverse=True)
+    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
+    if phase.lockstep:
+        return float((cap[used] / load).min()), path_s
+    per_entry = cap[r.e_link] / load[inv]
+    rate_f = np.full(phase.n_subflows, np.inf)
+    np.minimum.at(rate_f, r.e_flow, per_entry)
+    return float(rate_f.min()), path_s
+
+
+def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
+    """Time of ``phase`` from its routed terms: bandwidth + steps x (path latency + step cost) (+ launch)."""
+    rate, path_s = terms
+    launch, step_s = collective_constants(phase.proto)
+    lat = launch if first else 0.0
+    if phase.n_subflows == 0:
+        return lat
+    if rate == 0.0:
+        return float("inf")
+    lat += phase.steps * (path_s + step_s)
+    return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
+
+
 def phase_estimate_s(
     phase: Phase, topo: Topology, *, alive: np.ndarray | None = None, first: bool = False,
     capacity_Bps: np.ndarray | None = None,
 ) -> float:
     """Contention-free time of one phase: bandwidth term + latency terms (+ launch if first)."""
-    launch, step_s = collective_constants(phase.proto)
-    lat = launch if first else 0.0
-    if phase.n_subflows == 0:
-        return lat
-    r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
-    if not r.ok.all():
-        return float("inf")
-    cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
-    lat += phase.steps * (float(r.latency_s.max()) + step_s)
-    if r.e_link.size == 0 or phase.bytes_per_hop == 0:
-        return lat
-    # per used link only (a bincount over every link cost O(topology) per phase)
-    used, inv = np.unique(r.e_link, return_inverse=True)
-    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
-    if phase.lockstep:
-        rate = float((cap[used] / load).min())
-        return lat + phase.bytes_per_hop / rate
-    per_entry = cap[r.e_link] / load[inv]
-    rate_f = np.full(phase.n_subflows, np.inf)
-    np.minimum.at(rate_f, r.e_flow, per_entry)
-    return lat + phase.bytes_per_hop / float(rate_f.min())
+    return _phase_cost(phase, phase_terms(phase, topo, alive=alive, capacity_Bps=capacity_Bps), first=first)
 
 
 def plan_estimate_s(plan: CollectivePlan, topo: Topology, *, alive: np.ndarray | None = None) -> float:
@@ -259,6 +279,7 @@ __all__ = [
     "check_request",
     "choose_algorithm",
     "phase_estimate_s",
+    "phase_terms",
     "plan_collective",
     "plan_estimate_s",
     "plan_label",
