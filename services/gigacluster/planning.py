@@ -39,8 +39,11 @@ from gigacluster.model.training import estimate_train as _estimate_train
 def estimate_train(
     spec: TrainSpec, comm: CommModel | None = None, *, energy_price_usd_per_kwh: float | None = None
 ) -> TrainEstimate:
-    """The model's step for ``spec`` on an idle cluster; ``comm`` defaults to the fabric's flow model."""
-    model: CommModel = comm if comm is not None else FabricCommModel()  # type: ignore[assignment]  # duck-typed GroupLayout
+    """The model's step for ``spec`` on an idle cluster; ``comm`` defaults to the fabric's flow model on the
+    spec's ``network``."""
+    if comm is None:  # the spec's network section (default: adaptive routing, one NIC per chip on its rail)
+        comm = FabricCommModel(**spec.network.topology_kw())  # type: ignore[assignment]  # duck-typed GroupLayout
+    model: CommModel = comm  # type: ignore[assignment]
     return _estimate_train(spec, model, energy_price_usd_per_kwh=energy_price_usd_per_kwh)
 
 

@@ -46,7 +46,8 @@ def test_two_jobs_on_one_oversubscribed_spine_each_get_half(oversub_spray: Topol
     uplink_Bps = 32 * NIC_BPS
     bw_alone = 2 * (n - 1) / n * S / (uplink_Bps / k)
     latency = alone - bw_alone
-    assert 0 < latency < 1e-3
+    launch_s, step_s = collective_constants()  # 1 GiB runs the Simple protocol
+    assert 0 < latency < launch_s + 2 * (n - 1) * (10e-6 + step_s)  # a step: NICs and three switch hops
     for t in both:  # max-min: each job gets uplink/(2k) per hop
         assert t == pytest.approx(latency + 2 * bw_alone, rel=1e-6)
 
@@ -215,7 +216,7 @@ def test_fabric_comm_model_sees_rail_contention() -> None:
     m = FabricCommModel(algo="ring")
     chip = get_chip("h100-sxm")
     tp = m.collective_time_s(chip, "hgx", "all_reduce", S, GroupLayout(8, 8, 1))
-    assert tp == pytest.approx(2 * 7 / 8 * S / (450e9 * 0.82), rel=0.01)
+    assert tp == pytest.approx(2 * 7 / 8 * S / (450e9 * 0.82), rel=0.015)  # + 14 Simple steps of 3.4 us
     one = m.collective_time_s(chip, "hgx", "all_reduce", S, GroupLayout(64, 1, 1))
     eight = m.collective_time_s(chip, "hgx", "all_reduce", S, GroupLayout(64, 1, 8))
     assert eight >= one * (1 - 1e-12)

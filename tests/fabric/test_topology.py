@@ -95,7 +95,7 @@ def test_bad_config_raises_spec_error_naming_the_field() -> None:
         ({"chip": "h100-sxm", "count": 8, "system": "trn2"}, "system"),
         ({"chip": "h100-sxm", "count": 8, "tiers": 4}, "tiers"),
         ({"chip": "h100-sxm", "count": 8, "oversubscription": 0.5}, "oversubscription"),
-        ({"chip": "h100-sxm", "count": 8, "routing": "adaptive"}, "routing"),
+        ({"chip": "h100-sxm", "count": 8, "routing": "valiant"}, "routing"),
         ({"chip": "h100-sxm", "count": 8, "nic": "cx9"}, "nic"),
         ({"chip": "h100-sxm", "count": 8, "colour": "red"}, "colour"),
         ({"count": 8}, "chip"),

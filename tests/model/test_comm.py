@@ -111,3 +111,14 @@ def test_one_collective_op_table_on_the_wire() -> None:
     assert convert.OP_ENUMS["all_to_all"] == fabric_pb2.COLLECTIVE_OP_ALL_TO_ALL
     assert {convert.OP_NAMES[v]: v for v in convert.OP_ENUMS.values()} == convert.OP_ENUMS
     assert set(fabric_pb2.CollectiveOp.values()) - set(convert.OP_NAMES) == {fabric_pb2.COLLECTIVE_OP_UNSPECIFIED}
+
+
+def test_scaleup_fraction_is_the_chips_own() -> None:
+    """A100 uses its own sourced 0.78 (NCCL's 235 GB/s cap), not H100's calibrated 0.82; switchable off."""
+    s = float(2**30)
+    layout = GroupLayout(8, 8, 1)
+    a100 = M.collective_time_s(get_chip("a100-80gb"), "hgx", "all_reduce", s, layout)
+    assert 1.75 * s / a100 == pytest.approx(300e9 * 0.78, rel=0.01)
+    plain = AlphaBetaCommModel(chip_overrides=False).collective_time_s(get_chip("a100-80gb"), "hgx", "all_reduce",
+                                                                       s, layout)
+    assert 1.75 * s / plain == pytest.approx(300e9 * 0.82, rel=0.01)

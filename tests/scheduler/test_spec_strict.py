@@ -146,6 +146,9 @@ def test_estimate_only_fields_are_refused_with_a_hint() -> None:
     with pytest.raises(InvalidArgument) as err:
         spec_to_proto({**SPEC, "cost": {"energy_price_usd_per_kwh": 0.1}})
     assert err.value.field == "spec.cost" and "remove it to submit" in str(err.value)
+    with pytest.raises(InvalidArgument) as err:  # a live job runs on the cluster's own fabric
+        spec_to_proto({**SPEC, "network": {"routing": "spray"}})
+    assert err.value.field == "spec.network" and "remove it to submit" in str(err.value)
 
 
 def test_a_job_carries_every_parallelism_field_of_the_estimate() -> None:

@@ -127,8 +127,8 @@ def test_names_are_checked_when_the_config_loads() -> None:
         SchedulerConfig(placement="random")
     with pytest.raises(ConfigError, match="allowed: llama3, off"):
         load(SchedulerConfig, env={"GIGACLUSTER_FAILURE_MODEL": "chaos"})
-    with pytest.raises(ConfigError, match="allowed: ecmp, spray"):
-        load(FabricConfig, flags={"routing": "adaptive"}, env={})
+    with pytest.raises(ConfigError, match="allowed: adaptive, ecmp, spray"):
+        load(FabricConfig, flags={"routing": "valiant"}, env={})
     with pytest.raises(ConfigError, match="cannot import"):
         SchedulerConfig(placement="no_such_module_xyz:Policy")
     with pytest.raises(ConfigError, match="import paths"):

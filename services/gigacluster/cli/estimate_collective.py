@@ -13,8 +13,10 @@ import re
 import sys
 from typing import Any
 
+from gigacluster.fabric.collectives import ALGORITHMS
 from gigacluster.fabric.estimate import estimate_collective
 from gigacluster.model import SpecError
+from gigacluster.model.network_spec import DEFAULT_ROUTING, ROUTINGS
 
 _UNITS = {
     "": 1, "b": 1,
@@ -38,6 +40,23 @@ def parse_bytes(text: str) -> float:
     return value
 
 
+def algo_help() -> str:
+    """``--algo`` help built from the algorithm registry: each name with the ops it runs."""
+    seen: dict[int, list[str]] = {}
+    for name, algo in ALGORITHMS.items():
+        seen.setdefault(id(algo), []).append(name)
+    parts = []
+    for names in seen.values():
+        algo = ALGORITHMS[names[0]]
+        alias = f" (= {', '.join(names[1:])})" if len(names) > 1 else ""
+        parts.append(f"{names[0]}{alias}: {', '.join(algo.ops)}")
+    return ("force an algorithm (default: the fastest of those NCCL/RCCL ship for the op, size and topology); "
+            + "; ".join(parts) + ". one_shot, and direct for reduce_scatter, all_gather and all_reduce, need all "
+            "ranks in one full-mesh domain (MI300X-class); nvls one NVSwitch-3+ domain (H100 and later); "
+            "rail_rings and hierarchical >= 2 domains holding equal shares; halving_doubling a power-of-two "
+            "count. An algorithm that cannot run the request is refused with the ones that can")
+
+
 def register(subparsers: Any) -> None:
     """Add the ``collective`` command under ``gigacluster estimate``."""
     p = subparsers.add_parser(
@@ -51,13 +70,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chip", required=True, help="chip type from the catalog, e.g. h100-sxm, trainium2")
     p.add_argument("--count", required=True, type=int, help="number of ranks (one per chip)")
     p.add_argument("--system", default=None, help="scale-up system (default: the chip's default system)")
-    p.add_argument("--algo", default=None,
-                   help="force an algorithm: ring, tree, hierarchical, halving_doubling, direct")
+    p.add_argument("--algo", default=None, help=algo_help())
     p.add_argument("--nic", default=None, help="NIC part (nic400, thor-ultra); default: the chip's own NIC rate")
     p.add_argument("--switch", default="tomahawk5", help="fat-tree switch (tomahawk5, tomahawk6, tomahawk-ultra)")
     p.add_argument("--tiers", type=int, default=None, help="fat-tree tiers, 2 or 3 (default: 2, or 3 if needed)")
     p.add_argument("--oversubscription", type=float, default=1.0, help="leaf down:up port ratio (default 1)")
-    p.add_argument("--routing", default="ecmp", help="ecmp or spray")
+    p.add_argument("--routing", default=DEFAULT_ROUTING,
+                   help=f"{', '.join(ROUTINGS)} (default {DEFAULT_ROUTING}, as clusters at scale run)")
+    p.add_argument("--nics-per-node", type=int, default=0, dest="nics_per_node",
+                   help="NICs per scale-up domain (default: one per chip)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(handler=run)
 
@@ -66,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the estimate; exit code 2 with the field's message on bad input."""
     try:
         size = parse_bytes(args.bytes_)
-        kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch,
+        kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch, "nics_per_node": args.nics_per_node,
                               "oversubscription": args.oversubscription, "routing": args.routing}
         try:
             est = estimate_collective(args.op, size, args.chip, args.count, system=args.system, algo=args.algo,

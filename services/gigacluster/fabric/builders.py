@@ -17,6 +17,7 @@ import numpy as np
 
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
+from gigacluster.model.comm import scaleup_bus_fraction
 
 if TYPE_CHECKING:
     from gigacluster.fabric.topology import TopologyConfig
@@ -73,6 +74,12 @@ class BuildContext:
     ports: int
 
 
+def _scaleup_efficiency(chip: str, sysm: Any) -> float:
+    """The chip's own scale-up bus fraction (catalog ``efficiency.comm.chips``), else the system's link efficiency."""
+    own = scaleup_bus_fraction(chip)
+    return own if own is not None else _f(sysm.params.get("link_efficiency", 1.0))
+
+
 def context(cfg: TopologyConfig) -> BuildContext:
     chip = catalog.get_chip(cfg.chip)
     sysm = catalog.get_system(str(cfg.system))
@@ -83,6 +90,8 @@ def context(cfg: TopologyConfig) -> BuildContext:
     sw = net["switches"][cfg.switch]
     nic_part = net["nics"][cfg.nic] if cfg.nic is not None else net["nics"]["nic400"]
     nic_bps = _f(nic_part["bps"]) if cfg.nic is not None else chip.nic_bps
+    if cfg.nics_per_node:  # fewer NICs than chips: the chips of a domain share them (PXN), rail by rail
+        nic_bps *= min(1.0, cfg.nics_per_node / sysm.chips)
     ports = int(_f(sw["capacity_bps"]) // nic_bps)
     if ports < 4:
         raise SpecError("switch", f"{cfg.switch} has only {ports} ports at {nic_bps / 1e9:.0f} Gb/s")
@@ -91,7 +100,7 @@ def context(cfg: TopologyConfig) -> BuildContext:
         chip_local=chips % dom, prop=_f(net["propagation_s_per_m"]),
         cable={k: _f(v) for k, v in net["cable_m"].items()}, sw_lat=_f(sw["latency_s"]), nic_bps=nic_bps,
         nic_lat=_f(nic_part["latency_s"]), nic_eff=_f(net.get("nic_efficiency", 1.0)),
-        su_eff=_f(sysm.params.get("link_efficiency", 1.0)), port_Bps=nic_bps / 8.0, ports=ports,
+        su_eff=_scaleup_efficiency(cfg.chip, sysm), port_Bps=nic_bps / 8.0, ports=ports,
     )
 
 

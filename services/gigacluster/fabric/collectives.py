@@ -10,9 +10,11 @@ all-to-all phase is independent flows, since each pair finishes on its own.
 
 Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
 
-    time = bytes_per_hop / rate + steps * (path latency + per-step cost) [+ launch cost, phase 0]
+    time = wire bytes_per_hop / rate + steps * (path latency + protocol step cost) [+ launch cost, phase 0]
 
-Algorithms (registry :data:`ALGORITHMS`, keyed by name; ``tree`` is the double binary tree):
+with the protocol (LL, LL128, Simple: :mod:`gigacluster.fabric.protocols`) chosen per algorithm by
+the same cost. Algorithms (:mod:`gigacluster.fabric.algorithms`, registry :data:`ALGORITHMS`;
+``tree`` is the double binary tree, also named ``double_binary_tree``):
 
 ==================  ============================  ==============================  =========
 algorithm           ops                           bytes per hop                   steps
@@ -20,19 +22,23 @@ algorithm           ops                           bytes per hop                 
 ring                all_reduce                    2(n-1)/n * S                    2(n-1)
 ring                reduce_scatter, all_gather    (n-1)/n * S                     n-1
 ring                broadcast (a pipelined chain) S                               n-1
+rail_rings          AR, RS, AG across domains     as ring, S/m per ring, m rings  as ring
 tree                all_reduce                    S/2 per tree edge, both ways    2 depth
+nvls                all_reduce, one NVSwitch 3+   (1 + 1/n) S per GPU link        2
 hierarchical        all_reduce                    intra RS, inter ring AR, intra AG (3 phases)
 halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back         2 log2 n
 direct              all_to_all                    S/n per ordered pair            1
 direct              send_recv (2 ranks)           S                               1
+direct              RS, AG; AR (two-shot), mesh   S/n per ordered pair (per shot) 1 per shot
+one_shot            all_reduce, full mesh         S per ordered pair              1
 ==================  ============================  ==============================  =========
 
 The ring visits the ranks in the order given (pass them domain-major, as chip ids are, for the
-NCCL-like ring that crosses each domain boundary once). Selection: a forced name, or the
-:class:`FastestPolicy` (the default, registry :data:`POLICIES`) that costs every algorithm that
-supports the op, rank count and topology with the contention-free model above and takes the
-fastest; so small messages pick the tree or halving-doubling (fewer latency steps) and large
-ones the ring or the hierarchical ring (least bytes on the slowest links).
+NCCL-like ring that crosses each domain boundary once). Selection: a forced name, or a policy
+(registry :data:`POLICIES`) that costs every algorithm it considers with the contention-free
+model above and takes the fastest: :class:`LibraryPolicy` (the default: what NCCL and RCCL ship),
+:class:`FastestPolicy` (also halving-doubling and the hierarchical ring), or the ring only. So
+small messages pick the tree or one-shot on LL and large ones NVLS, direct or the rings on Simple.
 
 algbw and busbw follow nccl-tests (doc/PERFORMANCE.md): ``algbw = S / time``; ``busbw = algbw *
 bus_factor(op, n)`` with factor 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter, all-gather
@@ -47,233 +53,88 @@ from typing import ClassVar
 
 import numpy as np
 
+from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan, Phase
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, launch_s, protocols
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
-from gigacluster.hw import catalog
 from gigacluster.model import SpecError
 from gigacluster.model.comm import OPS, bus_factor
 from gigacluster.model.comm import check_op as _check_op
 from gigacluster.registry import Registry
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Phase:
-    """Sub-flows ``src[i] -> dst[i]`` (chip ids) that each carry ``bytes_per_hop`` bytes.
-
-    ``flow_of`` (optional) groups the sub-flows of a lockstep phase into several max-min flows, one
-    per copy of a collective planned for many groups at once (:mod:`gigacluster.fabric.groups`).
-    """
-
-    src: np.ndarray
-    dst: np.ndarray
-    bytes_per_hop: float
-    steps: int
-    lockstep: bool = True
-    flow_of: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.src.shape != self.dst.shape:
-            raise ValueError("src and dst must have the same shape")
-        if self.bytes_per_hop < 0 or self.steps < 0:
-            raise ValueError("bytes_per_hop and steps must be >= 0")
-        if self.flow_of is not None and self.flow_of.shape != self.src.shape:
-            raise ValueError("flow_of must give one flow per sub-flow")
-
-    @property
-    def n_subflows(self) -> int:
-        return int(self.src.size)
-
-    @property
-    def n_flows(self) -> int:
-        """Max-min flows of the phase: 1 if lockstep (one per copy with ``flow_of``), else one per sub-flow."""
-        if self.flow_of is not None:
-            return int(self.flow_of.max()) + 1 if self.flow_of.size else 0
-        return (1 if self.n_subflows else 0) if self.lockstep else self.n_subflows
-
-    def flow_index(self) -> np.ndarray:
-        """The max-min flow (0 .. n_flows - 1) each sub-flow belongs to."""
-        if self.flow_of is not None:
-            return self.flow_of
-        k = self.n_subflows
-        return np.zeros(k, dtype=np.int64) if self.lockstep else np.arange(k, dtype=np.int64)
+def collective_constants(proto: str = DEFAULT_PROTOCOL) -> tuple[float, float]:
+    """(launch_s, step_s): the catalog's per-call cost and the per-step cost of protocol ``proto``."""
+    return launch_s(), get_protocol(proto).step_s
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class CollectivePlan:
-    """A collective as phases run back to back."""
-
-    op: str
-    algorithm: str
-    ranks: np.ndarray
-    bytes_: float
-    phases: tuple[Phase, ...]
+def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
+    """``phases`` run with protocol ``proto``: wire bytes = payload / its wire efficiency."""
+    eff = get_protocol(proto).wire_efficiency
+    return [dataclasses.replace(p, bytes_per_hop=p.bytes_per_hop / eff, proto=proto) for p in phases]
 
 
-def _ring_edges(ranks: np.ndarray, closed: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    src = ranks
-    dst = np.roll(ranks, -1)
-    if not closed:
-        return src[:-1], dst[:-1]
-    return src, dst
+def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topology, *,
+                alive: np.ndarray | None = None,
+                capacity_Bps: np.ndarray | None = None) -> tuple[list[Phase], list[float]]:
+    """Algorithm ``name``'s phases under its fastest protocol, with their contention-free estimates.
+
+    Each phase is routed once; its cost under every protocol follows from the same rate and path
+    latency (a protocol changes only the wire bytes and the step cost)."""
+    algo = ALGORITHMS[name]
+    base = algo.phases(op, ranks, bytes_, topo)
+    terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
+    best: tuple[list[Phase], list[float]] | None = None
+    for proto in algo.protocols or tuple(protocols()):
+        phases = with_protocol(base, proto)
+        est = [_phase_cost(p, t, first=(i == 0)) for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
+        if best is None or sum(est) < sum(best[1]):
+            best = (phases, est)
+    assert best is not None
+    return best
 
 
-class Algorithm:
-    """Base of collective algorithms: which ops it supports and how it decomposes into phases.
-
-    Phases must use only the given ranks, and depend only on their order and on which domain each
-    sits in: a request over many groups plans one group per shape and lays its phases over the
-    others by rank position (:mod:`gigacluster.fabric.groups`).
-    """
-
-    name: ClassVar[str] = ""
-    ops: ClassVar[tuple[str, ...]] = ()
-
-    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        return op in self.ops and ranks.size >= 2
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        raise NotImplementedError
+def plan_label(name: str, phases: Sequence[Phase]) -> str:
+    """The algorithm as reported: ``ring`` for Simple, ``ring/ll`` or ``ring/ll128`` otherwise."""
+    proto = phases[0].proto if phases else DEFAULT_PROTOCOL
+    return name if proto == DEFAULT_PROTOCOL else f"{name}/{proto}"
 
 
-class Ring(Algorithm):
-    """Pipelined ring (a chain for broadcast) in the order the ranks are given."""
-
-    name = "ring"
-    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        n = ranks.size
-        if op == "broadcast":
-            s, d = _ring_edges(ranks, closed=False)
-            return [Phase(s, d, bytes_, n - 1)]
-        s, d = _ring_edges(ranks)
-        if op == "all_reduce":
-            return [Phase(s, d, 2.0 * (n - 1) / n * bytes_, 2 * (n - 1))]
-        return [Phase(s, d, (n - 1) / n * bytes_, n - 1)]
-
-
-class DoubleBinaryTree(Algorithm):
-    """NCCL's double binary tree: two complementary trees, each reducing and broadcasting S/2.
-
-    Tree 1 is the heap-ordered binary tree over rank positions; tree 2 is the same tree over the
-    positions shifted by one, so most interior ranks of one tree are leaves of the other.
-    """
-
-    name = "tree"
-    ops = ("all_reduce",)
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        n = ranks.size
-        pos = np.arange(1, n)
-        parent = (pos - 1) // 2
-        srcs, dsts = [], []
-        for shift in (0, 1):
-            child = ranks[(pos + shift) % n]
-            par = ranks[(parent + shift) % n]
-            srcs += [child, par]  # reduce up, broadcast down, pipelined together
-            dsts += [par, child]
-        depth = int(np.ceil(np.log2(n + 1)))
-        return [Phase(np.concatenate(srcs), np.concatenate(dsts), bytes_ / 2.0, 2 * depth)]
+def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
+                capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
+    """(rate B/s of the phase's slowest flow, slowest path latency s) on the intact or given fabric;
+    rate 0 when some sub-flow has no live path, inf when no link carries bytes."""
+    if phase.n_subflows == 0:
+        return float("inf"), 0.0
+    r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
+    if not r.ok.all():
+        return 0.0, 0.0
+    path_s = float(r.latency_s.max())
+    if r.e_link.size == 0:
+        return float("inf"), path_s
+    cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
+    # per used link only (a bincount over every link cost O(topology) per phase)
+    used, inv = np.unique(r.e_link, return_inverse=True)
+    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
+    if phase.lockstep:
+        return float((cap[used] / load).min()), path_s
+    per_entry = cap[r.e_link] / load[inv]
+    rate_f = np.full(phase.n_subflows, np.inf)
+    np.minimum.at(rate_f, r.e_flow, per_entry)
+    return float(rate_f.min()), path_s
 
 
-class Hierarchical(Algorithm):
-    """Reduce-scatter inside each domain, ring all-reduce across domains per rail, all-gather inside.
-
-    Needs at least two domains, each holding the same number (>= 1) of the ranks.
-    """
-
-    name = "hierarchical"
-    ops = ("all_reduce",)
-
-    @staticmethod
-    def _grid(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
-        dom = topo.chip_domain[ranks]
-        order = np.argsort(dom, kind="stable")
-        doms, counts = np.unique(dom, return_counts=True)
-        if doms.size < 2 or counts.min() != counts.max():
-            return None
-        return ranks[order].reshape(doms.size, counts[0])
-
-    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        return super().supports(op, ranks, topo) and self._grid(ranks, topo) is not None
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        grid = self._grid(ranks, topo)
-        if grid is None:
-            raise SpecError("algo", "hierarchical needs >= 2 domains holding the same number of ranks")
-        g, m = grid.shape
-        out = []
-        if m > 1:
-            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
-            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
-        s, d = grid.ravel(), np.roll(grid, -1, axis=0).ravel()
-        out.append(Phase(s, d, 2.0 * (g - 1) / g * bytes_ / m, 2 * (g - 1)))
-        if m > 1:
-            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
-            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
-        return out
-
-
-class HalvingDoubling(Algorithm):
-    """Rabenseifner: recursive-halving reduce-scatter, then recursive-doubling all-gather.
-
-    Partners at distance 1, 2, 4, ... exchange S/2, S/4, ... so the largest exchanges stay
-    between neighbouring ranks (inside a domain when ranks are domain-major).
-    """
-
-    name = "halving_doubling"
-    ops = ("all_reduce", "reduce_scatter", "all_gather")
-
-    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        n = ranks.size
-        return super().supports(op, ranks, topo) and (n & (n - 1)) == 0
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        n = ranks.size
-        if n & (n - 1):
-            raise SpecError("algo", f"halving_doubling needs a power-of-two rank count, got {n}")
-        idx = np.arange(n)
-        k_steps = int(np.log2(n))
-        halving = [Phase(ranks, ranks[idx ^ (1 << k)], bytes_ / 2 ** (k + 1), 1) for k in range(k_steps)]
-        if op == "reduce_scatter":
-            return halving
-        doubling = halving[::-1]
-        return doubling if op == "all_gather" else halving + doubling
-
-
-class Direct(Algorithm):
-    """Every rank sends straight to each peer: all-to-all (S/n per pair) and send/recv."""
-
-    name = "direct"
-    ops = ("all_to_all", "send_recv")
-
-    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        if op == "send_recv":
-            return ranks.size == 2
-        return super().supports(op, ranks, topo)
-
-    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
-        n = ranks.size
-        if op == "send_recv":
-            return [Phase(ranks[:1], ranks[1:2], bytes_, 1)]
-        s = np.repeat(ranks, n)
-        d = np.tile(ranks, n)
-        keep = s != d
-        return [Phase(s[keep], d[keep], bytes_ / n, 1, lockstep=False)]
-
-
-ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
-                                           accepts=lambda o: isinstance(o, Algorithm))
-"""Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
-for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), HalvingDoubling(), Direct()):
-    ALGORITHMS.register(_algo.name, _algo)
-ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])
-
-
-def collective_constants() -> tuple[float, float]:
-    """(launch_s, step_s): the catalog's per-call and per-step software costs."""
-    net = catalog.network()
-    return float(net.get("collective_launch_s", 0.0)), float(net.get("collective_step_s", 0.0))
+def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
+    """Time of ``phase`` from its routed terms: bandwidth + steps x (path latency + step cost) (+ launch)."""
+    rate, path_s = terms
+    launch, step_s = collective_constants(phase.proto)
+    lat = launch if first else 0.0
+    if phase.n_subflows == 0:
+        return lat
+    if rate == 0.0:
+        return float("inf")
+    lat += phase.steps * (path_s + step_s)
+    return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
 
 
 def phase_estimate_s(
@@ -281,27 +142,7 @@ def phase_estimate_s(
     capacity_Bps: np.ndarray | None = None,
 ) -> float:
     """Contention-free time of one phase: bandwidth term + latency terms (+ launch if first)."""
-    launch_s, step_s = collective_constants()
-    lat = launch_s if first else 0.0
-    if phase.n_subflows == 0:
-        return lat
-    r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
-    if not r.ok.all():
-        return float("inf")
-    cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
-    lat += phase.steps * (float(r.latency_s.max()) + step_s)
-    if r.e_link.size == 0 or phase.bytes_per_hop == 0:
-        return lat
-    # per used link only (a bincount over every link cost O(topology) per phase)
-    used, inv = np.unique(r.e_link, return_inverse=True)
-    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
-    if phase.lockstep:
-        rate = float((cap[used] / load).min())
-        return lat + phase.bytes_per_hop / rate
-    per_entry = cap[r.e_link] / load[inv]
-    rate_f = np.full(phase.n_subflows, np.inf)
-    np.minimum.at(rate_f, r.e_flow, per_entry)
-    return lat + phase.bytes_per_hop / float(rate_f.min())
+    return _phase_cost(phase, phase_terms(phase, topo, alive=alive, capacity_Bps=capacity_Bps), first=first)
 
 
 def plan_estimate_s(plan: CollectivePlan, topo: Topology, *, alive: np.ndarray | None = None) -> float:
@@ -322,6 +163,8 @@ class FastestPolicy(SelectionPolicy):
     """Cost every supporting algorithm with the contention-free model; take the fastest."""
 
     name = "fastest"
+    names: ClassVar[tuple[str, ...]] = (
+        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot", "nvls")
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -332,32 +175,48 @@ class FastestPolicy(SelectionPolicy):
         None, None)`` when none applies."""
         best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
         best_t = float("inf")
-        for name in ("ring", "tree", "hierarchical", "halving_doubling", "direct"):
+        for name in self.names:
             algo = ALGORITHMS[name]
             if not algo.supports(op, ranks, topo):
                 continue
-            phases = algo.phases(op, ranks, bytes_, topo)
-            est = [phase_estimate_s(p, topo, first=(i == 0)) for i, p in enumerate(phases)]
+            phases, est = plan_phases(name, op, ranks, bytes_, topo)
             t = sum(est)
             if t < best_t:
                 best, best_t = (name, phases, est), t
         return best
 
 
+class LibraryPolicy(FastestPolicy):
+    """The fastest of the algorithms NCCL and RCCL ship (the default): ring, the rail-aligned
+    multi-channel rings across domains, the double binary tree, NVLS, and RCCL's direct and one-shot
+    on a full mesh; not halving-doubling nor the three-phase hierarchical ring, which neither
+    library runs, so estimates compare with nccl-tests and rccl-tests as published."""
+
+    name = "library"
+    names = ("ring", "rail_rings", "tree", "nvls", "direct", "one_shot")
+
+
+DEFAULT_POLICY = LibraryPolicy.name
+
+
 class RingOnlyPolicy(SelectionPolicy):
-    """Always the ring where it applies (direct otherwise): NCCL with NCCL_ALGO=Ring."""
+    """Always the ring where it applies (NCCL with NCCL_ALGO=Ring): rail-aligned rings across domains
+    holding equal shares of the ranks, one ring otherwise, direct for the ops a ring cannot run."""
 
     name = "ring"
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
-        return "ring" if ALGORITHMS["ring"].supports(op, ranks, topo) else "direct"
+        for name in ("rail_rings", "ring"):
+            if ALGORITHMS[name].supports(op, ranks, topo):
+                return name
+        return "direct"
 
 
 POLICIES: Registry[SelectionPolicy] = Registry("policy", field="policy",
                                                group="gigacluster.collective_policies",
                                                accepts=lambda o: isinstance(o, SelectionPolicy))
 """Algorithm selection policies (instances) by name."""
-for _pol in (FastestPolicy(), RingOnlyPolicy()):
+for _pol in (FastestPolicy(), LibraryPolicy(), RingOnlyPolicy()):
     POLICIES.register(_pol.name, _pol)
 
 
@@ -394,30 +253,36 @@ def choose_algorithm(op: str, ranks: np.ndarray, bytes_: float, topo: Topology, 
 
 def plan_collective(
     op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, topo: Topology, *, algo: str | None = None,
-    policy: str = "fastest",
+    policy: str = DEFAULT_POLICY,
 ) -> CollectivePlan:
     """Validate the request and decompose it into phases (forced ``algo`` or ``policy``'s choice)."""
     r = check_request(op, ranks, bytes_, topo)
     if r.size == 1:
         return CollectivePlan(op, algo or "none", r, float(bytes_), ())
     name = choose_algorithm(op, r, float(bytes_), topo, algo=algo, policy=policy)
-    phases = ALGORITHMS[name].phases(op, r, float(bytes_), topo)
-    return CollectivePlan(op, name, r, float(bytes_), tuple(phases))
+    phases, _ = plan_phases(name, op, r, float(bytes_), topo)
+    return CollectivePlan(op, plan_label(name, phases), r, float(bytes_), tuple(phases))
 
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_POLICY",
     "OPS",
     "POLICIES",
     "Algorithm",
     "CollectivePlan",
     "FastestPolicy",
+    "LibraryPolicy",
     "Phase",
     "SelectionPolicy",
     "bus_factor",
     "check_request",
     "choose_algorithm",
     "phase_estimate_s",
+    "phase_terms",
     "plan_collective",
     "plan_estimate_s",
+    "plan_label",
+    "plan_phases",
+    "with_protocol",
 ]

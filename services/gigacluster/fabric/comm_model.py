@@ -21,6 +21,7 @@ from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
 from gigacluster.hw import catalog
 from gigacluster.hw.catalog import Chip
 from gigacluster.model import SpecError
+from gigacluster.model.network_spec import DEFAULT_ROUTING
 
 
 class _Layout(Protocol):
@@ -33,12 +34,14 @@ class FabricCommModel:
     """CommModel whose collective times come from FlowSim on a representative topology.
 
     ``algo`` forces an algorithm (default: the fastest-policy choice per collective); the other
-    keywords are :class:`TopologyConfig` fields for the scale-out network.
+    keywords are :class:`TopologyConfig` fields for the scale-out network (``routing`` defaults to
+    adaptive, as a training spec's ``network`` section does).
     """
 
     def __init__(self, *, algo: str | None = None, **topo_kw: Any) -> None:
         self.algo = algo
         self.topo_kw = dict(topo_kw)
+        self.topo_kw.setdefault("routing", DEFAULT_ROUTING)
         self._topos: dict[tuple[Any, ...], Topology] = {}
         self._times: dict[tuple[Any, ...], float] = {}
 

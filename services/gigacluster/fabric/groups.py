@@ -32,14 +32,16 @@ import numpy as np
 
 from gigacluster.fabric import FlowCancelledError
 from gigacluster.fabric.collectives import (
-    ALGORITHMS,
+    DEFAULT_POLICY,
     POLICIES,
     FastestPolicy,
     Phase,
     check_request,
     choose_algorithm,
-    phase_estimate_s,
+    plan_label,
+    plan_phases,
 )
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL
 from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
 
@@ -57,6 +59,8 @@ class Template:
     steps: tuple[int, ...]
     lockstep: tuple[bool, ...]
     est_s: tuple[float, ...]
+    protos: tuple[str, ...] = ()
+    flow_idx: tuple[np.ndarray | None, ...] = ()  # a lockstep phase's own flows (rail_rings: one per ring)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -113,7 +117,7 @@ class GroupPlanner:
     ran) and touches only its own cache, under a lock.
     """
 
-    def __init__(self, topo: Topology, *, policy: str = "fastest", cache_size: int = PLAN_CACHE_SIZE) -> None:
+    def __init__(self, topo: Topology, *, policy: str = DEFAULT_POLICY, cache_size: int = PLAN_CACHE_SIZE) -> None:
         self.topo = topo
         self.policy = policy
         self.cache_size = cache_size
@@ -166,7 +170,7 @@ class GroupPlanner:
 def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy: str, topo: Topology,
               alive: np.ndarray, capacity_Bps: np.ndarray, pristine: bool) -> Template:
     if rep.size == 1:
-        return Template(algo or "none", (), (), (), (), (), ())
+        return Template(algo or "none", (), (), (), (), (), (), (), ())
     chooser = POLICIES.lookup(policy)
     phases: list[Phase] | None = None
     est: tuple[float, ...] = ()
@@ -175,9 +179,8 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         est = tuple(est_list or ())
     if phases is None:
         name = choose_algorithm(op, rep, bytes_, topo, algo=algo, policy=policy)
-        phases = ALGORITHMS[name].phases(op, rep, bytes_, topo)
-        est = tuple(phase_estimate_s(p, topo, alive=alive, first=(i == 0), capacity_Bps=capacity_Bps)
-                    for i, p in enumerate(phases))
+        phases, est_l = plan_phases(name, op, rep, bytes_, topo, alive=alive, capacity_Bps=capacity_Bps)
+        est = tuple(est_l)
     pos = np.argsort(rep)
     sorted_rep = rep[pos]
 
@@ -188,11 +191,12 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         return pos[at]
 
     return Template(
-        name,
+        plan_label(name, phases),
         tuple(index(p.src) for p in phases),
         tuple(index(p.dst) for p in phases),
         tuple(float(p.bytes_per_hop) for p in phases), tuple(int(p.steps) for p in phases),
-        tuple(bool(p.lockstep) for p in phases), est,
+        tuple(bool(p.lockstep) for p in phases), est, tuple(p.proto for p in phases),
+        tuple(p.flow_of for p in phases),
     )
 
 
@@ -200,10 +204,18 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
     """A template laid over copies ``ranks`` (rows x n): each phase's sub-flows for every copy at once."""
     g = ranks.shape[0]
     phases = []
-    for si, di, b, st, ls in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps, tpl.lockstep, strict=True):
+    protos = tpl.protos or (DEFAULT_PROTOCOL,) * len(tpl.steps)
+    flows = tpl.flow_idx or (None,) * len(tpl.steps)
+    for si, di, b, st, ls, pr, fi in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps, tpl.lockstep,
+                                         protos, flows, strict=True):
         k = si.size
-        flow_of = np.repeat(np.arange(g, dtype=np.int64), k) if ls and g > 1 else None
-        phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of))
+        flow_of = None
+        if ls and fi is not None:  # copy j's own flows follow copy j-1's
+            per = int(fi.max()) + 1 if fi.size else 1
+            flow_of = (np.arange(g, dtype=np.int64)[:, None] * per + fi[None, :]).ravel()
+        elif ls and g > 1:
+            flow_of = np.repeat(np.arange(g, dtype=np.int64), k)
+        phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr))
     return GroupsPlan(op, tpl.algorithm, rows, ranks, bytes_, tuple(phases), tpl.est_s)
 
 

@@ -7,7 +7,11 @@ the crossing flows and adds their latency, registered in :data:`ROUTING_MODES` (
 * ``ecmp``: one tier-2 switch per flow, ``j = h mod A`` among the live choices, then core
   ``c = h' mod C`` in plane ``j`` (equal-cost multi-path on a flow hash);
 * ``spray``: packet spraying, the flow spread evenly over every live tier-2 choice (coefficient
-  ``1/A`` on each), the core hop in each plane still chosen by hash.
+  ``1/A`` on each), the core hop in each plane still chosen by hash;
+* ``adaptive``: adaptive routing (NVIDIA Spectrum-X, Broadcom Tomahawk 5 cognitive routing, Thor
+  Ultra): each packet or flowlet takes the least-loaded tier-2 choice. In a fluid flow model that
+  balance is the even spread, so it is computed as ``spray``; the two differ on real fabrics in
+  reordering and in reaction time, which this model does not represent.
 
 This module holds no import of the topology builder at run time, so the topology's config can
 check its ``routing`` name here without a cycle.
@@ -120,6 +124,7 @@ def ecmp(c: Crossing) -> None:
         c.latency[cross[op]] += lat_of[u3] + lat_of[d3]
 
 
+@ROUTING_MODES.register("adaptive")
 @ROUTING_MODES.register("spray")
 def spray(c: Crossing) -> None:
     """Packet spraying: every eligible tier-2 choice carries 1/count of the flow."""

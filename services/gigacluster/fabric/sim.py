@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
-from gigacluster.fabric.collectives import CollectivePlan, Phase, collective_constants
+from gigacluster.fabric.collectives import DEFAULT_POLICY, CollectivePlan, Phase, collective_constants
 from gigacluster.fabric.flows import (
     DEFAULT_CLASSES,
     EVENT_KINDS,
@@ -70,7 +70,7 @@ class FlowSim:
     """Event-driven max-min flow simulator of one topology, in virtual seconds."""
 
     def __init__(
-        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = "fastest",
+        self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = DEFAULT_POLICY,
         incremental: bool = True,
     ) -> None:
         self.topo = topo
@@ -386,7 +386,7 @@ class FlowSim:
             return self._fail(g, t, NoPathError(
                 f"no live path from chip {int(ph.src[bad])} to chip {int(ph.dst[bad])}",
                 src_chip=int(ph.src[bad]), dst_chip=int(ph.dst[bad])))
-        launch_s, step_s = collective_constants() if g.overhead else (0.0, 0.0)
+        launch_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
         lat = ph.steps * ((float(r.latency_s.max()) if k else 0.0) + step_s)
         g.phase_lat_s = lat + (launch_s if g.phase_idx == 0 else 0.0)
         if k == 0 or ph.bytes_per_hop <= 0:

@@ -71,6 +71,7 @@ class TopologyConfig:
     tiers: int = 2
     oversubscription: float = 1.0
     routing: str = "ecmp"
+    nics_per_node: int = 0  # NICs per scale-up domain sharing the chips' scale-out (0: one per chip)
 
     def __post_init__(self) -> None:
         chips = catalog.chip_names()
@@ -103,6 +104,10 @@ class TopologyConfig:
         if not (isinstance(self.oversubscription, int | float) and 1.0 <= self.oversubscription <= 64.0):
             raise SpecError("oversubscription", f"must be a number in [1, 64], got {self.oversubscription!r}")
         ROUTING_MODES.lookup(self.routing)  # UnknownName (a SpecError on "routing") lists the modes
+        if isinstance(self.nics_per_node, bool) or not isinstance(self.nics_per_node, int | np.integer) or not (
+                0 <= self.nics_per_node <= 1024):
+            raise SpecError("nics_per_node", f"must be an integer in [0, 1024] (0: one per chip), got "
+                            f"{str(self.nics_per_node)[:40]!r}")
         dom = sysm.chips
         if self.count > dom and self.count % dom:
             raise SpecError(

@@ -13,7 +13,8 @@ the NICs, all-gather inside the domain)::
 
 with ``bus_factor`` the nccl-tests bus-bandwidth factor (all-reduce 2(n-1)/n; reduce-scatter,
 all-gather, all-to-all (n-1)/n; broadcast, send_recv 1) and the bus bandwidth the per-rank link
-rate times a measured bus fraction (catalog ``efficiency.comm``). ``bytes_`` is the per-rank
+rate times a measured bus fraction (catalog ``efficiency.comm``; a chip's own scale-up fraction under
+``efficiency.comm.chips`` where it has one, e.g. A100, MI300X). ``bytes_`` is the per-rank
 message size as nccl-tests counts it (for all-gather, the gathered output).
 """
 
@@ -125,11 +126,18 @@ def default_comm_params() -> CommParams:
     return CommParams(*(float(c[f.name]) for f in dataclasses.fields(CommParams)))
 
 
+def scaleup_bus_fraction(chip: str) -> float | None:
+    """The chip's own scale-up bus fraction (catalog ``efficiency.comm.chips``), or None if it has none."""
+    v = (_raw()["efficiency"]["comm"].get("chips") or {}).get(chip, {}).get("scaleup_bus_fraction")
+    return None if v is None else float(v)
+
+
 @dataclasses.dataclass(frozen=True)
 class AlphaBetaCommModel:
     """Hierarchical ring alpha-beta model (see module docstring)."""
 
     params: CommParams = dataclasses.field(default_factory=default_comm_params)
+    chip_overrides: bool = True  # apply the chip's own scale-up bus fraction (catalog efficiency.comm.chips)
 
     def scaleup_Bps(self, chip: Chip, system: str) -> float:
         """Per-rank, per-direction scale-up bandwidth inside one domain."""
@@ -144,6 +152,9 @@ class AlphaBetaCommModel:
         if n <= 1 or bytes_ == 0:
             return 0.0
         p = self.params
+        frac = scaleup_bus_fraction(chip.name) if self.chip_overrides else None
+        if frac is not None:
+            p = dataclasses.replace(p, scaleup_bus_fraction=frac)
         sysd = get_system(system)
         r = min(layout.ranks_per_domain, n)
         d = layout.domains

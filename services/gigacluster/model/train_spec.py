@@ -21,6 +21,7 @@ from gigacluster.model.arch import (
     ModelArch,
     arch_from_dict,
 )
+from gigacluster.model.network_spec import NetworkSpec
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "dualpipe")
@@ -28,7 +29,8 @@ TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
 """Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
 A chip runs only the formats its catalog entry lists (``Chip.precisions``)."""
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
-_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost")
+_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost",
+             "network")
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
@@ -108,6 +110,7 @@ class TrainSpec:
     energy_price_usd_per_kwh: float | None = None
     price_per_chip_hour_usd: float | None = None
     name: str = "train"
+    network: NetworkSpec = dataclasses.field(default_factory=NetworkSpec)  # scale-out network (offline estimates)
 
     def __post_init__(self) -> None:
         try:
@@ -273,6 +276,7 @@ class TrainSpec:
             energy_price_usd_per_kwh=cost.get("energy_price_usd_per_kwh"),
             price_per_chip_hour_usd=cost.get("price_per_chip_hour_usd"),
             name=str(d.get("name", "train")),
+            network=NetworkSpec.from_dict(d.get("network")),
         )
 
 

@@ -123,6 +123,7 @@ class TrainEstimate:
             "energy_it_mwh": self.energy_it_mwh,
             "energy_facility_mwh": self.energy_facility_mwh,
             "pue": s.pue,
+            "network": s.network.to_dict(),
             "cost_usd": self.cost_usd,
             "chip_cost_usd": self.chip_cost_usd,
             "energy_cost_usd": self.energy_cost_usd,

@@ -167,7 +167,7 @@ class FabricConfig(CommonConfig):
     switch: str = _f("", "scale-out switch: tomahawk5, tomahawk6 or tomahawk-ultra (empty = chosen from the size)")
     tiers: int = _f(0, "scale-out fat-tree tiers: 2 or 3 (0 = the smallest tree that holds count)")
     oversubscription: float = _f(1.0, "leaf downlink:uplink ratio (1 = non-blocking)")
-    routing: str = _f("ecmp", "ecmp (hash per flow) or spray (packet spraying)")
+    routing: str = _f("ecmp", "ecmp (hash per flow), spray (packet spraying) or adaptive (least-loaded path)")
     inference_priority: str = _f("weighted", "strict or weighted sharing between inference and training")
     inference_weight: float = _f(4.0, "weight of inference flows against training flows (weighted mode)")
     rate_bytes_per_s: float = _f(0.0, "per-tenant fabric bandwidth bucket: bytes per virtual second (0 = off)")

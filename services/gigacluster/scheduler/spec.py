@@ -32,7 +32,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
-    "": ("cost",),
+    "": ("cost", "network"),  # network: a live job runs on the cluster's own fabric (set by `up`)
     "model": ("name",),
 }
 OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")

@@ -1,0 +1,342 @@
+"""Collective algorithms: how one collective decomposes into phases of point-to-point sub-flows.
+
+The registry :data:`ALGORITHMS` holds one instance per algorithm (``ring``, ``tree`` alias
+``double_binary_tree``, ``hierarchical``, ``rail_rings``, ``halving_doubling``, ``direct``,
+``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs, selects and plans them (see
+its docstring for the cost model and the table of algorithms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import ClassVar
+
+import numpy as np
+
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL
+from gigacluster.fabric.topology import Topology
+from gigacluster.hw.catalog import _raw
+from gigacluster.model import SpecError
+from gigacluster.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Phase:
+    """Sub-flows ``src[i] -> dst[i]`` (chip ids) that each carry ``bytes_per_hop`` bytes.
+
+    ``flow_of`` (optional) groups the sub-flows of a lockstep phase into several max-min flows, one
+    per copy of a collective planned for many groups at once (:mod:`gigacluster.fabric.groups`).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes_per_hop: float
+    steps: int
+    lockstep: bool = True
+    flow_of: np.ndarray | None = None
+    proto: str = DEFAULT_PROTOCOL
+
+    def __post_init__(self) -> None:
+        if self.src.shape != self.dst.shape:
+            raise ValueError("src and dst must have the same shape")
+        if self.bytes_per_hop < 0 or self.steps < 0:
+            raise ValueError("bytes_per_hop and steps must be >= 0")
+        if self.flow_of is not None and self.flow_of.shape != self.src.shape:
+            raise ValueError("flow_of must give one flow per sub-flow")
+
+    @property
+    def n_subflows(self) -> int:
+        return int(self.src.size)
+
+    @property
+    def n_flows(self) -> int:
+        """Max-min flows of the phase: 1 if lockstep (one per copy with ``flow_of``), else one per sub-flow."""
+        if self.flow_of is not None:
+            return int(self.flow_of.max()) + 1 if self.flow_of.size else 0
+        return (1 if self.n_subflows else 0) if self.lockstep else self.n_subflows
+
+    def flow_index(self) -> np.ndarray:
+        """The max-min flow (0 .. n_flows - 1) each sub-flow belongs to."""
+        if self.flow_of is not None:
+            return self.flow_of
+        k = self.n_subflows
+        return np.zeros(k, dtype=np.int64) if self.lockstep else np.arange(k, dtype=np.int64)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CollectivePlan:
+    """A collective as phases run back to back."""
+
+    op: str
+    algorithm: str
+    ranks: np.ndarray
+    bytes_: float
+    phases: tuple[Phase, ...]
+
+
+def _ring_edges(ranks: np.ndarray, closed: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    src = ranks
+    dst = np.roll(ranks, -1)
+    if not closed:
+        return src[:-1], dst[:-1]
+    return src, dst
+
+
+class Algorithm:
+    """Base of collective algorithms: which ops it supports and how it decomposes into phases.
+
+    Phases must use only the given ranks, and depend only on their order and on which domain each
+    sits in: a request over many groups plans one group per shape and lays its phases over the
+    others by rank position (:mod:`gigacluster.fabric.groups`).
+    """
+
+    name: ClassVar[str] = ""
+    ops: ClassVar[tuple[str, ...]] = ()
+    protocols: ClassVar[tuple[str, ...]] = ()  # the protocols it runs (empty: every one in the catalog)
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return op in self.ops and ranks.size >= 2
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        raise NotImplementedError
+
+
+class Ring(Algorithm):
+    """Pipelined ring (a chain for broadcast) in the order the ranks are given."""
+
+    name = "ring"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if op == "broadcast":
+            s, d = _ring_edges(ranks, closed=False)
+            return [Phase(s, d, bytes_, n - 1)]
+        s, d = _ring_edges(ranks)
+        if op == "all_reduce":
+            return [Phase(s, d, 2.0 * (n - 1) / n * bytes_, 2 * (n - 1))]
+        return [Phase(s, d, (n - 1) / n * bytes_, n - 1)]
+
+
+class DoubleBinaryTree(Algorithm):
+    """NCCL's double binary tree: two complementary trees, each reducing and broadcasting S/2.
+
+    Tree 1 is the heap-ordered binary tree over rank positions; tree 2 is the same tree over the
+    positions shifted by one, so most interior ranks of one tree are leaves of the other.
+    """
+
+    name = "tree"
+    ops = ("all_reduce",)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        pos = np.arange(1, n)
+        parent = (pos - 1) // 2
+        srcs, dsts = [], []
+        for shift in (0, 1):
+            child = ranks[(pos + shift) % n]
+            par = ranks[(parent + shift) % n]
+            srcs += [child, par]  # reduce up, broadcast down, pipelined together
+            dsts += [par, child]
+        depth = int(np.ceil(np.log2(n + 1)))
+        return [Phase(np.concatenate(srcs), np.concatenate(dsts), bytes_ / 2.0, 2 * depth)]
+
+
+class Hierarchical(Algorithm):
+    """Reduce-scatter inside each domain, ring all-reduce across domains per rail, all-gather inside.
+
+    Needs at least two domains, each holding the same number (>= 1) of the ranks.
+    """
+
+    name = "hierarchical"
+    ops = ("all_reduce",)
+
+    @staticmethod
+    def _grid(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
+        dom = topo.chip_domain[ranks]
+        order = np.argsort(dom, kind="stable")
+        doms, counts = np.unique(dom, return_counts=True)
+        if doms.size < 2 or counts.min() != counts.max():
+            return None
+        return ranks[order].reshape(doms.size, counts[0])
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return super().supports(op, ranks, topo) and self._grid(ranks, topo) is not None
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        grid = self._grid(ranks, topo)
+        if grid is None:
+            raise SpecError("algo", "hierarchical needs >= 2 domains holding the same number of ranks")
+        g, m = grid.shape
+        out = []
+        if m > 1:
+            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
+            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
+        s, d = grid.ravel(), np.roll(grid, -1, axis=0).ravel()
+        out.append(Phase(s, d, 2.0 * (g - 1) / g * bytes_ / m, 2 * (g - 1)))
+        if m > 1:
+            s, d = grid.ravel(), np.roll(grid, -1, axis=1).ravel()
+            out.append(Phase(s, d, (m - 1) / m * bytes_, m - 1))
+        return out
+
+
+class RailRings(Algorithm):
+    """NCCL's multi-channel rings across domains, rail-aligned with PXN: one ring per local rank c of
+    the m ranks a domain holds, each carrying S/m. Ring c visits every domain's ranks starting at
+    local c; its last rank in a domain hands the data over scale-up to local c (PXN), whose NIC
+    sends it on rail c to local c of the next domain. So every ring stays on one rail, the m rings
+    use all m NICs of a domain, and a domain's scale-up links carry the rest. Needs >= 2 domains
+    holding the same number (>= 2) of the ranks.
+    """
+
+    name = "rail_rings"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        grid = Hierarchical._grid(ranks, topo) if super().supports(op, ranks, topo) else None
+        return grid is not None and grid.shape[1] >= 2
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        grid = Hierarchical._grid(ranks, topo)
+        if grid is None or grid.shape[1] < 2:
+            raise SpecError("algo", "rail_rings needs >= 2 domains holding the same number (>= 2) of ranks")
+        g, m = grid.shape
+        n = g * m
+        srcs, dsts, rings = [], [], []
+        for c in range(m):
+            order = np.roll(grid, -c, axis=1)  # every domain's ranks, starting at local c
+            s_in, d_in = order[:, :-1].ravel(), order[:, 1:].ravel()  # along the domain's chain
+            pxn_s, pxn_d = order[:, -1], order[:, 0]  # last of the chain -> local c, over scale-up
+            rail_s, rail_d = order[:, 0], np.roll(order[:, 0], -1)  # local c -> local c of the next domain
+            s = np.concatenate([s_in, pxn_s, rail_s])
+            srcs.append(s)
+            dsts.append(np.concatenate([d_in, pxn_d, rail_d]))
+            rings.append(np.full(s.size, c, dtype=np.int64))
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        return [Phase(np.concatenate(srcs), np.concatenate(dsts), factor * bytes_ / m, steps,
+                      flow_of=np.concatenate(rings))]
+
+
+class HalvingDoubling(Algorithm):
+    """Rabenseifner: recursive-halving reduce-scatter, then recursive-doubling all-gather.
+
+    Partners at distance 1, 2, 4, ... exchange S/2, S/4, ... so the largest exchanges stay
+    between neighbouring ranks (inside a domain when ranks are domain-major).
+    """
+
+    name = "halving_doubling"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        n = ranks.size
+        return super().supports(op, ranks, topo) and (n & (n - 1)) == 0
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if n & (n - 1):
+            raise SpecError("algo", f"halving_doubling needs a power-of-two rank count, got {n}")
+        idx = np.arange(n)
+        k_steps = int(np.log2(n))
+        halving = [Phase(ranks, ranks[idx ^ (1 << k)], bytes_ / 2 ** (k + 1), 1) for k in range(k_steps)]
+        if op == "reduce_scatter":
+            return halving
+        doubling = halving[::-1]
+        return doubling if op == "all_gather" else halving + doubling
+
+
+def _in_one_full_mesh(ranks: np.ndarray, topo: Topology) -> bool:
+    """Whether every rank sits in the same full-mesh scale-up domain (a direct link to each peer)."""
+    return topo.scaleup == "full_mesh" and np.unique(topo.chip_domain[ranks]).size == 1
+
+
+def _pairs(ranks: np.ndarray, bytes_: float) -> Phase:
+    """Every rank sends ``bytes_`` straight to each other rank, in one step."""
+    n = ranks.size
+    s = np.repeat(ranks, n)
+    d = np.tile(ranks, n)
+    keep = s != d
+    return Phase(s[keep], d[keep], bytes_, 1, lockstep=False)
+
+
+class Direct(Algorithm):
+    """Every rank sends straight to each peer: all-to-all and send/recv anywhere; on a full mesh
+    (MI300X-class Infinity Fabric) also reduce-scatter, all-gather (S/n per pair, one step) and the
+    two-shot all-reduce (reduce-scatter then all-gather), which drive all n-1 links of every rank at
+    once as RCCL's direct and multi-ring algorithms do (a ring uses one link of each rank)."""
+
+    name = "direct"
+    ops = ("all_to_all", "send_recv", "reduce_scatter", "all_gather", "all_reduce")
+    _mesh_ops = ("reduce_scatter", "all_gather", "all_reduce")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        if op == "send_recv":
+            return ranks.size == 2
+        if op in self._mesh_ops and not _in_one_full_mesh(ranks, topo):
+            return False
+        return super().supports(op, ranks, topo)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        if op == "send_recv":
+            return [Phase(ranks[:1], ranks[1:2], bytes_, 1)]
+        if op == "all_reduce":
+            return [_pairs(ranks, bytes_ / n), _pairs(ranks, bytes_ / n)]
+        return [_pairs(ranks, bytes_ / n)]
+
+
+class OneShot(Algorithm):
+    """One-shot all-reduce on a full mesh: every rank sends its whole buffer to each peer and reduces
+    locally; one step, n-1 times the bytes, so it wins only for small messages (RCCL's one-shot)."""
+
+    name = "one_shot"
+    ops = ("all_reduce",)
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return super().supports(op, ranks, topo) and _in_one_full_mesh(ranks, topo)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        return [_pairs(ranks, bytes_)]
+
+
+@functools.cache
+def _nvls() -> tuple[frozenset[str], float]:
+    """(chips whose scale-up switch reduces in the switch, NVLS efficiency): catalog ``efficiency.comm.nvls``."""
+    c = _raw()["efficiency"]["comm"].get("nvls") or {}
+    return frozenset(str(x) for x in c.get("chips", ())), float(c.get("efficiency", 1.0))
+
+
+class NVLS(Algorithm):
+    """NVLink SHARP all-reduce (NCCL's NVLS, the default on NVSwitch 3+ from NCCL 2.17): the switch
+    reduces. Each GPU reads its S/n shard reduced from all GPUs (multimem load-reduce: S up, S/n
+    down per GPU) and writes the result once for the switch to multicast (S/n up, S down), so every
+    GPU link carries (1 + 1/n) S each way instead of the ring's 2(n-1)/n S. The flow model has no
+    switch endpoints, so the phase spreads those bytes over pair flows that load each GPU's up and
+    down links exactly that much; the switch path reaches a lower share of the line rate than
+    point-to-point copies (catalog ``efficiency.comm.nvls.efficiency``, on top of the link's).
+    Runs within one switched domain of a chip listed in ``efficiency.comm.nvls.chips``; Simple only.
+    """
+
+    name = "nvls"
+    ops = ("all_reduce",)
+    protocols = (DEFAULT_PROTOCOL,)
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        chips, _ = _nvls()
+        return (super().supports(op, ranks, topo) and topo.scaleup == "switch" and topo.config.chip in chips
+                and np.unique(topo.chip_domain[ranks]).size == 1)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        _, eff = _nvls()
+        per_gpu = (1.0 + 1.0 / n) * bytes_ / eff
+        return [dataclasses.replace(_pairs(ranks, per_gpu / (n - 1)), steps=2)]  # load-reduce, then multicast
+
+
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
+                                           accepts=lambda o: isinstance(o, Algorithm))
+"""Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
+for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), OneShot(),
+              NVLS()):
+    ALGORITHMS.register(_algo.name, _algo)
+ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])

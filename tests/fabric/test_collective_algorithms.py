@@ -1,0 +1,105 @@
+"""Protocols (LL / LL128 / Simple), full-mesh direct and one-shot, rail rings, NVLS, the library policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gigacluster.cli.estimate_collective import algo_help
+from gigacluster.fabric.algorithms import ALGORITHMS
+from gigacluster.fabric.collectives import plan_collective
+from gigacluster.fabric.estimate import estimate_collective
+from gigacluster.fabric.protocols import get_protocol, protocols
+from gigacluster.fabric.topology import TopologyConfig, build_topology
+from gigacluster.model import SpecError
+
+
+def test_protocols_from_the_catalog() -> None:
+    """LL carries half payload, LL128 15/16, Simple all; LL has the cheapest step (NCCL tuning model)."""
+    assert get_protocol("ll").wire_efficiency == 0.5
+    assert get_protocol("ll128").wire_efficiency == pytest.approx(120 / 128)
+    assert get_protocol("simple").wire_efficiency == 1.0
+    assert list(protocols()) == ["ll", "ll128", "simple"]
+    with pytest.raises(SpecError) as exc:
+        get_protocol("ll64")
+    assert exc.value.field == "protocol"
+
+
+def test_protocol_follows_message_size() -> None:
+    """8 x H100 ring: LL for bytes, LL128 for mid sizes, Simple for GiBs; wire bytes = payload / efficiency."""
+    names = [estimate_collective("all_reduce", b, "h100-sxm", 8, algo="ring").algorithm
+             for b in (1024, 16 * 2**20, 2**30)]
+    assert names == ["ring/ll", "ring/ll128", "ring"]
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=8))
+    plan = plan_collective("all_reduce", np.arange(8), 1024, topo, algo="ring")
+    assert plan.phases[0].proto == "ll"
+    assert plan.phases[0].bytes_per_hop == pytest.approx(2 * 7 / 8 * 1024 / 0.5)
+
+
+def test_mi300x_drives_all_seven_links() -> None:
+    """8 x MI300X, 1 GiB all-reduce: the direct two-shot plan reaches 7 links x 48 GB/s (AMD: 48 of 64 usable),
+    where a ring reaches one link's 48 GB/s."""
+    best = estimate_collective("all_reduce", 2**30, "mi300x", 8)
+    ring = estimate_collective("all_reduce", 2**30, "mi300x", 8, algo="ring")
+    assert best.algorithm == "direct"
+    assert best.busbw_GBps == pytest.approx(7 * 64 * 0.75, rel=0.02)
+    assert ring.busbw_GBps == pytest.approx(64 * 0.75, rel=0.02)
+    for op in ("reduce_scatter", "all_gather"):
+        est = estimate_collective(op, 2**30, "mi300x", 8)
+        assert est.algorithm == "direct" and est.busbw_GBps == pytest.approx(336, rel=0.02)
+
+
+def test_one_shot_wins_only_small_messages_on_a_mesh() -> None:
+    """One-shot (whole buffer to every peer, one step) is chosen for bytes, not for MiBs; never on a switch."""
+    assert estimate_collective("all_reduce", 64, "mi300x", 8).algorithm == "one_shot/ll"
+    assert estimate_collective("all_reduce", 64 * 2**20, "mi300x", 8).algorithm.startswith("direct")
+    with pytest.raises(SpecError) as exc:
+        estimate_collective("all_reduce", 64, "h100-sxm", 8, algo="one_shot")
+    assert exc.value.field == "algo" and "ring" in str(exc.value)
+    with pytest.raises(SpecError):
+        estimate_collective("all_reduce", 2**20, "h100-sxm", 8, algo="direct")
+
+
+def test_rail_rings_use_every_nic_of_a_node() -> None:
+    """2 x 8 H100: one ring per rail with PXN; every inter-node hop stays on its rail; busbw near 8 NICs'
+    goodput (46 GB/s each) where one node-major ring gets one NIC's."""
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=16))
+    plan = plan_collective("all_reduce", np.arange(16), 2**30, topo, algo="rail_rings")
+    ph = plan.phases[0]
+    cross = topo.chip_domain[ph.src] != topo.chip_domain[ph.dst]
+    assert (topo.chip_local[ph.src[cross]] == topo.chip_local[ph.dst[cross]]).all()
+    assert ph.n_flows == 8
+    rings = estimate_collective("all_reduce", 2**30, "h100-sxm", 16)
+    one = estimate_collective("all_reduce", 2**30, "h100-sxm", 16, algo="ring")
+    assert rings.algorithm == "rail_rings" and rings.busbw_GBps > 6 * one.busbw_GBps
+    assert 330 < rings.busbw_GBps < 8 * 46
+
+
+def test_nvls_only_where_the_switch_reduces() -> None:
+    """NVLS runs inside one NVSwitch-3 domain (H100 yes, A100 no, not across nodes) at (1 + 1/n) S per link."""
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=16))
+    nvls = ALGORITHMS["nvls"]
+    assert nvls.supports("all_reduce", np.arange(8), topo)
+    assert not nvls.supports("all_reduce", np.arange(16), topo)
+    assert not nvls.supports("all_gather", np.arange(8), topo)
+    a100 = build_topology(TopologyConfig(chip="a100-80gb", count=8))
+    assert not nvls.supports("all_reduce", np.arange(8), a100)
+    est = estimate_collective("all_reduce", 2**32, "h100-sxm", 8)
+    assert est.algorithm == "nvls"
+    assert est.algbw_GBps == pytest.approx(450 * 0.82 * 0.84 * 8 / 9, rel=0.01)
+
+
+def test_fastest_policy_keeps_the_algorithms_libraries_lack() -> None:
+    """The default 'library' policy never picks halving-doubling; the 'fastest' policy may."""
+    topo = build_topology(TopologyConfig(chip="a100-80gb", count=16, nics_per_node=4))
+    lib = plan_collective("all_reduce", np.arange(16), 2**30, topo)
+    fast = plan_collective("all_reduce", np.arange(16), 2**30, topo, policy="fastest")
+    assert lib.algorithm == "rail_rings"
+    assert fast.algorithm == "halving_doubling"
+
+
+def test_algo_help_lists_what_each_algorithm_runs() -> None:
+    """--algo help names double_binary_tree and says direct/one_shot all-reduce need a full mesh."""
+    text = algo_help()
+    assert "double_binary_tree" in text and "nvls: all_reduce" in text and "rail_rings" in text
+    assert "full-mesh" in text
