@@ -151,7 +151,8 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
                 # GEMV-like (decode, m < one tile): kernels split K instead of padding m to a tile and
                 # are bound by streaming the weights; the FLOPs are small either way.
                 return max(eff, 1e-3)
-            tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n)
+            batch = work.shape[3] if len(work.shape) >= 4 else 1  # a batched GEMM fills the units with all its tiles
+            tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n) * batch
             eff *= _tile_q(m, p.tile_m) * _tile_q(n, p.tile_n) * _wave_q(tiles, p.compute_units)
             eff *= k / (k + p.k_overhead)
         elif work.shape:

@@ -101,6 +101,12 @@ def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
     return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
 
 
+def _bgemm(m: int, n: int, k: int, precision: str, batch: int) -> Work:
+    """One batched-GEMM kernel of ``batch`` (m, n, k) products (shape ``(m, n, k, batch)``)."""
+    w = _gemm(m, n, k, precision)
+    return Work(w.flops * batch, w.bytes_ * batch, precision, "matmul", 1, (m, n, k, batch))
+
+
 def _scale(w: Work, times: int) -> Work:
     return dataclasses.replace(w, count=w.count * times)
 
@@ -131,6 +137,28 @@ def _attn_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, 
     return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
 
 
+def _attn_materialized(spec: TrainSpec, window: bool) -> tuple[list[Work], list[Work]]:
+    """(forward, backward) works of attention that writes the s x s tensors to HBM (Megatron-LM
+    2021-2022, ``attention_impl: materialized``): per sequence and head a score GEMM Q K^T and a
+    context GEMM P V over all s x s positions (the causal mask is applied, not skipped), a fused
+    scale-mask-softmax (reads the scores, writes the probabilities) and dropout (writes the output
+    and a 1-byte mask); backward 4 GEMMs, dropout backward and softmax backward. The GEMMs' own
+    operand and output bytes are in their works, so the s x s round trips price themselves."""
+    a = spec.arch
+    _, q_t, _, _, hd = _dims(spec)
+    sq, skv = a.seq_len // spec.cp, a.seq_len
+    if window and a.sliding_window < a.seq_len:
+        skv = a.sliding_window
+    n = spec.microbatch_size * max(1, q_t // hd)
+    p = spec.precision if spec.precision in ("fp16", "bf16") else "bf16"
+    e = float(sq * skv * n)
+    fwd = [_bgemm(sq, skv, hd, p, n), _bgemm(sq, hd, skv, p, n),
+           Work(8.0 * e, 9.0 * e, p, "elementwise")]  # softmax 2+2 bytes, dropout 2+2+1
+    bwd = [_bgemm(sq, skv, hd, p, n), _bgemm(skv, hd, sq, p, n), _bgemm(sq, hd, skv, p, n),
+           _bgemm(skv, hd, sq, p, n), Work(8.0 * e, 11.0 * e, p, "elementwise")]  # dropout bwd 2+1+2, softmax 2+2+2
+    return fwd, bwd
+
+
 def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) -> _LayerWorks:
     """Works of one layer per microbatch: dense (the MLP of ``ffn_hidden``) or MoE, full or
     sliding-window attention, GQA or MLA projections."""
@@ -159,12 +187,18 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
         bwd.append(_gemm(m, k, n, prec, c))  # data gradient
         bwd.append(_gemm(k, n, m, prec, c))  # weight gradient
     attn_flops, attn_bytes, attn_shape = _attn_core(spec, window)
-    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
-    # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
-    # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens, RoPE on
-    # q and k, the MLP activation (MoE: plus permuting tokens to their experts and back).
-    t_sp = T / tp
+    if spec.attention_impl == "materialized":
+        mat_fwd, mat_bwd = _attn_materialized(spec, window)
+        fwd += mat_fwd
+        bwd += mat_bwd
+    else:
+        fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
+        # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
+        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
+    # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens (every
+    # token on every TP rank without sequence parallelism), RoPE on q and k, the MLP activation
+    # (MoE: plus permuting tokens to their experts and back).
+    t_sp = T / tp if spec.sequence_parallel else float(T)
     norm_b = 2 * (2.0 * t_sp * h * 2)
     resid_b = 2 * (3.0 * t_sp * h * 2)
     rope_b = 2.0 * T * (q_t + kv_t) * 2
@@ -183,6 +217,8 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
         rec: tuple[Work, ...] = tuple(fwd)
     elif spec.recompute == "selective":
         rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
+        if spec.attention_impl == "materialized":  # Megatron's selective recompute: the s x s core again
+            rec += tuple(_attn_materialized(spec, window)[0])
     else:
         rec = ()
     model = 3.0 * (sum(2.0 * m * n * k * c for m, n, k, c in attn + model_mlp) + attn_flops)
@@ -281,7 +317,9 @@ def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: fl
         # Sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, 4 + 2 backward
         # (re-gather of the sharded GEMM inputs), + 2 + 2 again under full recompute. RS and AG cost
         # the same bus volume, so they are one demand.
-        per_layer = 4 + 6 + (4 if spec.recompute == "full" else 0)
+        # Without sequence parallelism (Megatron-LM 2021): 2 all-reduces forward, 2 backward, 2 more
+        # under full recompute, each the bus volume of 2 all-gathers, and no re-gather in backward.
+        per_layer = (4 + 6 if spec.sequence_parallel else 4 + 4) + (4 if spec.recompute == "full" else 0)
         demands.append(
             CollectiveDemand(
                 "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), per_layer * L * m,
