@@ -8,8 +8,7 @@ from gigacluster.inference.config import vllm_batch_defaults
 from gigacluster.inference.cost import iteration_overhead_s
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine
 from gigacluster.model.arch import preset
-
-from .conftest import make_req
+from tests.inference.conftest import make_req
 
 LLAMA8B = preset("llama3-8b")
 

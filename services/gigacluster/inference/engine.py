@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from gigacluster.inference import cost
 from gigacluster.inference.config import FIRST_WORD_TOKEN, ROLES, WATERMARK_FRAC, ReplicaConfig
-from gigacluster.inference.cost import (iteration_energy_j, iteration_overhead_s, iteration_time_s, iteration_work,
-                                       queue_wait_s)
+from gigacluster.inference.cost import iteration_energy_j, iteration_time_s, iteration_work, queue_wait_s
 from gigacluster.inference.errors import AdmissionError, EngineStateError
 from gigacluster.inference.hashing import token_ids
 from gigacluster.inference.kvcache import BlockPool
@@ -371,13 +371,13 @@ class ReplicaEngine:
         work, prefill_tokens, decode_seqs = iteration_work(self._shape, c, self._length[slots], new)
         compute_s, comm_s, ar = iteration_time_s(self._chip, self._shape, self.cfg.tp, work,
                                                  prefill_tokens + decode_seqs)
-        self._iter_seq += 1
+        self._iter_seq, host_s = self._iter_seq + 1, cost.iteration_overhead_s()
         ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
         return Iteration(
-            seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s + iteration_overhead_s(),
+            seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s + host_s,
             compute_s=compute_s, comm_s=comm_s, allreduce_bytes=ar, prefill_tokens=prefill_tokens,
             decode_tokens=decode_seqs, request_ids=ids, slots=slots, new_tokens=new,
-            epochs=self._epoch[slots].copy(), host_s=iteration_overhead_s(),
+            epochs=self._epoch[slots].copy(), host_s=host_s,
         )
 
     # ----------------------------------------------------------------------------- completion

@@ -134,7 +134,8 @@ class TrainSpec:
             have = ", ".join(p for p in chip.precisions() if p in TRAIN_PRECISIONS)
             raise SpecError("precision", f"{chip.name} has no {self.precision} units; it supports: {have}")
         if self.attention_impl not in ATTENTION_IMPLS:
-            raise SpecError("attention_impl", f"allowed: {', '.join(ATTENTION_IMPLS)}; got {_show(self.attention_impl)}")
+            raise SpecError("attention_impl",
+                            f"allowed: {', '.join(ATTENTION_IMPLS)}; got {_show(self.attention_impl)}")
         if self.attention_impl == "materialized" and self.arch.attention == "mla":
             raise SpecError("attention_impl", "materialized is modelled for gqa attention only; use flash with mla")
         if self.recompute not in RECOMPUTE:
