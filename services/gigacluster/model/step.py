@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from gigacluster.hw.catalog import get_chip, get_system
 from gigacluster.model import SpecError, moe
 from gigacluster.model.arch import ModelArch
+from gigacluster.model.attention import flash_core, materialized_works
+from gigacluster.model.attention import gemm_work as _gemm
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
 from gigacluster.model.roofline import EfficiencyParams, Work, works_time_s
 from gigacluster.model.step_memory import (
@@ -96,17 +98,6 @@ class StepBreakdown:
         return dataclasses.asdict(self)
 
 
-def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
-    e = moe.OPERAND_BYTES[precision]
-    return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
-
-
-def _bgemm(m: int, n: int, k: int, precision: str, batch: int) -> Work:
-    """One batched-GEMM kernel of ``batch`` (m, n, k) products (shape ``(m, n, k, batch)``)."""
-    w = _gemm(m, n, k, precision)
-    return Work(w.flops * batch, w.bytes_ * batch, precision, "matmul", 1, (m, n, k, batch))
-
-
 def _scale(w: Work, times: int) -> Work:
     return dataclasses.replace(w, count=w.count * times)
 
@@ -117,46 +108,6 @@ class _LayerWorks:
     bwd: tuple[Work, ...]
     recompute: tuple[Work, ...]
     model_flops: float  # per layer per microbatch, fwd + bwd, no recompute
-
-
-def _attn_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, int, int]]:
-    """(FLOPs, bytes, shape) of causal attention forward on one rank, load balanced over CP ranks:
-    each query sees seq_len / 2 keys on average (a window of w keys: w (1 - w / 2s))."""
-    a = spec.arch
-    T, q_t, kv_t, _, hd = _dims(spec)
-    s_eff = max(1, a.seq_len // 2)
-    if window and a.sliding_window < a.seq_len:
-        w = a.sliding_window
-        s_eff = max(1, round(w * (1 - w / (2 * a.seq_len))))
-    if a.attention == "mla":
-        heads_t = a.heads // spec.tp
-        qk, v = a.qk_head_dim, a.v_head_dim
-        flops = 2.0 * T * s_eff * heads_t * (qk + v)
-        bytes_ = 2.0 * (T * heads_t * (qk + v) + T * heads_t * v + a.seq_len * heads_t * (qk + v))
-        return flops, bytes_, (T, s_eff, qk)
-    return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
-
-
-def _attn_materialized(spec: TrainSpec, window: bool) -> tuple[list[Work], list[Work]]:
-    """(forward, backward) works of attention that writes the s x s tensors to HBM (Megatron-LM
-    2021-2022, ``attention_impl: materialized``): per sequence and head a score GEMM Q K^T and a
-    context GEMM P V over all s x s positions (the causal mask is applied, not skipped), a fused
-    scale-mask-softmax (reads the scores, writes the probabilities) and dropout (writes the output
-    and a 1-byte mask); backward 4 GEMMs, dropout backward and softmax backward. The GEMMs' own
-    operand and output bytes are in their works, so the s x s round trips price themselves."""
-    a = spec.arch
-    _, q_t, _, _, hd = _dims(spec)
-    sq, skv = a.seq_len // spec.cp, a.seq_len
-    if window and a.sliding_window < a.seq_len:
-        skv = a.sliding_window
-    n = spec.microbatch_size * max(1, q_t // hd)
-    p = spec.precision if spec.precision in ("fp16", "bf16") else "bf16"
-    e = float(sq * skv * n)
-    fwd = [_bgemm(sq, skv, hd, p, n), _bgemm(sq, hd, skv, p, n),
-           Work(8.0 * e, 9.0 * e, p, "elementwise")]  # softmax 2+2 bytes, dropout 2+2+1
-    bwd = [_bgemm(sq, skv, hd, p, n), _bgemm(skv, hd, sq, p, n), _bgemm(sq, hd, skv, p, n),
-           _bgemm(skv, hd, sq, p, n), Work(8.0 * e, 11.0 * e, p, "elementwise")]  # dropout bwd 2+1+2, softmax 2+2+2
-    return fwd, bwd
 
 
 def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) -> _LayerWorks:
@@ -186,9 +137,9 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     for m, n, k, c in gemms:
         bwd.append(_gemm(m, k, n, prec, c))  # data gradient
         bwd.append(_gemm(k, n, m, prec, c))  # weight gradient
-    attn_flops, attn_bytes, attn_shape = _attn_core(spec, window)
+    attn_flops, attn_bytes, attn_shape = flash_core(spec, window)
     if spec.attention_impl == "materialized":
-        mat_fwd, mat_bwd = _attn_materialized(spec, window)
+        mat_fwd, mat_bwd = materialized_works(spec, window)
         fwd += mat_fwd
         bwd += mat_bwd
     else:
@@ -218,7 +169,7 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     elif spec.recompute == "selective":
         rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
         if spec.attention_impl == "materialized":  # Megatron's selective recompute: the s x s core again
-            rec += tuple(_attn_materialized(spec, window)[0])
+            rec += tuple(materialized_works(spec, window)[0])
     else:
         rec = ()
     model = 3.0 * (sum(2.0 * m * n * k * c for m, n, k, c in attn + model_mlp) + attn_flops)
