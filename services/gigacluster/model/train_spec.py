@@ -28,18 +28,19 @@ TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
 """Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
 A chip runs only the formats its catalog entry lists (``Chip.precisions``)."""
 GRAD_DTYPES = {"fp32": 4, "bf16": 2}
-ATTENTION_IMPLS = ("flash", "materialized")
-"""How the attention core runs: ``flash`` (default: fused, causal blocks skipped, nothing s x s in HBM;
-FlashAttention-2/3, every 2023+ stack) or ``materialized`` (the 2021-2022 Megatron-LM path: full
-s x s score and context batched GEMMs, fused scale-mask-softmax and dropout reading and writing
-the s x s tensors in HBM)."""
-_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost",
-             "attention_impl")
+_TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost")
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
     "moe_overlap", "pipeline_schedule", "sequence_parallel",
 )
+
+ATTENTION_IMPLS = ("flash", "materialized")
+"""How the attention core runs: ``flash`` (default: fused, causal blocks skipped, nothing s x s in HBM;
+FlashAttention-2/3, every 2023+ stack) or ``materialized`` (the 2021-2022 Megatron-LM path: full
+s x s score and context batched GEMMs, fused scale-mask-softmax and dropout reading and writing
+the s x s tensors in HBM)."""
+_IMPL_KEYS = ("attention_impl",)  # top-level keys of the kernels a step runs (issue 15)
 
 
 # Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
@@ -242,9 +243,9 @@ class TrainSpec:
         """Build from the YAML layout of ``gigacluster estimate train``; raises SpecError naming the field."""
         if not isinstance(d, Mapping):
             raise SpecError("spec", "must be a mapping with model, batch, parallelism, hardware")
-        extra = set(d) - set(_TOP_KEYS)
+        extra = set(d) - set(_TOP_KEYS) - set(_IMPL_KEYS)
         if extra:
-            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
+            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS + _IMPL_KEYS)}")
         for req in ("model", "batch", "hardware"):
             if req not in d:
                 raise SpecError(req, "required")
