@@ -39,7 +39,7 @@ from gigacluster.stack import Stack, StackConfig
 
 SMALL: dict[str, Any] = {
     "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
-              "seq_len": 1024},
+              "seq_len": 1024, "mlp": "swiglu"},
     "parallelism": {"tp": 8, "microbatch_size": 1}, "precision": "bf16",
 }
 

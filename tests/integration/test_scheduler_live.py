@@ -28,7 +28,7 @@ J = scheduler_pb2.Job
 # A small model (4 layers, hidden 1024) so steps and checkpoints are short; TP 8 inside a domain.
 SMALL: dict[str, Any] = {
     "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
-              "seq_len": 1024},
+              "seq_len": 1024, "mlp": "swiglu"},
     "batch": {"global_batch": 16}, "parallelism": {"tp": 8, "microbatch_size": 1},
     "hardware": {"chip": "h100-sxm", "count": 16}, "precision": "bf16", "steps": 1_000_000,
 }

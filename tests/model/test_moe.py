@@ -200,7 +200,7 @@ def test_custom_moe_spec_from_yaml() -> None:
     arch = arch_from_dict({"layers": 8, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn_hidden": 4096,
                            "vocab": 32000, "seq_len": 2048, "experts": 16, "experts_per_token": 2,
                            "shared_experts": 1, "expert_ffn_hidden": 512, "first_dense_layers": 1,
-                           "sliding_window": 512, "global_attention_every": 2})
+                           "sliding_window": 512, "global_attention_every": 2, "mlp": "swiglu"})
     assert arch.moe_layers == 7 and arch.is_window_layer(0) and not arch.is_window_layer(1)
     spec = TrainSpec(arch=arch, chip="h100-sxm", count=8, system="hgx", dp=8, ep=4, global_batch=16)
     assert estimate_train(spec, AB).tokens_per_s > 0
@@ -214,7 +214,8 @@ def test_custom_moe_spec_from_yaml() -> None:
 ])
 def test_bad_moe_fields_are_refused_naming_them(d: dict[str, object], field: str) -> None:
     """An unknown attention kind lists the allowed ones; MoE fields without experts or out of range are named."""
-    base = {"layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 128}
+    base = {"layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 128,
+            "mlp": "swiglu"}
     with pytest.raises(SpecError) as err:
         arch_from_dict({**base, **d})
     assert err.value.field == field
@@ -225,8 +226,19 @@ def test_bad_moe_fields_are_refused_naming_them(d: dict[str, object], field: str
 def test_custom_model_must_give_ffn_hidden() -> None:
     """Issue 15 item 6: a custom model without ffn_hidden is refused instead of silently becoming 4 x hidden."""
     with pytest.raises(SpecError) as err:
-        arch_from_dict({"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128})
+        arch_from_dict({"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128, "mlp": "gelu"})
     assert err.value.field == "model.ffn_hidden"
+
+
+def test_custom_model_must_give_mlp() -> None:
+    """Issue 15 item 6: a custom model without mlp is refused (naming gelu and swiglu) instead of silently
+    becoming SwiGLU; with it the MLP has 2 (gelu) or 3 (swiglu) matrices."""
+    base = {"layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 128}
+    with pytest.raises(SpecError) as err:
+        arch_from_dict(base)
+    assert err.value.field == "model.mlp" and "gelu" in str(err.value) and "swiglu" in str(err.value)
+    assert arch_from_dict({**base, "mlp": "gelu"}).params_per_layer == 4 * 256 * 256 + 2 * 256 * 1024
+    assert arch_from_dict({**base, "mlp": "swiglu"}).params_per_layer == 4 * 256 * 256 + 3 * 256 * 1024
 
 
 # NVIDIA Megatron-Bridge docs/performance-summary.md (NeMo 25.09 H100, 25.11 Blackwell), tokens/s/GPU,
@@ -235,9 +247,9 @@ def test_custom_model_must_give_ffn_hidden() -> None:
 NEMO_ROWS = [
     ("deepseek-v3", "h100-sxm", 1024, 8192, 1, {"tp": 2, "pp": 8, "virtual_stages": 4, "ep": 64}, "fp8", 1297, -0.26),
     ("deepseek-v3", "gb200", 256, 2048, 1, {"pp": 4, "virtual_stages": 4, "ep": 64}, "fp8", 3653, 0.26),
-    ("deepseek-v3", "b200", 256, 2048, 1, {"pp": 16, "ep": 8}, "fp8", 2139, 0.67),
+    ("deepseek-v3", "b200", 256, 2048, 1, {"pp": 16, "ep": 8}, "fp8", 2139, 0.70),
     ("gpt-oss-120b", "gb200", 64, 512, 4, {"ep": 64}, "bf16", 15754, 0.74),
-    ("qwen3-30b-a3b", "gb200", 8, 512, 4, {"ep": 8}, "fp8", 23766, 0.46),
+    ("qwen3-30b-a3b", "gb200", 8, 512, 4, {"ep": 8}, "fp8", 23766, 0.50),
 ]
 
 

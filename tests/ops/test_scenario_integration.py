@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A small model (4 layers, hidden 1024, as tests/integration/test_scheduler_live.py) so steps are short.
 SMALL: dict[str, Any] = {
     "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
-              "seq_len": 1024},
+              "seq_len": 1024, "mlp": "swiglu"},
     "batch": {"global_batch": 32}, "parallelism": {"tp": 8, "microbatch_size": 1},
     "hardware": {"chip": "h100-sxm", "count": 16}, "precision": "bf16", "steps": 1_000_000,
 }

@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gigacluster.hw.catalog import CatalogError
+from gigacluster.inference.config import vllm_batch_defaults
 from gigacluster.inference.engine import ReplicaConfig
 from gigacluster.inference.estimate import estimate_infer
 from gigacluster.inference.policies import POLICIES
@@ -37,11 +39,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch", type=int, default=1, help="concurrent sequences (static estimate)")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=256)
-    p.add_argument("--max-batch", type=int, default=256, help="engine batch slots (vLLM max_num_seqs)")
-    p.add_argument("--max-prefill-tokens", type=int, default=8192, help="tokens per iteration budget")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="engine batch slots (vLLM max_num_seqs; default vLLM v1's for the chip: 1024 on 70 GB+"
+                        " accelerators other than A100, else 256)")
+    p.add_argument("--max-prefill-tokens", type=int, default=None,
+                   help="tokens per iteration budget (vLLM max_num_batched_tokens; default vLLM v1's: 8192 or 2048)")
     p.add_argument("--max-queue", type=int, default=1024, help="queued requests per replica before shedding")
     p.add_argument("--kv-fraction", type=float, default=0.9, help="share of HBM for weights + KV (vLLM)")
-    p.add_argument("--chunked-prefill", action="store_true", help="chunked prefill (vLLM v1 / Sarathi)")
+    p.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                   help="chunked prefill, vLLM v1's only mode (default); --no-chunked-prefill: vLLM v0 prefill-first")
     p.add_argument("--qps", type=float, default=None, help="Poisson arrival rate (simulation)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals (simulation)")
     p.add_argument("--trace", default=None, help="JSONL trace of {arrival_s, prompt_tokens, output_tokens, ...}")
@@ -55,10 +61,14 @@ def register(subparsers: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> ReplicaConfig:
+    try:
+        tokens, seqs = vllm_batch_defaults(args.chip)
+    except CatalogError:
+        tokens, seqs = 2048, 256  # the config below names the unknown chip
     return ReplicaConfig(
         arch=preset(args.model), chip=args.chip, tp=args.tp, ep=args.ep, precision=args.precision,
-        max_batch=args.max_batch, kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
-        max_prefill_tokens=args.max_prefill_tokens, max_queue=args.max_queue,
+        max_batch=args.max_batch or seqs, kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
+        max_prefill_tokens=args.max_prefill_tokens or tokens, max_queue=args.max_queue,
     )
 
 

@@ -84,7 +84,9 @@ def print_table(est: TrainEstimate) -> None:
          + (f" EP {p['ep']} ({p['pipeline_schedule']}, all-to-all {p['moe_overlap']:.0%} hidden)"
             if p["ep"] > 1 else "")
          + ", "
-         f"{p['microbatches']} microbatches of {p['microbatch_size']}, recompute {p['recompute']}"),
+         f"{p['microbatches']} microbatches of {p['microbatch_size']}, recompute {p['recompute']}"
+         + ("" if p["sequence_parallel"] else ", no sequence parallelism")),
+        ("attention", f"{d['attention_impl']}" + (" (default)" if d["attention_impl"] == "flash" else "")),
         ("step time", _fmt_s(d["step_time_s"])),
         ("  compute", _fmt_s(bd["compute_s"])),
         ("  exposed communication", _fmt_s(bd["exposed_comm_s"])),

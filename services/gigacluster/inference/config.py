@@ -23,6 +23,15 @@ WATERMARK_FRAC = 0.01
 ROLES = ("both", "prefill", "decode")
 
 
+def vllm_batch_defaults(chip: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM v1's OpenAI server picks for ``chip``
+    (``EngineArgs.get_batch_defaults``): 8,192 and 1,024 on accelerators of 70 GB or more other
+    than the A100 (H100, H200, B200, MI300X ...), else 2,048 and 256."""
+    c = get_chip(chip)
+    big = c.hbm_bytes >= 70 * 2**30 and not c.name.startswith("a100")
+    return (8192, 1024) if big else (2048, 256)
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplicaConfig:
     """One model replica: a model, a chip type, a tensor-parallel degree and engine limits.

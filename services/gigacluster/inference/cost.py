@@ -4,17 +4,28 @@ time the work queued ahead of a new arrival will take (its retry-after).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from gigacluster.hw.catalog import Chip, default_system, get_system
+from gigacluster.hw.catalog import Chip, _raw, default_system, get_system
 from gigacluster.inference.config import ReplicaConfig
 from gigacluster.inference.request import Iteration
 from gigacluster.inference.work import ShardShape, allreduce_bytes, batch_work
 from gigacluster.model.comm import AlphaBetaCommModel, GroupLayout
 from gigacluster.model.power import host_overhead_w, link_energy_j, works_energy_above_idle_j
 from gigacluster.model.roofline import Work, works_time_s
+
+
+@functools.cache
+def iteration_overhead_s() -> float:
+    """Fixed host seconds of every engine iteration (catalog ``serving.iteration_overhead_s``):
+    scheduling, input preparation, sampling and kernel launch, on top of the kernels' time."""
+    v = float((_raw().get("serving") or {}).get("iteration_overhead_s", 0.0))
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"catalog serving.iteration_overhead_s must be in [0, 1) s, got {v!r}")
+    return v
 
 
 def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
@@ -111,10 +122,10 @@ def queue_wait_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_promp
         per_chunk = works_time_s(chip, batch_work(
             shape, prefill_tokens=chunk, prefill_pairs=chunk * (chunk + 1) / 2.0,
             prefill_kv_tokens=chunk, logits=1))
-        prefill_s = per_chunk * queued_prompt / chunk
+        prefill_s = (per_chunk + iteration_overhead_s()) * queued_prompt / chunk
     batch = min(cfg.max_batch, n)
     step_s = works_time_s(chip, batch_work(
-        shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch))
+        shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch)) + iteration_overhead_s()
     waves = math.ceil(n / cfg.max_batch)
     return max(1e-3, prefill_s + waves * (out / n) * step_s)
 
@@ -128,10 +139,11 @@ def _queue_wait_general_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, que
     if queued_prompt:
         w = shape.moe.batch_work(tokens=chunk, pre_c=np.zeros(1, dtype=np.int64),
                                  pre_n=np.full(1, chunk, dtype=np.int64), dec_c=none, logits=1)
-        prefill_s = (works_time_s(chip, w) + moe_comm_s(chip, shape, chunk)) * queued_prompt / chunk
+        prefill_s = (works_time_s(chip, w) + moe_comm_s(chip, shape, chunk) + iteration_overhead_s()) \
+            * queued_prompt / chunk
     batch = min(cfg.max_batch, n)
     w = shape.moe.batch_work(tokens=batch, pre_c=none, pre_n=none,
                              dec_c=np.full(batch, max(0, round(ctx)), dtype=np.int64), logits=batch)
-    step_s = works_time_s(chip, w) + moe_comm_s(chip, shape, batch)
+    step_s = works_time_s(chip, w) + moe_comm_s(chip, shape, batch) + iteration_overhead_s()
     waves = math.ceil(n / cfg.max_batch)
     return max(1e-3, prefill_s + waves * (out / n) * step_s)

@@ -11,9 +11,11 @@ time by the router service or in virtual time by :mod:`.sim`:
 Scheduling follows vLLM. Without chunked prefill (vLLM v0), a waiting request is started as soon as
 a batch slot and KV blocks for its whole prompt are free, and prefill iterations take priority
 over decode. With chunked prefill (Sarathi / vLLM v1), every iteration has a token budget of
-``max_prefill_tokens``: running decodes first (one token each), then the next chunks of prompts.
-A decode that needs a new KV block when none is free preempts the lowest-priority, most recently
-started sequence, which gives up its blocks and is recomputed later (vLLM's recompute mode).
+``max_prefill_tokens``: running decodes first (one token each), then the next chunks of prompts,
+then new prompts, each holding KV blocks for its scheduled tokens only (v1 has no watermark and
+admits nobody in a step that preempted). A decode or chunk that needs a KV block when none is free
+preempts the lowest-priority, most recently started sequence, which gives up its blocks and is
+recomputed later (vLLM's recompute mode): a request preempted before its first token waits again.
 Prefix caching: full prompt blocks are hashed (chained, salted by tenant) and reused while cached.
 
 Disaggregated serving (NVIDIA Dynamo, vLLM's disaggregated prefill) splits the two phases across
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from gigacluster.inference import cost
 from gigacluster.inference.config import FIRST_WORD_TOKEN, ROLES, WATERMARK_FRAC, ReplicaConfig
 from gigacluster.inference.cost import iteration_energy_j, iteration_time_s, iteration_work, queue_wait_s
 from gigacluster.inference.errors import AdmissionError, EngineStateError
@@ -95,13 +98,9 @@ class ReplicaEngine:
         self._held_kv: dict[str, tuple[list[int], int]] = {}
         self._shed: deque[tuple[Request, AdmissionError]] = deque(maxlen=max(1, cfg.max_queue))
         self._inflight: Iteration | None = None
-        self._iter_seq = 0
-        self._order_seq = 0
+        self._iter_seq = self._order_seq = 0
         self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
-        self._preemptions = 0
-        self._rejected = 0
-        self._shed_count = 0
-        self._finished = 0
+        self._preemptions = self._rejected = self._shed_count = self._finished = 0
         self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
 
     # ----------------------------------------------------------------------------- admission
@@ -224,9 +223,10 @@ class ReplicaEngine:
             n = min(int(remaining[i]), budget)
             plan[int(act[i])] = n
             budget -= n
+        before = self._preemptions
         plan = self._grow_for_decode(plan)
         budget = self.cfg.max_prefill_tokens - sum(plan.values())
-        if budget > 0:
+        if budget > 0 and self._preemptions == before:  # vLLM v1: no admission in a step that preempted
             plan.update(self._start_waiting(now_s, budget, require_all_prompt=False))
         return plan
 
@@ -290,9 +290,11 @@ class ReplicaEngine:
             new_tokens = total - matched * bs
             if require_all_prompt and new_tokens > budget and out:
                 break
-            n_blocks = -(-total // bs)
+            # v0 reserves the whole prompt above a watermark; v1 (chunked) only the chunk's blocks.
+            n = new_tokens if require_all_prompt else min(new_tokens, budget)
+            n_blocks = -(-(total if require_all_prompt else matched * bs + n) // bs)
             n_private = n_blocks - matched
-            reserve = self._watermark if self._active.any() else 0
+            reserve = self._watermark if self._active.any() and require_all_prompt else 0
             if pool.available - n_private < reserve or not pool.acquire(seq.hashes[:matched], n_private):
                 break
             self._queue.pop()
@@ -304,7 +306,6 @@ class ReplicaEngine:
             if math.isnan(seq.first_sched_s):
                 seq.first_sched_s = now_s
             slot = self._seat(seq, computed=matched * bs, length=total, blocks=n_blocks, private=n_private)
-            n = new_tokens if require_all_prompt else min(new_tokens, budget)
             out[slot] = n
             budget -= n
         return out
@@ -370,13 +371,13 @@ class ReplicaEngine:
         work, prefill_tokens, decode_seqs = iteration_work(self._shape, c, self._length[slots], new)
         compute_s, comm_s, ar = iteration_time_s(self._chip, self._shape, self.cfg.tp, work,
                                                  prefill_tokens + decode_seqs)
-        self._iter_seq += 1
+        self._iter_seq, host_s = self._iter_seq + 1, cost.iteration_overhead_s()
         ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
         return Iteration(
-            seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s,
+            seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s + host_s,
             compute_s=compute_s, comm_s=comm_s, allreduce_bytes=ar, prefill_tokens=prefill_tokens,
             decode_tokens=decode_seqs, request_ids=ids, slots=slots, new_tokens=new,
-            epochs=self._epoch[slots].copy(),
+            epochs=self._epoch[slots].copy(), host_s=host_s,
         )
 
     # ----------------------------------------------------------------------------- completion

@@ -29,7 +29,7 @@ import numpy as np
 
 from gigacluster.hw.catalog import chip_names, default_system, get_chip, get_system
 from gigacluster.inference.config import ReplicaConfig
-from gigacluster.inference.cost import iteration_time_s, iteration_work
+from gigacluster.inference.cost import iteration_overhead_s, iteration_time_s, iteration_work
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
 
@@ -63,7 +63,7 @@ def _step_s(cfg: ReplicaConfig, computed: np.ndarray, new: np.ndarray, length: n
     """Seconds of one engine iteration (compute plus collectives), as the engine prices it."""
     work, pre, dec = iteration_work(cfg.shard, computed, length, new)
     compute_s, comm_s, _ = iteration_time_s(cfg.chip_spec, cfg.shard, cfg.tp, work, pre + dec)
-    return compute_s + comm_s
+    return compute_s + comm_s + iteration_overhead_s()
 
 
 def decode_step_s(cfg: ReplicaConfig, batch: int, context: int) -> float:

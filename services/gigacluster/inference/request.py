@@ -133,8 +133,10 @@ class TokenEvent:
 class Iteration:
     """One scheduled batch. ``work`` is per shard; every chip of the replica runs it.
 
-    ``predicted_s = compute_s + comm_s``: ``compute_s`` is ``works_time_s(chip, work)``; ``comm_s``
-    the ring all-reduce of ``allreduce_bytes`` over the scale-up link (0 when tp = 1).
+    ``predicted_s = compute_s + comm_s + host_s``: ``compute_s`` is ``works_time_s(chip, work)``;
+    ``comm_s`` the ring all-reduce of ``allreduce_bytes`` over the scale-up link (0 when tp = 1);
+    ``host_s`` the engine's fixed host time per iteration (scheduling, sampling, launch; catalog
+    ``serving.iteration_overhead_s``).
     """
 
     seq: int
@@ -150,6 +152,7 @@ class Iteration:
     slots: np.ndarray
     new_tokens: np.ndarray
     epochs: np.ndarray
+    host_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

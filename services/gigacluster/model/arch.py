@@ -305,8 +305,9 @@ def _fields(d: dict[str, Any]) -> dict[str, Any]:
 def arch_from_dict(d: dict[str, Any], *, field: str = "model") -> ModelArch:
     """A preset (with optional overrides, e.g. ``seq_len``) or an explicit architecture.
 
-    An explicit architecture must give ``ffn_hidden`` (no silent 4 x hidden); ``mlp`` defaults to
-    ``swiglu`` (Llama-style, 3 matrices) and ``attention`` to ``gqa``, as docs/validation.md states.
+    An explicit architecture must give ``ffn_hidden`` and ``mlp`` (no silent 4 x hidden, no silent
+    SwiGLU: GPT-style ``gelu`` has 2 matrices, Llama-style ``swiglu`` 3; issue 15); ``attention``
+    defaults to ``gqa``, as docs/validation.md states.
     """
     if not isinstance(d, dict):
         raise SpecError(field, "must be a mapping with `preset` or `layers`, `hidden`, `heads`, ...")
@@ -318,10 +319,11 @@ def arch_from_dict(d: dict[str, Any], *, field: str = "model") -> ModelArch:
         base = preset(str(d["preset"]))
         over = _fields(d)
         return dataclasses.replace(base, **over) if over else base
-    for req in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
+    hints = {"ffn_hidden": " (the dense MLP width; GPT-style models use 4 x hidden with mlp: gelu)",
+             "mlp": f" ({' or '.join(MLP_KINDS)}: gelu has 2 matrices (GPT), swiglu 3 (Llama))"}
+    for req in ("layers", "hidden", "heads", "ffn_hidden", "mlp", "vocab", "seq_len"):
         if req not in d:
-            hint = " (the dense MLP width; give mlp: gelu for GPT-style 4 x hidden)" if req == "ffn_hidden" else ""
-            raise SpecError(f"{field}.{req}", f"required when no preset is given{hint}")
+            raise SpecError(f"{field}.{req}", f"required when no preset is given{hints.get(req, '')}")
     kw = _fields(d)
     kw.setdefault("kv_heads", d["heads"])
     return ModelArch(name=str(d.get("name", "custom")), **kw)

@@ -8,9 +8,10 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
 + launch overhead. The efficiency is a product of physical terms (catalog section
 ``efficiency``), not one constant:
 
-* matmul, shape ``(m, n, k)``: kind ceiling (isolated-benchmark rate) x sustained fraction (the
-  same op inside a training step) x tile quantisation on m and n x wave quantisation of
-  the output tiles over the chip's compute units x depth factor ``k / (k + k_overhead)``;
+* matmul, shape ``(m, n, k)`` or ``(m, n, k, batch)`` (one batched kernel): kind ceiling
+  (isolated-benchmark rate) x sustained fraction (the same op inside a training step) x tile
+  quantisation on m and n x wave quantisation of the output tiles over the chip's compute units,
+  or stream-K's balanced split of the K loop when that is better x depth factor ``k / (k + k_overhead)``;
 * attention, shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
@@ -92,14 +93,16 @@ class EfficiencyParams:
     power_memory_share: float
     power_clock_exponent: float
     overlap_compute_share: float  # of compute units a communication kernel overlapping compute occupies
+    tile_k: int  # K depth of one main-loop step (the stream-K work unit)
+    stream_k_fraction: float  # rate of a K-split, balanced GEMM relative to a full-wave tiled one
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
-                  "skinny_hbm_fraction"):
+                  "skinny_hbm_fraction", "stream_k_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
-        if self.tile_m < 1 or self.tile_n < 1 or self.compute_units < 1:
+        if self.tile_m < 1 or self.tile_n < 1 or self.tile_k < 1 or self.compute_units < 1:
             raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
         if not 0 <= self.overlap_compute_share < 1:
             raise SpecError("efficiency.overlap_compute_share",
@@ -123,7 +126,7 @@ def _efficiency_params(name: str) -> EfficiencyParams:
     if missing:
         raise SpecError("efficiency", f"catalog misses {sorted(missing)} for chip {name!r}")
     vals = {k: float(merged[k]) for k in fields}
-    for k in ("tile_m", "tile_n", "compute_units"):
+    for k in ("tile_m", "tile_n", "tile_k", "compute_units"):
         vals[k] = int(vals[k])
     return EfficiencyParams(**vals)  # type: ignore[arg-type]
 
@@ -136,6 +139,16 @@ def _tile_q(dim: int, tile: int) -> float:
 def _wave_q(tiles: int, units: int) -> float:
     """Useful fraction of the last wave when ``tiles`` output tiles run on ``units`` units."""
     return tiles / (math.ceil(tiles / units) * units)
+
+
+def _waves(tiles: int, k: int, p: EfficiencyParams) -> float:
+    """Useful share of the compute units over the kernel: the better of a tiled grid (a partial last
+    wave idles units) and stream-K, which spreads every tile's K iterations evenly over the units at
+    ``stream_k_fraction`` of the rate (partial-tile fix-ups), as cuBLAS/CUTLASS choose per shape."""
+    tiled = _wave_q(tiles, p.compute_units)
+    if tiled >= p.stream_k_fraction:
+        return tiled
+    return max(tiled, p.stream_k_fraction * _wave_q(tiles * math.ceil(k / p.tile_k), p.compute_units))
 
 
 def compute_efficiency(chip: Chip, work: Work) -> float:
@@ -151,8 +164,9 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
                 # GEMV-like (decode, m < one tile): kernels split K instead of padding m to a tile and
                 # are bound by streaming the weights; the FLOPs are small either way.
                 return max(eff, 1e-3)
-            tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n)
-            eff *= _tile_q(m, p.tile_m) * _tile_q(n, p.tile_n) * _wave_q(tiles, p.compute_units)
+            batch = work.shape[3] if len(work.shape) >= 4 else 1  # a batched GEMM fills the units with all its tiles
+            tiles = math.ceil(m / p.tile_m) * math.ceil(n / p.tile_n) * batch
+            eff *= _tile_q(m, p.tile_m) * _tile_q(n, p.tile_n) * _waves(tiles, k, p)
             eff *= k / (k + p.k_overhead)
         elif work.shape:
             eff *= _tile_q(min(work.shape), p.tile_m)

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from gigacluster.hw.catalog import get_chip, get_system
 from gigacluster.model import SpecError, moe
 from gigacluster.model.arch import ModelArch
+from gigacluster.model.attention import flash_core, materialized_works
+from gigacluster.model.attention import gemm_work as _gemm
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
 from gigacluster.model.roofline import EfficiencyParams, Work, works_time_s
 from gigacluster.model.step_memory import (
@@ -96,11 +98,6 @@ class StepBreakdown:
         return dataclasses.asdict(self)
 
 
-def _gemm(m: int, n: int, k: int, precision: str, count: int = 1) -> Work:
-    e = moe.OPERAND_BYTES[precision]
-    return Work(2.0 * m * n * k, float(e * (m * k + k * n) + 2 * m * n), precision, "matmul", count, (m, n, k))
-
-
 def _scale(w: Work, times: int) -> Work:
     return dataclasses.replace(w, count=w.count * times)
 
@@ -111,24 +108,6 @@ class _LayerWorks:
     bwd: tuple[Work, ...]
     recompute: tuple[Work, ...]
     model_flops: float  # per layer per microbatch, fwd + bwd, no recompute
-
-
-def _attn_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, int, int]]:
-    """(FLOPs, bytes, shape) of causal attention forward on one rank, load balanced over CP ranks:
-    each query sees seq_len / 2 keys on average (a window of w keys: w (1 - w / 2s))."""
-    a = spec.arch
-    T, q_t, kv_t, _, hd = _dims(spec)
-    s_eff = max(1, a.seq_len // 2)
-    if window and a.sliding_window < a.seq_len:
-        w = a.sliding_window
-        s_eff = max(1, round(w * (1 - w / (2 * a.seq_len))))
-    if a.attention == "mla":
-        heads_t = a.heads // spec.tp
-        qk, v = a.qk_head_dim, a.v_head_dim
-        flops = 2.0 * T * s_eff * heads_t * (qk + v)
-        bytes_ = 2.0 * (T * heads_t * (qk + v) + T * heads_t * v + a.seq_len * heads_t * (qk + v))
-        return flops, bytes_, (T, s_eff, qk)
-    return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
 
 
 def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) -> _LayerWorks:
@@ -158,13 +137,19 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     for m, n, k, c in gemms:
         bwd.append(_gemm(m, k, n, prec, c))  # data gradient
         bwd.append(_gemm(k, n, m, prec, c))  # weight gradient
-    attn_flops, attn_bytes, attn_shape = _attn_core(spec, window)
-    fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
-    # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-    bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
-    # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens, RoPE on
-    # q and k, the MLP activation (MoE: plus permuting tokens to their experts and back).
-    t_sp = T / tp
+    attn_flops, attn_bytes, attn_shape = flash_core(spec, window)
+    if spec.attention_impl == "materialized":
+        mat_fwd, mat_bwd = materialized_works(spec, window)
+        fwd += mat_fwd
+        bwd += mat_bwd
+    else:
+        fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
+        # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
+        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
+    # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens (every
+    # token on every TP rank without sequence parallelism), RoPE on q and k, the MLP activation
+    # (MoE: plus permuting tokens to their experts and back).
+    t_sp = T / tp if spec.sequence_parallel else float(T)
     norm_b = 2 * (2.0 * t_sp * h * 2)
     resid_b = 2 * (3.0 * t_sp * h * 2)
     rope_b = 2.0 * T * (q_t + kv_t) * 2
@@ -183,6 +168,8 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
         rec: tuple[Work, ...] = tuple(fwd)
     elif spec.recompute == "selective":
         rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
+        if spec.attention_impl == "materialized":  # Megatron's selective recompute: the s x s core again
+            rec += tuple(materialized_works(spec, window)[0])
     else:
         rec = ()
     model = 3.0 * (sum(2.0 * m * n * k * c for m, n, k, c in attn + model_mlp) + attn_flops)
@@ -281,7 +268,9 @@ def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: fl
         # Sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, 4 + 2 backward
         # (re-gather of the sharded GEMM inputs), + 2 + 2 again under full recompute. RS and AG cost
         # the same bus volume, so they are one demand.
-        per_layer = 4 + 6 + (4 if spec.recompute == "full" else 0)
+        # Without sequence parallelism (Megatron-LM 2021): 2 all-reduces forward, 2 backward, 2 more
+        # under full recompute, each the bus volume of 2 all-gathers, and no re-gather in backward.
+        per_layer = (4 + 6 if spec.sequence_parallel else 4 + 4) + (4 if spec.recompute == "full" else 0)
         demands.append(
             CollectiveDemand(
                 "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), per_layer * L * m,

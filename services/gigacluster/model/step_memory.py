@@ -98,7 +98,7 @@ def _act_bytes_per_token_layer(spec: TrainSpec, dense_mlp: bool = True) -> float
     a = spec.arch
     _, q_t, kv_t, f_t, _ = _dims(spec)
     f_t = f_t if dense_mlp else 0
-    h_sp = a.hidden / spec.tp
+    h_sp = a.hidden / spec.tp if spec.sequence_parallel else float(a.hidden)
     mlp_in = 2 if a.mlp == "swiglu" else 1
     if spec.recompute == "full":
         return 2.0 * h_sp
@@ -107,6 +107,10 @@ def _act_bytes_per_token_layer(spec: TrainSpec, dense_mlp: bool = True) -> float
     keep = 2 * h_sp + 2 * q_t + 2 * kv_t + mlp_in * f_t
     if spec.recompute == "none":
         keep += 2 * h_sp + f_t
+        if spec.attention_impl == "materialized":
+            # Softmax output (2 bytes) and dropout mask (1) per query per key per head, counted in
+            # 2-byte units (Korthikanti et al. 2022, 5as/t bytes per token).
+            keep += 2.5 * (q_t // a.head_dim) * a.seq_len
     return 2.0 * keep
 
 

@@ -34,8 +34,15 @@ _TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
-    "moe_overlap", "pipeline_schedule",
+    "moe_overlap", "pipeline_schedule", "sequence_parallel",
 )
+
+ATTENTION_IMPLS = ("flash", "materialized")
+"""How the attention core runs: ``flash`` (default: fused, causal blocks skipped, nothing s x s in HBM;
+FlashAttention-2/3, every 2023+ stack) or ``materialized`` (the 2021-2022 Megatron-LM path: full
+s x s score and context batched GEMMs, fused scale-mask-softmax and dropout reading and writing
+the s x s tensors in HBM)."""
+_IMPL_KEYS = ("attention_impl",)  # top-level keys of the kernels a step runs (issue 15)
 
 
 # Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
@@ -104,6 +111,8 @@ class TrainSpec:
     capacity_factor: float = 1.0  # tokens on the most loaded EP rank / the mean (1.0: balanced routing)
     moe_overlap: float = 0.0  # fraction of the expert all-to-all hidden behind compute (DualPipe-style)
     pipeline_schedule: str = "1f1b"  # or "dualpipe" (DeepSeek-V3: bidirectional, two parameter copies)
+    sequence_parallel: bool = True  # Megatron sequence parallelism with TP (norms/dropout sharded); False: 2021 style
+    attention_impl: str = "flash"  # see ATTENTION_IMPLS
     steps: int | None = None
     tokens: int | None = None
     pue: float = 1.1
@@ -128,6 +137,11 @@ class TrainSpec:
         if self.precision not in chip.peak_tflops:
             have = ", ".join(p for p in chip.precisions() if p in TRAIN_PRECISIONS)
             raise SpecError("precision", f"{chip.name} has no {self.precision} units; it supports: {have}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise SpecError("attention_impl",
+                            f"allowed: {', '.join(ATTENTION_IMPLS)}; got {_show(self.attention_impl)}")
+        if self.attention_impl == "materialized" and self.arch.attention == "mla":
+            raise SpecError("attention_impl", "materialized is modelled for gqa attention only; use flash with mla")
         if self.recompute not in RECOMPUTE:
             raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
         if self.grad_reduce_dtype not in GRAD_DTYPES:
@@ -232,9 +246,9 @@ class TrainSpec:
         """Build from the YAML layout of ``gigacluster estimate train``; raises SpecError naming the field."""
         if not isinstance(d, Mapping):
             raise SpecError("spec", "must be a mapping with model, batch, parallelism, hardware")
-        extra = set(d) - set(_TOP_KEYS)
+        extra = set(d) - set(_TOP_KEYS) - set(_IMPL_KEYS)
         if extra:
-            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS)}")
+            raise SpecError(_first(extra), f"unknown field; allowed: {', '.join(_TOP_KEYS + _IMPL_KEYS)}")
         for req in ("model", "batch", "hardware"):
             if req not in d:
                 raise SpecError(req, "required")
@@ -270,6 +284,8 @@ class TrainSpec:
             capacity_factor=_finite(par.get("capacity_factor", 1.0), "parallelism.capacity_factor", "a number >= 1"),
             moe_overlap=_frac(par, "moe_overlap", "parallelism.moe_overlap", 0.0),
             pipeline_schedule=str(par.get("pipeline_schedule", "1f1b")).lower(),
+            sequence_parallel=_bool(par, "sequence_parallel", "parallelism.sequence_parallel", True),
+            attention_impl=str(d.get("attention_impl", "flash")).lower(),
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
             pue=pue,
@@ -374,13 +390,17 @@ def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[
     for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
         if cost.get(k) is not None:
             _finite(cost[k], f"cost.{k}", "a finite number >= 0")
-    for k in ("precision", "name"):
+    for k in ("precision", "name", "attention_impl"):
         if k in d and not isinstance(d[k], str):
             raise SpecError(k, f"must be a string, got {_show(d[k])}")
     for k in ("recompute", "grad_reduce_dtype", "pipeline_schedule"):
         if k in par and not isinstance(par[k], str):
             raise SpecError(f"parallelism.{k}", f"must be a string, got {_show(par[k])}")
-    dist = par.get("distributed_optimizer", True)
-    if not isinstance(dist, bool):
-        raise SpecError("parallelism.distributed_optimizer", "must be true or false")
-    return cost, pue, dist
+    return cost, pue, _bool(par, "distributed_optimizer", "parallelism.distributed_optimizer", True)
+
+
+def _bool(d: Mapping[str, Any], key: str, field: str, default: bool) -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise SpecError(field, "must be true or false")
+    return v

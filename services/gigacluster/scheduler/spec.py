@@ -22,12 +22,12 @@ from gigacluster.scheduler.v1 import scheduler_pb2
 JOB_FIELDS = ("name", "queue", "priority", "checkpoint_interval_steps", "max_restarts")
 # What a TrainingSpec message carries, per section: a job file may hold nothing else.
 SPEC_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue"),
+    "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl"),
     "model": ("preset", *ARCH_FIELDS, *MOE_ARCH_FIELDS, *ARCH_TEXT_FIELDS),
     "batch": ("global_batch", "global_batch_tokens"),
     "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
                     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep",
-                    "capacity_factor", "moe_overlap", "pipeline_schedule"),
+                    "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel"),
     "hardware": ("chip", "count", "system"),
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
@@ -152,7 +152,7 @@ def check_bounds(msg: scheduler_pb2.SubmitJobRequest, b: SpecBounds) -> None:
     for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS):
         cap(f"spec.model.{k}", getattr(s.model, k), b.max_arch)
     texts = [("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
-             ("spec.hardware.system", s.hardware.system)]
+             ("spec.hardware.system", s.hardware.system), ("spec.attention_impl", s.attention_impl)]
     texts += [(f"spec.model.{k}", getattr(s.model, k)) for k in ARCH_TEXT_FIELDS]
     texts += [(f"spec.parallelism.{k}", getattr(s.parallelism, k)) for k in PAR_TEXTS]
     for k, text in texts:
@@ -203,6 +203,7 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
         tokens=_int(spec, "tokens", "spec.tokens"),
         steps=_int(spec, "steps", "spec.steps"),
         pue=float(pue),
+        attention_impl=_text(spec, "attention_impl", "spec.attention_impl"),
     )
 
 
@@ -223,11 +224,12 @@ def _parallelism_msg(par: dict[str, Any]) -> scheduler_pb2.ParallelismSpec:
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
             raise InvalidArgument(f"spec.parallelism.{k}", f"must be a fraction in [0, 1], got {show(v)}")
         setattr(msg, k, float(v))
-    if "distributed_optimizer" in par:
-        v = par["distributed_optimizer"]
-        if not isinstance(v, bool):
-            raise InvalidArgument("spec.parallelism.distributed_optimizer", f"must be true or false, got {show(v)}")
-        msg.distributed_optimizer = v
+    for k in ("distributed_optimizer", "sequence_parallel"):
+        if k in par:
+            v = par[k]
+            if not isinstance(v, bool):
+                raise InvalidArgument(f"spec.parallelism.{k}", f"must be true or false, got {show(v)}")
+            setattr(msg, k, v)
     return msg
 
 
@@ -253,8 +255,9 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
     for k in PAR_TEXTS:
         if getattr(p, k):
             par[k] = getattr(p, k)
-    if p.HasField("distributed_optimizer"):
-        par["distributed_optimizer"] = bool(p.distributed_optimizer)
+    for k in ("distributed_optimizer", "sequence_parallel"):
+        if p.HasField(k):
+            par[k] = bool(getattr(p, k))
     if par:
         out["parallelism"] = par
     hw: dict[str, Any] = {}
@@ -272,4 +275,6 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
         out["steps"] = int(msg.steps)
     if msg.pue:
         out["pue"] = float(msg.pue)
+    if msg.attention_impl:
+        out["attention_impl"] = msg.attention_impl
     return out

@@ -17,7 +17,7 @@ class BatchSpec(_message.Message):
     def __init__(self, global_batch: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ...) -> None: ...
 
 class ParallelismSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor", "moe_overlap", "pipeline_schedule")
+    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ParallelismSpec(_message.Message):
     CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
     MOE_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -50,7 +51,8 @@ class ParallelismSpec(_message.Message):
     capacity_factor: float
     moe_overlap: float
     pipeline_schedule: str
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ..., ep: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., moe_overlap: _Optional[float] = ..., pipeline_schedule: _Optional[str] = ...) -> None: ...
+    sequence_parallel: bool
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ..., ep: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., moe_overlap: _Optional[float] = ..., pipeline_schedule: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
 
 class HardwareSpec(_message.Message):
     __slots__ = ("chip", "count", "system")
@@ -63,7 +65,7 @@ class HardwareSpec(_message.Message):
     def __init__(self, chip: _Optional[str] = ..., count: _Optional[int] = ..., system: _Optional[str] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue")
+    __slots__ = ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +74,7 @@ class TrainingSpec(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     PUE_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_IMPL_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelArchitecture
     batch: BatchSpec
     parallelism: ParallelismSpec
@@ -80,7 +83,8 @@ class TrainingSpec(_message.Message):
     tokens: int
     steps: int
     pue: float
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ...) -> None: ...
+    attention_impl: str
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ..., attention_impl: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s", "preemptions", "lost_steps", "lost_s", "checkpoint_pause_s", "restart_s", "borrowing", "placement_domains", "placement_leaf_groups", "dp_spine_crossings", "estimated_end_s", "reserved_start_s", "failures", "performance_alert", "slowdown")

@@ -1,0 +1,44 @@
+"""Serving latency against a published vLLM run (issue 15 item 5), low load.
+
+Source: LambdaLabsML/vllm-benchmark, results/prompt_10/1xH100-80GB-SXM/
+Meta-Llama-3-8B-Instruct_tp1_len2048.json (vLLM benchmark_serving, 2024-09-07, vLLM 0.6 with
+``--max-model-len 2048``: the v0 engine, prefill-first, max_num_batched_tokens 2,048): ten ShareGPT
+prompts sent at once to one H100 SXM; the file lists every prompt and output length. Published:
+median TTFT 62.19 ms (p99 63.36), median TPOT 7.56 ms, median end-to-end 874.3 ms, p99 5,168.0 ms.
+The run streamed 10 tokens per scheduler call (multi-step scheduling: ITL about 72 ms), so its
+mean TPOT (11.1 ms) is skewed by short outputs and is not compared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gigacluster.inference.engine import ReplicaConfig, Request
+from gigacluster.inference.sim import simulate
+from gigacluster.model.arch import preset
+
+INPUT = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
+OUTPUT = [120, 429, 233, 194, 101, 741, 9, 3, 6, 31]
+PUBLISHED_MS = {"ttft_p50": 62.19, "tpot_p50": 7.56, "e2e_p50": 874.29, "e2e_p99": 5167.98}
+# Our error per metric, held as the test's bound (see docs/validation.md, "Serving").
+DOCUMENTED = {"ttft_p50": -0.26, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
+
+
+def _measured_ms() -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), o, arrival_s=0.0)
+            for i, (p, o) in enumerate(zip(INPUT, OUTPUT, strict=True))]
+    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", chunked_prefill=False, max_prefill_tokens=2048)
+    r = simulate(cfg, reqs).to_dict()
+    return {"ttft_p50": r["ttft_s"]["p50"] * 1e3, "tpot_p50": r["tpot_s"]["p50"] * 1e3,
+            "e2e_p50": r["e2e_s"]["p50"] * 1e3, "e2e_p99": r["e2e_s"]["p99"] * 1e3}
+
+
+@pytest.mark.parametrize("metric", sorted(PUBLISHED_MS))
+def test_vllm_h100_llama3_8b_ten_prompts(metric: str) -> None:
+    """Lambda's vLLM 0.6 run (module docstring): each metric at its documented error. TPOT and the
+    end-to-end p99 are within 10%; TTFT misses by 26% (the API server's per-request time is not
+    modelled) and the end-to-end median by 15% (it follows from the multi-step streaming)."""
+    err = _measured_ms()[metric] / PUBLISHED_MS[metric] - 1.0
+    assert err == pytest.approx(DOCUMENTED[metric], abs=0.03)

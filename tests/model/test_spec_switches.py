@@ -1,0 +1,76 @@
+"""Spec switches of issue 15: attention implementation, sequence parallelism, fp16."""
+
+from __future__ import annotations
+
+import pytest
+
+from gigacluster.model import SpecError
+from gigacluster.model.step import plan_step
+from gigacluster.model.training import TrainSpec
+
+BASE = {
+    "model": {"layers": 8, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000, "seq_len": 2048,
+              "mlp": "gelu"},
+    "batch": {"global_batch": 64}, "parallelism": {"tp": 4, "microbatch_size": 2},
+    "hardware": {"chip": "a100-80gb", "count": 32}, "precision": "bf16",
+}
+
+
+def _spec(**top: object) -> TrainSpec:
+    par = top.pop("parallelism", {})
+    return TrainSpec.from_dict({**BASE, **top, "parallelism": {**BASE["parallelism"], **par}})  # type: ignore[dict-item]
+
+
+def test_attention_impl_default_is_flash_and_bad_values_are_refused() -> None:
+    """attention_impl defaults to flash; an unknown value or materialized with MLA is refused by field."""
+    assert _spec().attention_impl == "flash"
+    with pytest.raises(SpecError) as err:
+        _spec(attention_impl="paged")
+    assert err.value.field == "attention_impl" and "flash, materialized" in str(err.value)
+    mla = TrainSpec.from_dict({"model": {"preset": "deepseek-v3"}, "batch": {"global_batch": 64},
+                               "hardware": {"chip": "h100-sxm", "count": 64}, "parallelism": {"tp": 8, "pp": 8},
+                               "precision": "bf16"})
+    with pytest.raises(SpecError) as err:
+        mla.with_(attention_impl="materialized")
+    assert err.value.field == "attention_impl"
+
+
+def test_materialized_attention_computes_all_scores_and_moves_them_through_hbm() -> None:
+    """Materialised attention runs s x s score and context GEMMs per head (twice the causal FLOPs) plus
+    softmax/dropout traffic of 9 bytes per score forward: more hardware FLOPs, more bytes, a slower step."""
+    flash, mat = plan_step(_spec()), plan_step(_spec(attention_impl="materialized"))
+    heads_t, s, hd = 16 // 4, 2048, 128
+    scores = 2 * heads_t * s * s  # microbatch 2: score elements per layer per microbatch
+    batched = [w for w in mat.compute if len(w.shape) == 4]
+    assert {w.shape for w in batched} >= {(s, s, hd, 2 * heads_t), (s, hd, s, 2 * heads_t)}
+    fwd_score = next(w for w in batched if w.shape == (s, s, hd, 2 * heads_t))
+    assert fwd_score.flops == pytest.approx(2.0 * s * s * hd * 2 * heads_t)
+    assert sum(w.total_bytes for w in mat.compute) > sum(w.total_bytes for w in flash.compute) + 9 * scores
+    assert mat.model_flops_per_step == flash.model_flops_per_step  # MFU still counts causal attention
+
+
+def test_sequence_parallel_off_replicates_norms_and_uses_all_reduces() -> None:
+    """Without sequence parallelism (Megatron-LM 2021) the TP collectives are 2 all-reduces forward and
+    2 backward per layer (8 all-gather volumes, not SP's 10) and norm/dropout work is not split by TP."""
+    sp, nosp = plan_step(_spec()), plan_step(_spec(parallelism={"sequence_parallel": False}))
+    tp_sp = next(d for d in sp.collectives if d.name == "tp")
+    tp_nosp = next(d for d in nosp.collectives if d.name == "tp")
+    m = 64 // 8 // 2
+    assert (tp_sp.count, tp_nosp.count) == (10 * 8 * m, 8 * 8 * m)
+    elem = lambda p: sum(w.total_bytes for w in p.compute if w.kind == "elementwise")  # noqa: E731
+    assert elem(nosp) > elem(sp)
+    assert nosp.memory.activations_bytes > sp.memory.activations_bytes
+    with pytest.raises(SpecError) as err:
+        _spec(parallelism={"sequence_parallel": "no"})
+    assert err.value.field == "parallelism.sequence_parallel"
+
+
+def test_fp16_runs_at_the_bf16_rate_on_a100() -> None:
+    """precision fp16 exists (Megatron-LM 2021 trained in fp16); on A100 it has the BF16 peak (312 TFLOP/s)."""
+    from gigacluster.model.comm import AlphaBetaCommModel
+    from gigacluster.model.training import estimate_train
+
+    fp16, bf16 = _spec(precision="fp16"), _spec()
+    assert fp16.precision == "fp16"
+    assert estimate_train(fp16, AlphaBetaCommModel()).step_time_s == pytest.approx(
+        estimate_train(bf16, AlphaBetaCommModel()).step_time_s, rel=1e-9)

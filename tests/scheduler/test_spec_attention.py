@@ -1,0 +1,36 @@
+"""A job carries issue 15's step-shaping switches (attention_impl, sequence_parallel) to the live job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gigacluster.errors import InvalidArgument
+from gigacluster.model.training import TrainSpec
+from gigacluster.scheduler.spec import proto_to_spec, spec_to_proto
+
+SPEC: dict[str, Any] = {
+    "model": {"preset": "llama3-8b", "seq_len": 2048}, "batch": {"global_batch": 64},
+    "parallelism": {"tp": 8, "sequence_parallel": False}, "hardware": {"chip": "h100-sxm", "count": 32},
+    "precision": "fp16", "steps": 30, "attention_impl": "materialized",
+}
+
+
+def test_attention_impl_and_sequence_parallel_round_trip_through_the_job_message() -> None:
+    """spec -> TrainingSpec -> spec keeps attention_impl and sequence_parallel; the model reads them."""
+    back = proto_to_spec(spec_to_proto(SPEC))
+    assert back["attention_impl"] == "materialized" and back["parallelism"]["sequence_parallel"] is False
+    spec = TrainSpec.from_dict(back)
+    assert (spec.attention_impl, spec.sequence_parallel, spec.precision) == ("materialized", False, "fp16")
+    plain = proto_to_spec(spec_to_proto({k: v for k, v in SPEC.items() if k != "attention_impl"}
+                                        | {"parallelism": {"tp": 8}}))
+    assert "attention_impl" not in plain and "sequence_parallel" not in plain["parallelism"]
+    assert TrainSpec.from_dict(plain).sequence_parallel and TrainSpec.from_dict(plain).attention_impl == "flash"
+
+
+def test_sequence_parallel_must_be_a_boolean() -> None:
+    """A non-boolean sequence_parallel is refused naming the field, before any model work."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto({**SPEC, "parallelism": {"tp": 8, "sequence_parallel": "yes"}})
+    assert err.value.field == "spec.parallelism.sequence_parallel"
