@@ -80,3 +80,11 @@ def test_bad_steady_streams_are_refused_by_field(stream: dict[str, Any], field: 
     with pytest.raises(InvalidArgument) as ei:
         spec.parse(raw, base_dir=ROOT)
     assert field in ei.value.field
+
+
+def test_the_consistency_check_counts_requests_in_the_phases() -> None:
+    """A contention section whose phases hold every offered request passes; one that lost a request is named."""
+    c = contention.build([{"key": "t/j", "trace": [_step(0, 0.1), _step(10, 0.2)]}],
+                         [_req(10.5, 0.1, 0.02), _req(20, 0.1, 0.02)], 1.0)
+    assert contention.check(c, 2) == [] and contention.check({}, 5) == []
+    assert "2 offered" not in " ".join(contention.check(c, 2)) and "3 offered" in contention.check(c, 3)[0]

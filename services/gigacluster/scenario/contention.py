@@ -117,6 +117,23 @@ def build(jobs: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any]], sp
             "fleet": fleet_contention(requests, windows, speedup)}
 
 
+def check(c: dict[str, Any], offered: int) -> list[str]:
+    """What is inconsistent in a contention section: the two phases must hold every offered request once, and
+    every slowdown must follow from its phase means (empty when all holds, or without a section)."""
+    if not c:
+        return []
+    f = c["fleet"]
+    bad = []
+    if f["alone"]["requests"] + f["with_training"]["requests"] != offered:
+        bad.append(f"contention: {f['alone']['requests']} + {f['with_training']['requests']} requests in the "
+                   f"phases, {offered} offered")
+    for j in c["jobs"]:
+        ratio = _ratio(j["with_fleet"]["mean_a2a_s"], j["alone"]["mean_a2a_s"])
+        if ratio is not None and not math.isclose(j["a2a_slowdown"], ratio - 1.0, rel_tol=1e-9, abs_tol=1e-12):
+            bad.append(f"contention: {j['key']} all-to-all slowdown {j['a2a_slowdown']} != {ratio - 1.0}")
+    return bad
+
+
 def _f(v: Any, fmt: str = ".4g") -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 

@@ -31,7 +31,7 @@ from gigacluster.loadtest import runner as lt_runner
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
-from gigacluster.scenario import fleet, report
+from gigacluster.scenario import contention, fleet, report
 from gigacluster.scenario.spec import CHIP_FAULTS, LINK_FAULTS, Fault, Job, Scenario
 from gigacluster.scheduler.v1 import scheduler_pb2
 
@@ -443,7 +443,8 @@ async def run(sc: Scenario, target: Target, *, progress: Callable[[str], None] |
 
 def end_to_end_check(rep: dict[str, Any]) -> list[str]:
     """Consistency of a report: every job accounted for, tenant chip-hours summing to the jobs', tier
-    utilisations in [0, 1]; returns what is wrong (empty when all holds)."""
+    utilisations in [0, 1], the contention section's phases covering the fleet's requests; returns what is
+    wrong (empty when all holds)."""
     bad = []
     t = rep["totals"]
     if not math.isclose(t["chip_hours"], t["chip_hours_of_jobs"], rel_tol=1e-3, abs_tol=1e-6):
@@ -451,6 +452,7 @@ def end_to_end_check(rep: dict[str, Any]) -> list[str]:
     bad += [f"tier {r['tier']} utilisation {r['mean_utilization']}" for r in rep["tiers"]
             if not 0 <= r["mean_utilization"] <= 1 or not 0 <= r["peak_utilization"] <= 1]
     bad += [f"job {j['key']} neither submitted nor refused" for j in rep["jobs"] if not (j["job"] or j["error"])]
+    bad += contention.check(rep.get("contention") or {}, sum(s["offered"] for s in rep["inference"]["streams"]))
     return bad
 
 
