@@ -268,9 +268,9 @@ class Replica:
             return  # unchanged, or a report under way carries it
         try:
             md = call_metadata(capability=self.lease())
-            await asyncio.gather(*(stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(
-                devices=convert.range_msgs(rs), bytes_per_device=mem), metadata=md, timeout=2)
-                for stub, rs in self._shard_stubs()))
+            for stub, rs in self._shard_stubs():  # one shard, or a few for a replica spanning shards
+                await stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=convert.range_msgs(rs),
+                                                                         bytes_per_device=mem), metadata=md, timeout=2)
             self._reported_memory = mem
         except grpc.aio.AioRpcError as err:  # telemetry only: the next iteration reports it again
             log.info("memory report failed", replica=self.index, code=err.code().name)

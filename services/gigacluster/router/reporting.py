@@ -131,9 +131,10 @@ class WorkReporter:
         parts, lease, memory = self._target()
         iterations = [chip_pb2.WorkIteration(items=chip_wire.work_msgs(it.work), not_before_s=start)
                       for it, start in batch]
-        resps = await asyncio.gather(*(self._send_one(stub, chip_pb2.ReportWorkRequest(
+        calls = [self._send_one(stub, chip_pb2.ReportWorkRequest(
             devices=ranges, tag=self._tag(), memory_in_use_bytes=memory, iterations=iterations), lease)
-            for stub, ranges in parts))
+            for stub, ranges in parts]
+        resps = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
         if any(r is None for r in resps):
             return None
         self.reported_memory = memory
