@@ -62,3 +62,55 @@ async def _stats(gc: Client, name: str) -> router_pb2.DeploymentStats:
             return d
         await asyncio.sleep(0.1)
     return d
+
+
+async def test_wide_ep_replica_spanning_two_shards_books_on_both(mosquitto: str, tmp_path: Path) -> None:
+    """A gpt-oss-20b replica with ep 16 on 16 H100 that spans two chip shards books its iterations' work, energy
+    and memory on the devices of both shards (not only the first shard's)."""
+    from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+    from gigacluster.runtime.auth import call_metadata
+    from gigacluster.runtime.channels import open_channel
+
+    async with live_stack("moespan", mosquitto, tmp_path, chips=32, shards=2) as st:
+        key = await st.create_tenant("moe")
+        async with Client(st.endpoints, key) as gc:
+            # An 8-chip replica first takes one HGX domain, so the 16-chip one is placed across the shard boundary.
+            await gc.router.DeployModel(router_pb2.DeployModelRequest(
+                deployment_id="small", model=common_pb2.ModelArchitecture(preset="gpt-oss-20b"), chip="h100-sxm",
+                ep=8, max_batch=8), metadata=gc.md)
+            dep = (await gc.router.DeployModel(router_pb2.DeployModelRequest(
+                deployment_id="wide", model=common_pb2.ModelArchitecture(preset="gpt-oss-20b"), chip="h100-sxm",
+                ep=16, max_batch=8), metadata=gc.md)).deployment
+            assert dep.chips_per_replica == 16
+            await asyncio.gather(*(_drain(gc, "wide", 24) for _ in range(2)))
+            await asyncio.sleep(0.5)  # the last reports land after the tokens
+        devices = await _replica_devices(st, key, "deployments/wide")
+        per_shard = {}
+        md = call_metadata(api_key=st.admin_key)
+        for port in st.shard_ports:
+            ch = open_channel(f"127.0.0.1:{port}")
+            resp = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(chip_pb2.ListDevicesRequest(page_size=64),
+                                                                        metadata=md, timeout=10)
+            await ch.close()
+            per_shard[port] = {d.id: d for d in resp.devices}
+        mine = [{i: d for i, d in shard.items() if i in devices} for shard in per_shard.values()]
+        assert all(mine), f"the replica's devices {sorted(devices)} do not span both shards"
+        for shard, own in zip(per_shard.values(), mine, strict=True):
+            assert all(d.busy_s > 0 and d.memory_used_bytes > 0 for d in own.values())
+            idle = [d for i, d in shard.items() if i not in devices and d.busy_s == 0]
+            if idle:  # a device that ran nothing drew idle power only: the replica's drew more
+                assert min(d.energy_j for d in own.values()) > max(d.energy_j for d in idle)
+
+
+async def _replica_devices(st: object, key: str, name: str) -> set[int]:
+    """The device ids of a deployment's replicas (from its broker instances)."""
+    from gigacluster.broker.v1 import broker_pb2
+
+    async with Client(st.endpoints, key) as gc:  # type: ignore[attr-defined]
+        dep = (await gc.router.GetDeployment(router_pb2.GetDeploymentRequest(name=name), metadata=gc.md)).deployment
+        out: set[int] = set()
+        for inst in dep.instances:
+            r = await gc.broker.GetInstance(broker_pb2.GetInstanceRequest(name=inst), metadata=gc.md)
+            for rg in r.instance.devices:
+                out.update(range(rg.start, rg.end))
+        return out

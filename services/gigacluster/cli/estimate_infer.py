@@ -36,6 +36,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ep", type=int, default=1,
                    help="MoE: spread the routed experts over EP chips (1 or a multiple of --tp dividing the experts)")
     p.add_argument("--precision", default="bf16", help="bf16, fp16, fp8, mxfp6, mxfp4, nvfp4, fp32 (as the chip has)")
+    p.add_argument("--moe-overlap", default="none", help="MoE with --ep > 1: none (default, as vLLM without "
+                   "--enable-dbo) or two_batch (DeepSeek's two micro-batches hide one's all-to-all behind the "
+                   "other's compute; see gigacluster.inference.moe_work)")
     p.add_argument("--batch", type=int, default=1, help="concurrent sequences (static estimate)")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=256)
@@ -68,7 +71,7 @@ def _config(args: argparse.Namespace) -> ReplicaConfig:
     return ReplicaConfig(
         arch=preset(args.model), chip=args.chip, tp=args.tp, ep=args.ep, precision=args.precision,
         max_batch=args.max_batch or seqs, kv_fraction=args.kv_fraction, chunked_prefill=args.chunked_prefill,
-        max_prefill_tokens=args.max_prefill_tokens or tokens, max_queue=args.max_queue,
+        max_prefill_tokens=args.max_prefill_tokens or tokens, max_queue=args.max_queue, moe_overlap=args.moe_overlap,
     )
 
 

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from gigacluster.hw.catalog import Chip, UnknownHardwareError, get_chip
+from gigacluster.inference.moe_work import OVERLAP_MODES
 from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape
 from gigacluster.model import DoesNotFitError, SpecError
 from gigacluster.model.arch import ModelArch
@@ -60,6 +61,7 @@ class ReplicaConfig:
     max_queue: int = 1024
     role: str = "both"
     ep: int = 1
+    moe_overlap: str = "none"  # "two_batch": DeepSeek's two micro-batch overlap of the all-to-all (moe_work)
 
     def __post_init__(self) -> None:
         if not isinstance(self.arch, ModelArch):
@@ -85,7 +87,9 @@ class ReplicaConfig:
             raise SpecError("kv_fraction", f"must be in (0, 1], got {self.kv_fraction!r}")
         if self.block_size & (self.block_size - 1) or self.block_size > 1024:
             raise SpecError("block_size", f"must be a power of two <= 1024, got {self.block_size}")
-        shape = ShardShape(self.arch, self.tp, self.precision, self.ep)
+        if self.moe_overlap not in OVERLAP_MODES:
+            raise SpecError("moe_overlap", f"allowed: {', '.join(OVERLAP_MODES)}; got {str(self.moe_overlap)[:20]!r}")
+        shape = ShardShape(self.arch, self.tp, self.precision, self.ep, self.moe_overlap)
         usable = chip.hbm_bytes * float(self.kv_fraction)
         kv_bytes = usable - shape.weight_bytes - self.workspace_bytes - self._window_reserve(shape)
         block_bytes = self.block_size * shape.kv_bytes_per_token

@@ -11,6 +11,7 @@ import numpy as np
 
 from gigacluster.hw.catalog import Chip, _raw, default_system, get_system
 from gigacluster.inference.config import ReplicaConfig
+from gigacluster.inference.moe_work import half_batch, two_batch_s
 from gigacluster.inference.request import Iteration
 from gigacluster.inference.work import ShardShape, allreduce_bytes, batch_work
 from gigacluster.model.comm import AlphaBetaCommModel, GroupLayout
@@ -61,7 +62,7 @@ def iteration_time_s(chip: Chip, shape: ShardShape, tp: int, work: tuple[Work, .
     compute_s = works_time_s(chip, work)
     ar = allreduce_bytes(shape, tokens)
     if not shape.classic:
-        return compute_s, moe_comm_s(chip, shape, tokens), ar
+        return compute_s, moe_comm_s(chip, shape, tokens, work=work, compute_s=compute_s), ar
     comm_s = 2.0 * (tp - 1) / tp * ar / chip.scaleup_Bps if tp > 1 else 0.0
     return compute_s, comm_s, ar
 
@@ -69,16 +70,24 @@ def iteration_time_s(chip: Chip, shape: ShardShape, tp: int, work: tuple[Work, .
 _COMM = AlphaBetaCommModel()
 
 
-def moe_comm_s(chip: Chip, shape: ShardShape, tokens: int) -> float:
+def moe_comm_s(chip: Chip, shape: ShardShape, tokens: int, *, work: tuple[Work, ...] = (),
+               compute_s: float = 0.0) -> float:
     """TP all-reduces plus, with ``ep > 1``, each MoE layer's dispatch and combine all-to-all over the
-    ``ep`` GPUs (spanning scale-up domains when ``ep`` exceeds one), by the training model's comm model."""
+    ``ep`` GPUs (spanning scale-up domains when ``ep`` exceeds one), by the training model's comm model;
+    under ``moe_overlap: two_batch`` (given the iteration's ``work`` and ``compute_s``) only the part of
+    the all-to-all two overlapped micro-batches leave exposed (``moe_work.two_batch_s``)."""
     system = default_system(chip.name)
     ar = shape.moe.allreduce_bytes(tokens) / (2 * shape.arch.layers)
     t = 0.0
     if ar:
         lay = GroupLayout(shape.tp, min(shape.tp, get_system(system).chips), shape.dp_attn)
         t += 2 * shape.arch.layers * _COMM.collective_time_s(chip, system, "all_reduce", ar, lay)
-    return t + moe_a2a_s(chip, shape, tokens)
+    a2a = moe_a2a_s(chip, shape, tokens)
+    if a2a and work and tokens > 1 and shape.moe.overlap == "two_batch":
+        half_c = works_time_s(chip, half_batch(work, shape.precision))
+        both = two_batch_s(half_c, moe_a2a_s(chip, shape, tokens // 2), shape.arch.moe_layers)
+        return t + max(0.0, both - compute_s)
+    return t + a2a
 
 
 def moe_a2a_s(chip: Chip, shape: ShardShape, tokens: int) -> float:

@@ -17,7 +17,17 @@ Assumptions, stated:
   combines them back (two all-to-alls over ``ep`` ranks, each rank sending its ``1 / chips`` share
   of the batch; dispatch in FP8 when the weights are 8-bit or narrower, as DeepEP does, combine in
   bf16), priced by :class:`gigacluster.model.comm.AlphaBetaCommModel` (the training model's
-  default), not overlapped with compute (no two-batch overlap).
+  default), not overlapped with compute unless ``moe_overlap`` says so (below).
+* ``moe_overlap``: ``none`` (the default: vLLM serves DP+EP without its dual-batch overlap unless
+  ``--enable-dbo`` is given, docs.vllm.ai "Dual Batch Overlap"; SGLang likewise needs
+  ``--enable-two-batch-overlap``) or ``two_batch``, DeepSeek's inference system (Open Infra Index
+  day 6, "DeepSeek-V3/R1 Inference System Overview", 2025-03-01): the batch is split into two
+  micro-batches and one's dispatch/combine runs while the other computes (attention, experts).
+  Modelled per iteration as ``max(2 C(B/2), 2 A(B/2)) + min(...) / (2 L)``: both halves' compute
+  (each half re-reads the weights) against both halves' all-to-all (each pays its latency), plus
+  one layer's fill of the pipeline. Assumed: the all-to-all takes no compute units while it
+  overlaps (DeepEP's hook-based low-latency kernels use no SMs, per DeepSeek), and the chips are
+  booked for one pass over the batch (the second weight read is time, not energy).
 * MLA keeps its compressed latent and RoPE key (``kv_lora_rank + qk_rope_head_dim`` per layer) on
   every TP rank of a group (the latent is not split by heads); decode runs the weight-absorbed
   form (attention over the latent), prefill the expanded one.
@@ -30,15 +40,18 @@ Assumptions, stated:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
+from gigacluster.model import SpecError
 from gigacluster.model.arch import ModelArch
 from gigacluster.model.moe import OPERAND_BYTES
 from gigacluster.model.roofline import Work
 
 Gemm = tuple[int, int, int]  # n, k, layers it runs in
+OVERLAP_MODES = ("none", "two_batch")  # moe_overlap: see the module docstring
 
 
 def kv_elem_bytes(precision: str) -> float:
@@ -99,8 +112,10 @@ def window_layers(a: ModelArch) -> int:
 class MoeShard:
     """Per-GPU sizes and iteration work of a replica (see the module docstring)."""
 
-    def __init__(self, arch: ModelArch, tp: int, ep: int, precision: str) -> None:
-        self.arch, self.tp, self.ep, self.precision = arch, tp, ep, precision
+    def __init__(self, arch: ModelArch, tp: int, ep: int, precision: str, overlap: str = "none") -> None:
+        if overlap not in OVERLAP_MODES:
+            raise SpecError("moe_overlap", f"allowed: {', '.join(OVERLAP_MODES)}; got {str(overlap)[:20]!r}")
+        self.arch, self.tp, self.ep, self.precision, self.overlap = arch, tp, ep, precision, overlap
         self.chips = max(tp, ep)
         self.dp_attn = self.chips // tp
         self.expert_split = tp if ep == 1 else 1  # each expert's width is split this many ways
@@ -267,3 +282,26 @@ def _causal_pairs(c: np.ndarray, n: np.ndarray, window: int) -> float:
     below = np.where(top >= lo, (lo + top) * (top - lo + 1) / 2.0, 0.0)
     above = (hi - np.maximum(lo - 1, top)) * float(window)
     return float(below.sum() + above.sum())
+
+
+def half_batch(work: tuple[Work, ...], precision: str) -> tuple[Work, ...]:
+    """The work of one of two micro-batches of an iteration: half the FLOPs and activations; a GEMM reads its
+    whole weights again (its bytes beyond the activations'), attention and elementwise work halve."""
+    ab = act_bytes(precision)
+    out = []
+    for w in work:
+        if w.kind == "matmul" and len(w.shape) == 3:
+            m, n, k = w.shape
+            act = w.flops / (2.0 * n * k) * (n + k) * ab
+            out.append(dataclasses.replace(w, flops=w.flops / 2, bytes_=max(0.0, w.bytes_ - act / 2),
+                                           shape=(max(1, round(m / 2)), n, k)))
+        else:
+            out.append(dataclasses.replace(w, flops=w.flops / 2, bytes_=w.bytes_ / 2))
+    return tuple(out)
+
+
+def two_batch_s(compute_half_s: float, a2a_half_s: float, layers: int) -> float:
+    """Iteration time of two overlapped micro-batches: both halves' compute against both halves' all-to-all, the
+    longer one sets the pace, plus one MoE layer's share of the shorter to fill the two-stage pipeline."""
+    c2, a2 = 2.0 * compute_half_s, 2.0 * a2a_half_s
+    return max(c2, a2) + min(c2, a2) / (2.0 * max(1, layers))

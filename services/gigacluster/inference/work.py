@@ -43,6 +43,7 @@ class ShardShape:
     tp: int
     precision: str
     ep: int = 1
+    moe_overlap: str = "none"  # MoE all-to-all overlap in serving (inference.moe_work.OVERLAP_MODES)
 
     @property
     def classic(self) -> bool:
@@ -53,7 +54,7 @@ class ShardShape:
 
     @functools.cached_property
     def moe(self) -> MoeShard:
-        return MoeShard(self.arch, self.tp, self.ep, self.precision)
+        return MoeShard(self.arch, self.tp, self.ep, self.precision, self.moe_overlap)
 
     @property
     def chips(self) -> int:

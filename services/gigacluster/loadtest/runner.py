@@ -24,6 +24,7 @@ from gigacluster.loadtest.drivers import Result
 from gigacluster.loadtest.scenario import Scenario
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.runtime.convert import PRECISION_ENUMS
 from gigacluster.scheduler.spec import split_job_file
 
 START_LEAD_S = 0.2  # the timeline starts this long after set-up, so the first sends are not late
@@ -46,6 +47,7 @@ class Run:
     results: list[Result]
     wall_s: float
     tenants: list[str]
+    start_s: float = 0.0  # the event loop's time at intended_s 0 (to place results on another clock)
 
 
 class _Tenant:
@@ -76,7 +78,14 @@ async def _ensure_deployment(t: _Tenant, deploy: dict[str, Any], timeout_s: floa
     req = router_pb2.DeployModelRequest(
         deployment_id=did, model=common_pb2.ModelArchitecture(preset=str(d.pop("preset", "llama3-8b"))),
         chip=str(d.pop("chip", "")), tp=int(d.pop("tp", 1)), replicas=int(d.pop("replicas", 1)),
-        max_batch=int(d.pop("max_batch", 0)), policy=str(d.pop("policy", "")), max_queue=int(d.pop("max_queue", 0)))
+        max_batch=int(d.pop("max_batch", 0)), policy=str(d.pop("policy", "")), max_queue=int(d.pop("max_queue", 0)),
+        ep=int(d.pop("ep", 0)))
+    if "precision" in d:
+        precision = d.pop("precision")
+        if precision not in PRECISION_ENUMS:
+            raise InvalidArgument("deploy.precision", f"must be one of {', '.join(sorted(PRECISION_ENUMS))}, "
+                                                      f"got {str(precision)[:20]!r}")
+        req.precision = PRECISION_ENUMS[precision]  # type: ignore[assignment]  # protobuf enums are int NewTypes
     if d:
         raise InvalidArgument("deploy", f"unknown keys {sorted(d)}")
     try:
@@ -130,6 +139,7 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                                     connector=aiohttp.TCPConnector(limit=0))
     results: list[Result] = []
+    start = 0.0
     try:
         if scenario.deploy:
             say(f"deploying {scenario.deploy.get('deployment_id')} for {len(tenants)} tenant(s)")
@@ -190,4 +200,4 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
         await _cleanup(tenants)
         for t in tenants:
             await t.client.close()
-    return Run(scenario, results, wall_s, [t.name for t in tenants])
+    return Run(scenario, results, wall_s, [t.name for t in tenants], start)

@@ -36,7 +36,8 @@ KINDS = ("generate", "http_completions", "submit_job")
 ARRIVALS = ("poisson", "uniform", "trace", "azure_csv")
 _CSV_ONLY = ("speed", "start_s", "window_s", "rate_scale", "target_qps")
 #: The fields of ``deploy`` (a router DeployModel request, built by the runner).
-DEPLOY_KEYS = frozenset({"deployment_id", "preset", "chip", "tp", "replicas", "max_batch", "policy", "max_queue"})
+DEPLOY_KEYS = frozenset({"deployment_id", "preset", "chip", "tp", "replicas", "max_batch", "policy", "max_queue",
+                         "ep", "precision"})
 
 
 @dataclasses.dataclass(frozen=True)

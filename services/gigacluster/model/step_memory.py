@@ -173,7 +173,8 @@ def _check_fits(spec: TrainSpec, chip: Chip, memory: MemoryBreakdown) -> None:
             f" (weights {memory.weights_bytes / gib:.1f}, grads {memory.grads_bytes / gib:.1f}, optimizer"
             f" {memory.optimizer_bytes / gib:.1f}, activations {memory.activations_bytes / gib:.1f}, other"
             f" {memory.other_bytes / gib:.1f}, reserved {memory.reserved_bytes / gib:.1f}) but has"
-            f" {chip.hbm_bytes / gib:.1f} GiB; raise tp/pp/cp, use recompute, or lower microbatch_size",
+            f" {chip.hbm_bytes / gib:.1f} GiB; raise {'ep/' if spec.arch.is_moe else ''}tp/pp/cp, use recompute,"
+            f" or lower microbatch_size",
             need_bytes=memory.total_bytes,
             have_bytes=float(chip.hbm_bytes),
         )

@@ -199,8 +199,10 @@ class TrainSpec:
                                 f"needs a mixture-of-experts model (model.experts > 0); got {self.ep}")
             return
         if a.experts % self.ep:
-            raise SpecError("parallelism.ep", f"must divide model.experts ({a.experts}); got {self.ep}"
-                            f" ({a.experts} experts over {self.ep} ranks leaves {a.experts % self.ep} over)")
+            divs = [d for d in range(1, a.experts + 1) if a.experts % d == 0]
+            raise SpecError("parallelism.ep", f"must divide model.experts ({a.experts}, e.g. "
+                            f"{', '.join(map(str, divs[-6:]))}); got {self.ep} ({a.experts} / {self.ep} = "
+                            f"{a.experts / self.ep:.2f} experts per rank)")
         if self.dp % self.ep:
             raise SpecError("parallelism.ep", f"must divide dp ({self.dp}): EP ranks are taken from the data-parallel"
                             f" ranks; got {self.ep}")

@@ -29,7 +29,7 @@ from gigacluster.inference.engine import ReplicaConfig
 from gigacluster.inference.policies import make_policy
 from gigacluster.model import DoesNotFitError
 from gigacluster.router.deployment import Binding, KvTransport, Lease, LiveDeployment, ReacquireFn, Replica
-from gigacluster.router.messages import DeploySpec, deploy_spec, shard_endpoint
+from gigacluster.router.messages import DeploySpec, deploy_spec, shard_endpoint, shard_ranges
 from gigacluster.router.moe_traffic import A2aTraffic
 from gigacluster.router.placement import place_disaggregated
 from gigacluster.router.store import DeploymentStore, StoredDeployment
@@ -147,7 +147,7 @@ class DeploymentManager:
                      devs: list[tuple[int, int]], inv: Any, lease: Lease) -> None:
         rep = Replica(i, cfg, instance=instance, devices=devs, endpoint=shard_endpoint(inv, devs), lease=lease,
                       clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s,
-                      report_max_iterations=self.config.report_max_iterations)
+                      report_max_iterations=self.config.report_max_iterations, shards=shard_ranges(inv, devs))
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         rep.on_lag = self.on_lag
@@ -170,7 +170,7 @@ class DeploymentManager:
             lease = dep.lease(resp.instance.name, resp.capability, resp.capability_expires_s, self._refresh)
             self._persist(dep)
             devs = convert.ranges(resp.instance.devices)
-            return Binding(resp.instance.name, devs, shard_endpoint(inv, devs), lease)
+            return Binding(resp.instance.name, devs, shard_endpoint(inv, devs), lease, tuple(shard_ranges(inv, devs)))
         return reacquire
 
     async def _deploy_disaggregated(self, dep: LiveDeployment, chip: str, inv: Any, n_pre: int, n_dec: int) -> None:

@@ -97,6 +97,22 @@ def shard_endpoint(inv: Any, devs: list[tuple[int, int]]) -> str:
     raise Unavailable(f"no chip shard in the inventory holds device {devs[0][0]}; retry")
 
 
+def shard_ranges(inv: Any, devs: list[tuple[int, int]]) -> list[tuple[str, list[tuple[int, int]]]]:
+    """``devs`` split by the chip shard holding them: (endpoint, ranges on it), the first device's shard first.
+
+    A wide expert-parallel replica can span shards; each books its own devices' work and memory."""
+    out: dict[str, list[tuple[int, int]]] = {shard_endpoint(inv, devs): []}
+    for a, b in devs:
+        for s in inv.shards:
+            lo, hi = max(a, int(s.devices.start)), min(b, int(s.devices.end))
+            if lo < hi:
+                out.setdefault(str(s.endpoint), []).append((lo, hi))
+    covered = sum(b - a for rs in out.values() for a, b in rs)
+    if covered != sum(b - a for a, b in devs):
+        raise Unavailable(f"the inventory's shards do not hold all of devices {devs[0][0]}..{devs[-1][1] - 1}; retry")
+    return list(out.items())
+
+
 def arch_msg(dep: LiveDeployment) -> common_pb2.ModelArchitecture:
     """The deployment's architecture, MoE/MLA/window fields included (head_dim is the dataclass's attn_head_dim)."""
     a = dep.cfg.arch

@@ -69,6 +69,7 @@ class Binding:
     devices: list[tuple[int, int]]
     endpoint: str
     lease: Lease
+    shards: tuple[tuple[str, list[tuple[int, int]]], ...] = ()  # (endpoint, ranges) per shard; () = all on endpoint
 
 
 # Allocates a new instance for a replica whose instance the broker no longer knows.
@@ -180,7 +181,8 @@ def replica_memory_bytes(engine: ReplicaEngine) -> int:
 class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
                  endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5,
-                 report_max_iterations: int = 1024) -> None:
+                 report_max_iterations: int = 1024,
+                 shards: list[tuple[str, list[tuple[int, int]]]] | None = None) -> None:
         self.index = index
         self.engine = ReplicaEngine(cfg)
         self.instance = instance
@@ -197,6 +199,10 @@ class Replica:
         self.failed = ""
         self.channel = open_channel(endpoint)
         self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
+        # The chips on other shards than ``endpoint``'s (a wide-EP replica spanning shards): endpoint -> ranges.
+        self.other_shards: dict[str, list[tuple[int, int]]] = {}
+        self._other_channels: dict[str, grpc.aio.Channel] = {}
+        self._set_shards(endpoint, devices, shards)
         self.energy_j = 0.0
         self.on_prefilled: Callable[[Replica, TokenEvent, Stream], None] | None = None
         self.on_dropped: Callable[[Replica, Stream], None] | None = None
@@ -226,9 +232,26 @@ class Replica:
         self.streams[stream.req.id] = stream
         self.wake.set()
 
-    def _report_target(self) -> tuple[Any, Lease, Any, int]:
-        """What the reporter books the next iterations with: stub, lease, device ranges, memory in use."""
-        return self.stub, self.lease, convert.range_msgs(self.devices), replica_memory_bytes(self.engine)
+    def _set_shards(self, endpoint: str, devices: list[tuple[int, int]],
+                    shards: list[tuple[str, list[tuple[int, int]]]] | None) -> None:
+        """Where each of the replica's devices lives: ``endpoint``'s own ranges, and the other shards'."""
+        by_ep = dict(shards) if shards else {endpoint: devices}
+        self.own_ranges = by_ep.pop(endpoint, devices)
+        self.other_shards = by_ep
+
+    def _shard_stubs(self) -> list[tuple[Any, list[tuple[int, int]]]]:
+        """(stub, device ranges) per shard the replica's chips live on, its first device's shard first."""
+        out: list[tuple[Any, list[tuple[int, int]]]] = [(self.stub, self.own_ranges)]
+        for ep, ranges in self.other_shards.items():
+            if ep not in self._other_channels:
+                self._other_channels[ep] = open_channel(ep)
+            out.append((chip_pb2_grpc.ChipServiceStub(self._other_channels[ep]), ranges))
+        return out
+
+    def _report_target(self) -> tuple[list[tuple[Any, Any]], Lease, int]:
+        """What the reporter books the next iterations with: (stub, device ranges) per shard, lease, memory."""
+        parts = [(stub, convert.range_msgs(rs)) for stub, rs in self._shard_stubs()]
+        return parts, self.lease, replica_memory_bytes(self.engine)
 
     def _on_reported(self, it: Iteration, resp: Any) -> None:
         """The chips booked an iteration: their energy and their time against the roofline's."""
@@ -236,16 +259,18 @@ class Replica:
         if it.compute_s > 0:
             self._timing.append((resp.end_s - resp.start_s, it.compute_s))
 
-    async def _report_memory(self, ranges: Any) -> None:
+    async def _report_memory(self) -> None:
         """Tell the chips what the idle replica holds (its weights and any KV cache still in use), once
-        per change; the last ExecuteWork carried the value of the iteration before it."""
+        per change (on every shard it spans); the last report carried the value of the iteration before it."""
         await self.reporter.drain()  # the last report carried the memory of its last iteration
         mem = replica_memory_bytes(self.engine)
         if mem in (self._reported_memory, self.reporter.reported_memory) or self.reporter.busy:
             return  # unchanged, or a report under way carries it
         try:
-            await self.stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=ranges, bytes_per_device=mem),
-                                           metadata=call_metadata(capability=self.lease()), timeout=2)
+            md = call_metadata(capability=self.lease())
+            for stub, rs in self._shard_stubs():  # one shard, or a few for a replica spanning shards
+                await stub.SetMemoryInUse(chip_pb2.SetMemoryInUseRequest(devices=convert.range_msgs(rs),
+                                                                         bytes_per_device=mem), metadata=md, timeout=2)
             self._reported_memory = mem
         except grpc.aio.AioRpcError as err:  # telemetry only: the next iteration reports it again
             log.info("memory report failed", replica=self.index, code=err.code().name)
@@ -313,6 +338,7 @@ class Replica:
             old_ch, self.channel = self.channel, open_channel(b.endpoint)
             self.stub = chip_pb2_grpc.ChipServiceStub(self.channel)
             await old_ch.close()
+        self._set_shards(b.endpoint, b.devices, list(b.shards) or None)
         self.reacquires += 1
         self.failed = ""
         log.info("replica re-acquired", replica=self.index, old=old, instance=self.instance)
@@ -350,7 +376,7 @@ class Replica:
             if it is None:
                 self.wake.clear()
                 if self._idle_report is None or self._idle_report.done():  # never waited for: work may come
-                    self._idle_report = asyncio.ensure_future(self._report_memory(convert.range_msgs(self.devices)))
+                    self._idle_report = asyncio.ensure_future(self._report_memory())
                 if self.reporter.error is None and not self.lease.lost:
                     await self.wake.wait()
                 continue
@@ -407,3 +433,5 @@ class Replica:
         for s in self.streams.values():
             s.queue.put_nowait(ReplicaFailed("deployment deleted"))
         await self.channel.close()
+        for ch in self._other_channels.values():
+            await ch.close()

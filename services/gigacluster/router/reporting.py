@@ -8,6 +8,10 @@ with ``ReportWork``, one call in flight per replica carrying every iteration tha
 busy time, energy and memory-in-use totals are unchanged; only the round trip left the path of
 the tokens. A failed report (chips gone, capability refused and not renewable) is kept in
 :attr:`WorkReporter.error` and the replica is woken to heal, as a failed ExecuteWork used to.
+
+A replica whose chips live on several shards (a wide expert-parallel replica) books every iteration
+on each shard, for that shard's devices, in one concurrent call per shard: the chips run in lock
+step, so an iteration ends when the slowest shard's chips end it and its energy is the shards' sum.
 """
 
 from __future__ import annotations
@@ -35,12 +39,13 @@ RATIO_BOUNDS = (1e-3, 1e3)  # a chip's time over the roofline's, as learnt from 
 class WorkReporter:
     """Books a replica's iterations on its chips in the background (see the module docstring).
 
-    ``target`` gives the current ``(stub, lease, device ranges, memory bytes)`` of the replica
-    (they change when it heals or moves to a new instance); ``on_result`` receives each booked
-    iteration with the shard's ``ExecuteWorkResponse``; ``wake`` is called when a report fails.
+    ``target`` gives the current ``([(stub, device ranges)] one per shard, lease, memory bytes)`` of
+    the replica (they change when it heals or moves to a new instance); ``on_result`` receives each
+    booked iteration with its ``ExecuteWorkResponse`` (merged over the shards); ``wake`` is called
+    when a report fails.
     """
 
-    def __init__(self, target: Callable[[], tuple[Any, Any, Any, int]],
+    def __init__(self, target: Callable[[], tuple[list[tuple[Any, Any]], Any, int]],
                  on_result: Callable[[Iteration, Any], None], wake: Callable[[], None], *, max_batch: int,
                  tag: Callable[[], str]) -> None:
         self._target = target
@@ -121,15 +126,25 @@ class WorkReporter:
                 self.ratio = min(max(chip_s / roof_s, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
 
     async def _send(self, batch: list[tuple[Iteration, float]]) -> Any:
-        """One ReportWork call; a refused capability is refreshed and the call retried once (None when
-        the broker no longer knows the instance)."""
-        stub, lease, ranges, memory = self._target()
-        req = chip_pb2.ReportWorkRequest(
-            devices=ranges, tag=self._tag(), memory_in_use_bytes=memory,
-            iterations=[chip_pb2.WorkIteration(items=chip_wire.work_msgs(it.work), not_before_s=start)
-                        for it, start in batch])
+        """One ReportWork call per shard the replica's chips live on, concurrently, merged (None when the
+        broker no longer knows the instance)."""
+        parts, lease, memory = self._target()
+        iterations = [chip_pb2.WorkIteration(items=chip_wire.work_msgs(it.work), not_before_s=start)
+                      for it, start in batch]
+        calls = [self._send_one(stub, chip_pb2.ReportWorkRequest(
+            devices=ranges, tag=self._tag(), memory_in_use_bytes=memory, iterations=iterations), lease)
+            for stub, ranges in parts]
+        resps = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
+        if any(r is None for r in resps):
+            return None
+        self.reported_memory = memory
+        return resps[0] if len(resps) == 1 else merge_reports(resps)
+
+    @staticmethod
+    async def _send_one(stub: Any, req: chip_pb2.ReportWorkRequest, lease: Any) -> Any:
+        """One shard's ReportWork; a refused capability is refreshed and the call retried once."""
         try:
-            resp = await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
+            return await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
         except grpc.aio.AioRpcError as err:
             if err.code() not in TOKEN_REFUSED:
                 raise
@@ -140,12 +155,20 @@ class WorkReporter:
                 if lease.lost:
                     return None
                 raise err from None
-            resp = await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
-        self.reported_memory = memory
-        return resp
+            return await stub.ReportWork(req, metadata=call_metadata(capability=lease()), timeout=30)
 
     async def close(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await self.task
+
+
+def merge_reports(resps: list[Any]) -> chip_pb2.ReportWorkResponse:
+    """The shards' answers for the same iterations as one: each iteration starts when the first shard starts it
+    and ends when the last ends it (lock step), its energy the sum, its clock the slowest shard's."""
+    out = [chip_pb2.ExecuteWorkResponse(start_s=min(r.start_s for r in rs), end_s=max(r.end_s for r in rs),
+                                        energy_j=sum(r.energy_j for r in rs),
+                                        clock_factor=min(r.clock_factor for r in rs))
+           for rs in zip(*(resp.results for resp in resps), strict=True)]
+    return chip_pb2.ReportWorkResponse(results=out)

@@ -13,6 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from gigacluster.scenario import contention
+
 J_PER_KWH = 3.6e6
 
 
@@ -156,6 +158,7 @@ def build(obs: dict[str, Any]) -> dict[str, Any]:
                       "error": inf.get("error", ""),
                       "streams": inference_rows(inf.get("summary"), obs["speedup_stack"], inf.get("duration_s", 0.0))},
         "faults": list(obs.get("faults", ())),
+        "contention": contention.build(obs["jobs"], inf.get("requests", ()), obs["speedup_stack"]),
     }
 
 
@@ -213,6 +216,7 @@ def markdown(rep: dict[str, Any]) -> str:
                         [(r["stream"], str(r["offered"]), str(r["ok"]), _f(r["ttft_p50_s"]), _f(r["ttft_p99_s"]),
                           _f(r["tpot_p50_s"]), _f(r["tpot_p99_s"]), _f(r["server_ttft_p50_s"]),
                           _f(r["slo_attainment_pct"], ".1f"), _f(r["slo_goodput_per_s"])) for r in inf["streams"]])
+    lines += contention.markdown(rep.get("contention") or {})
     if rep["faults"]:
         lines += ["", "## Faults", ""]
         lines += _table(("at s", "kind", "target", "injected at s", "cleared at s", "affected", "error"),

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-import numpy as np
 
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
@@ -27,15 +26,13 @@ from gigacluster.client import Client, Endpoints, submit_request
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import FailedPrecondition, InvalidArgument
 from gigacluster.fabric.v1 import fabric_pb2
-from gigacluster.loadtest import azure
 from gigacluster.loadtest import report as lt_report
 from gigacluster.loadtest import runner as lt_runner
-from gigacluster.loadtest import scenario as lt_scenario
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
-from gigacluster.scenario import report
-from gigacluster.scenario.spec import CHIP_FAULTS, LINK_FAULTS, Fault, Inference, Job, Scenario
+from gigacluster.scenario import contention, fleet, report
+from gigacluster.scenario.spec import CHIP_FAULTS, LINK_FAULTS, Fault, Job, Scenario
 from gigacluster.scheduler.v1 import scheduler_pb2
 
 SPEEDUP_TOLERANCE = 0.2  # the stack's clock may differ this much from the file's speedup before we refuse
@@ -294,44 +291,15 @@ async def sample(run: _Run) -> None:
             run.say(f"t={run.now_v():.0f}s sample skipped: {exc.code().name}")
 
 
-def rate_scales(run: _Run, inf: Inference) -> tuple[dict[str, float], float]:
-    """Each stream's rate scale, reduced evenly so the offered total stays at or under ``max_wall_qps``, and that
-    total (requests per wall second)."""
-    wall_s = inf.duration_s / run.speedup
-    natural = {}
-    for s in inf.streams:
-        trace = azure.read(run.sc.resolve(s.path))
-        t0, t1 = s.trace_start_s, s.trace_start_s + inf.duration_s * inf.trace_speed
-        rows = int(np.count_nonzero((trace.t_s >= t0) & (trace.t_s < t1)))
-        natural[s.name] = rows * s.rate_scale / wall_s
-    total = sum(natural.values())
-    cut = min(1.0, inf.max_wall_qps / total) if total > 0 else 1.0
-    return {s.name: s.rate_scale * cut for s in inf.streams}, total * cut
-
-
-def loadtest_scenario(run: _Run, inf: Inference, scales: dict[str, float]) -> lt_scenario.Scenario:
-    """The fleet as a load-test scenario in wall seconds: the trace at ``trace_speed x speed-up`` trace seconds
-    per wall second, the SLO divided by the speed-up (the router answers in virtual time)."""
-    streams = tuple(lt_scenario.Stream(
-        name=s.name, kind="generate", context_tokens=s.context_tokens,
-        arrival=lt_scenario.Arrival(type="azure_csv", path=str(run.sc.resolve(s.path)),
-                                    speed=inf.trace_speed * run.speedup, start_s=s.trace_start_s,
-                                    rate_scale=scales[s.name])) for s in inf.streams)
-    return lt_scenario.Scenario(
-        name=f"{run.sc.name}-inference", streams=streams, duration_s=inf.duration_s / run.speedup, seed=run.sc.seed,
-        tenants=1, max_in_flight=inf.max_in_flight, drain_s=inf.drain_s, deploy=dict(inf.deploy),
-        slo=lt_scenario.Slo(inf.slo.ttft_s / run.speedup, inf.slo.tpot_s / run.speedup), base_dir=run.sc.base_dir)
-
-
 async def inference(run: _Run) -> None:
     """Deploy the fleet and replay the trace streams (a loadtest run as the fleet's tenant), from ``start_s``."""
     inf = run.sc.inference
     if inf is None:
         return
-    scales, qps = rate_scales(run, inf)
+    scales, qps = fleet.rate_scales(run.sc, inf, run.speedup)
     run.inference = {"deployment": f"deployments/{inf.deploy['deployment_id']}", "duration_s": inf.duration_s,
                      "wall_qps": qps, "rate_scales": scales, "error": ""}
-    lt = loadtest_scenario(run, inf, scales)
+    lt = fleet.loadtest_scenario(run.sc, inf, scales, run.speedup)
     await run.sleep_until(inf.start_s)
     tid, client = run.tenants[inf.tenant]
     run.say(f"t={run.now_v():.0f}s inference: {inf.deploy['deployment_id']} for {tid}, {qps:.1f} req/s wall")
@@ -343,12 +311,26 @@ async def inference(run: _Run) -> None:
         run.say(f"inference failed: {run.inference['error']}")
         return
     run.inference["summary"] = lt_report.summarize(lt, res.results, wall_s=res.wall_s)
+    run.inference["requests"] = fleet.request_rows(res, run.w0, run.speedup)
+
+
+async def job_trace(run: _Run, key: str, name: str) -> list[dict[str, Any]]:
+    """A job's recent steps (scheduler GetJobTrace) on the run's virtual clock; [] if the trace is unavailable."""
+    client = run.tenants[key.partition("/")[0]][1]
+    try:
+        tr = await client.scheduler.GetJobTrace(scheduler_pb2.GetJobTraceRequest(name=name), metadata=client.md,
+                                                timeout=RPC_TIMEOUT_S)
+    except grpc.aio.AioRpcError:
+        return []
+    return [{"step": int(s.step), "start_s": s.start_s - run.v0, "step_time_s": s.step_time_s,
+             "exposed_comm_s": s.exposed_comm_s, "comm_s": dict(s.comm_s)} for s in tr.steps]
 
 
 async def finish(run: _Run) -> dict[str, dict[str, Any]]:
     """At the end: note each job's state, cancel those still going (their usage stops), clear faults still on;
     returns the final Job dicts by job key."""
     states: dict[str, str] = {}
+    traces = {key: await job_trace(run, key, name) for key, name in run.submitted.items()}
     for key, name in run.submitted.items():
         client = run.tenants[key.partition("/")[0]][1]
         j = await client.get_job(name)
@@ -364,6 +346,7 @@ async def finish(run: _Run) -> dict[str, dict[str, Any]]:
     for key, name in run.submitted.items():
         d = job_dict(await run.tenants[key.partition("/")[0]][1].get_job(name))
         d["state_at_end"] = states[key]
+        d["trace"] = traces[key]
         out[key] = d
     return out
 
@@ -399,7 +382,7 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
     timed = [asyncio.create_task(submit_at(run, j)) for j in run.sc.jobs]
     timed += [asyncio.create_task(fault_at(run, f)) for f in run.sc.faults]
     sampler = asyncio.create_task(sample(run))
-    fleet = asyncio.create_task(inference(run))
+    fleet_task = asyncio.create_task(inference(run))
     try:
         await run.sleep_until(run.sc.duration_s)
         for task in timed:
@@ -410,11 +393,11 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
         wall_s = loop.time() - run.w0
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
-        await fleet
+        await fleet_task
         tenants = await tenant_usage(run)
     except BaseException:
         # Interrupted (Ctrl-C, a failed call): leave the stack as found -- no job of ours running, no fault on.
-        for task in (*timed, sampler, fleet):
+        for task in (*timed, sampler, fleet_task):
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(abort(run), timeout=RPC_TIMEOUT_S)
@@ -428,6 +411,7 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
                      "error": run.errors.get(j.key, "" if name else "not submitted before the end"),
                      "state_at_end": final.get(j.key, {}).get("state_at_end", ""),
                      "step_samples": list(run.steps.get(name, {}).values()),
+                     "trace": final.get(j.key, {}).pop("trace", []),
                      "estimate_step_s": step_s, "estimate_mfu": mfu})
     return {"scenario": run.sc.name, "site": dataclasses.asdict(run.sc.site), "speedup_expected": run.sc.speedup,
             "speedup_stack": run.speedup, "wall_s": wall_s, "virtual_s": end_v - run.v0, "end_s": end_v,
@@ -442,7 +426,8 @@ async def run(sc: Scenario, target: Target, *, progress: Callable[[str], None] |
         await r.check_stack()
         await r.measure_clock()
         if sc.inference is not None:
-            rate_scales(r, sc.inference)  # a bad trace path or window is refused before anything is created
+            # a bad trace path or window is refused before anything is created
+            fleet.rate_scales(sc, sc.inference, r.speedup)
         est = await _estimates(sc.jobs)
         r.say(f"{sc.name}: {len(sc.jobs)} jobs, {len(sc.faults)} faults, {sc.duration_s:g} virtual s at "
               f"{r.speedup:.3g}x = {sc.duration_s / r.speedup:.0f} wall s")
@@ -458,7 +443,8 @@ async def run(sc: Scenario, target: Target, *, progress: Callable[[str], None] |
 
 def end_to_end_check(rep: dict[str, Any]) -> list[str]:
     """Consistency of a report: every job accounted for, tenant chip-hours summing to the jobs', tier
-    utilisations in [0, 1]; returns what is wrong (empty when all holds)."""
+    utilisations in [0, 1], the contention section's phases covering the fleet's requests; returns what is
+    wrong (empty when all holds)."""
     bad = []
     t = rep["totals"]
     if not math.isclose(t["chip_hours"], t["chip_hours_of_jobs"], rel_tol=1e-3, abs_tol=1e-6):
@@ -466,6 +452,7 @@ def end_to_end_check(rep: dict[str, Any]) -> list[str]:
     bad += [f"tier {r['tier']} utilisation {r['mean_utilization']}" for r in rep["tiers"]
             if not 0 <= r["mean_utilization"] <= 1 or not 0 <= r["peak_utilization"] <= 1]
     bad += [f"job {j['key']} neither submitted nor refused" for j in rep["jobs"] if not (j["job"] or j["error"])]
+    bad += contention.check(rep.get("contention") or {}, sum(s["offered"] for s in rep["inference"]["streams"]))
     return bad
 
 

@@ -52,7 +52,8 @@ JOB_KEYS = {"tenant", "name", "at_s", "file", "spec", "chips", "steps", "repeat"
             "checkpoint_interval_steps", "max_restarts"}
 INFERENCE_KEYS = {"tenant", "start_s", "duration_s", "trace_speed", "max_wall_qps", "max_in_flight", "drain_s",
                   "deploy", "slo", "streams"}
-STREAM_KEYS = {"name", "path", "trace_start_s", "rate_scale", "context_tokens"}
+STREAM_KEYS = {"name", "path", "trace_start_s", "rate_scale", "context_tokens", "rate_per_s", "prompt_tokens",
+               "output_tokens"}
 FAULT_KEYS = {"at_s", "kind", "job", "device_index", "device", "target", "clock_factor", "capacity_factor",
               "clear_after_s"}
 
@@ -99,13 +100,22 @@ class Job:
 @dataclasses.dataclass(frozen=True)
 class Stream:
     """One Azure trace CSV replayed against the fleet from ``trace_start_s`` (trace seconds), thinned or
-    replicated by ``rate_scale`` (loadtest.azure.copies)."""
+    replicated by ``rate_scale`` (loadtest.azure.copies); or, without a ``path``, evenly spaced requests at
+    ``rate_per_s`` per virtual second of ``prompt_tokens`` and ``output_tokens`` each (a steady load, so that
+    two phases of a run see the same offered load)."""
 
     name: str
     path: str
     trace_start_s: float = 0.0
     rate_scale: float = 1.0
     context_tokens: int = 8192
+    rate_per_s: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def steady(self) -> bool:
+        return not self.path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,19 +355,32 @@ def _inference(raw: Any, tenants: tuple[Tenant, ...], limits: Limits) -> Inferen
     for i, s in enumerate(streams_raw):
         w = f"inference.streams[{i}]"
         sd = _keys(s, w, STREAM_KEYS)
-        if not isinstance(sd.get("name"), str) or not sd["name"] or not isinstance(sd.get("path"), str):
-            raise InvalidArgument(w, "a stream needs a name and the path of an Azure trace CSV")
-        streams.append(Stream(sd["name"][:40], sd["path"],
-                              _number(sd.get("trace_start_s", 0.0), f"{w}.trace_start_s"),
-                              _number(sd.get("rate_scale", 1.0), f"{w}.rate_scale", lo=1e-6, hi=1e3),
-                              _number(sd.get("context_tokens", 8192), f"{w}.context_tokens", lo=2, hi=1 << 20,
-                                      integer=True)))
+        streams.append(_stream(sd, w))
     slo = _keys(d.get("slo") or {}, "inference.slo", {"ttft_s", "tpot_s"})
     kw = {k: _number(d[k], f"inference.{k}", lo=lo, hi=hi, integer=k == "max_in_flight")
           for k, lo, hi in (("start_s", 0, limits.max_duration_s), ("duration_s", 1e-3, limits.max_duration_s),
                             ("trace_speed", 1e-6, 1e6), ("max_wall_qps", 1e-3, 1e5), ("max_in_flight", 1, 1 << 16),
                             ("drain_s", 0, 3600)) if k in d}
     return Inference(d["tenant"], deploy, tuple(streams), slo=Slo(**slo), **kw)
+
+
+def _stream(sd: dict[str, Any], w: str) -> Stream:
+    """A trace stream (``path``) or a steady one (``rate_per_s``, ``prompt_tokens``, ``output_tokens``)."""
+    steady = ("rate_per_s", "prompt_tokens", "output_tokens")
+    if not isinstance(sd.get("name"), str) or not sd["name"] or isinstance(sd.get("path"), str) == any(
+            k in sd for k in steady):
+        raise InvalidArgument(w, "a stream needs a name and either the path of an Azure trace CSV or rate_per_s, "
+                                 "prompt_tokens and output_tokens (a steady load)")
+    ctx = _number(sd.get("context_tokens", 8192), f"{w}.context_tokens", lo=2, hi=1 << 20, integer=True)
+    if "path" in sd:
+        return Stream(sd["name"][:40], sd["path"], _number(sd.get("trace_start_s", 0.0), f"{w}.trace_start_s"),
+                      _number(sd.get("rate_scale", 1.0), f"{w}.rate_scale", lo=1e-6, hi=1e3), ctx)
+    prompt = _number(sd.get("prompt_tokens"), f"{w}.prompt_tokens", lo=1, hi=ctx - 1, integer=True)
+    return Stream(sd["name"][:40], "", context_tokens=ctx,
+                  rate_per_s=_number(sd.get("rate_per_s"), f"{w}.rate_per_s", lo=1e-6, hi=1e5),
+                  prompt_tokens=prompt,
+                  output_tokens=_number(sd.get("output_tokens"), f"{w}.output_tokens", lo=1, hi=ctx - prompt,
+                                        integer=True))
 
 
 def _faults(raw: Any, jobs: tuple[Job, ...], site: Site, limits: Limits) -> tuple[Fault, ...]:
