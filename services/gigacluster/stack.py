@@ -63,6 +63,7 @@ class StackConfig:
     switch: str = ""
     nic: str = ""
     routing: str = ""  # fabric routing mode (ecmp, spray); "" = the fabric's default (ecmp)
+    oversubscription: float = 0.0  # leaf downlink:uplink ratio; 0 = the fabric's default (1, non-blocking)
     speedup: float = 1.0
     clock: str = "wall"  # or "event": a clock coordinator process, virtual time jumps when the mesh is idle
     mqtt: str = ""  # empty: start an embedded broker
@@ -334,7 +335,7 @@ class Stack:
                                     env, lp(name))
         shards = ",".join(f"127.0.0.1:{p}" for p in self.shard_ports)
         tree = [f for k, v in (("--tiers", cfg.tiers), ("--switch", cfg.switch), ("--nic", cfg.nic),
-                               ("--routing", cfg.routing)) if v
+                               ("--routing", cfg.routing), ("--oversubscription", cfg.oversubscription)) if v
                 for f in (k, str(v))]
         self.procs["fabric"] = Proc("fabric", self._argv("fabric", "--port", str(self.ports["fabric"]), "--chip",
                                                          cfg.chip, "--count", str(cfg.chips),

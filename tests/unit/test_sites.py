@@ -88,3 +88,13 @@ def test_a_tree_too_small_is_refused_before_anything_starts() -> None:
     assert FabricConfig(chip="h100-sxm", count=64).tiers == 0
     with pytest.raises(ConfigError, match="backdate_s must be a finite number > 0"):
         FabricConfig(chip="h100-sxm", count=64, backdate_s=0.0)
+
+
+def test_oversubscription_is_an_up_flag_and_a_bad_one_is_refused_before_anything_starts() -> None:
+    """``up --oversubscription 63`` reaches the stack config (no hidden environment variable needed); a ratio
+    outside [1, 64] exits with the allowed range before any process starts."""
+    cfg = stack_config(_args("--chips", "32", "--oversubscription", "63"), state=pathlib.Path("/nonexistent"))
+    assert cfg.oversubscription == 63.0
+    assert stack_config(_args(), state=pathlib.Path("/nonexistent")).oversubscription == 0.0  # the fabric's default
+    with pytest.raises(SystemExit, match=r"oversubscription.*\[1, 64\]"):
+        stack_config(_args("--oversubscription", "0.5"), state=pathlib.Path("/nonexistent"))

@@ -47,6 +47,9 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic", default=None, help="NIC: nic400 or thor-ultra (default: the chip's own, from the catalog)")
     p.add_argument("--routing", default=None, help="fabric routing: ecmp (one hash per flow) or spray (packet "
                    "spraying over every equal-cost path); default ecmp, spray for the presets")
+    p.add_argument("--oversubscription", type=float, default=None,
+                   help="leaf downlink:uplink ratio of the scale-out tree (default 1 = non-blocking); e.g. 2 "
+                        "for a 2:1 tree, or higher to make a small site's tenants share leaf uplinks")
     p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1; wall clock)")
     p.add_argument("--clock", choices=CLOCK_MODES, default="wall",
                    help="wall: virtual time = wall time x speedup (default); event: virtual time jumps to the next "
@@ -69,7 +72,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
 
 #: What ``up`` starts when neither a preset nor a flag says otherwise.
 SITE_DEFAULTS: dict[str, Any] = {"chip": "h100-sxm", "chips": 64, "shards": 1, "system": "", "tiers": 0,
-                                 "switch": "", "nic": "", "routing": ""}
+                                 "switch": "", "nic": "", "routing": "",
+                                 "oversubscription": 0.0}
 
 
 def site_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,12 +96,12 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
     site = site_settings(args)
     try:  # a tree too small for the chips fails here, before any process starts
         choose_scaleout(site["chip"], site["chips"], system=site["system"], nic=site["nic"], tiers=site["tiers"],
-                        switch=site["switch"])
+                        switch=site["switch"], oversubscription=site["oversubscription"] or 1.0)
     except SpecError as err:
         raise SystemExit(f"error: {err.message}") from None
     return StackConfig(cluster=args.cluster, chip=site["chip"], system=site["system"], chips=site["chips"],
                        shards=site["shards"], tiers=site["tiers"], switch=site["switch"], nic=site["nic"],
-                       routing=site["routing"],
+                       routing=site["routing"], oversubscription=site["oversubscription"],
                        speedup=args.speedup, clock=getattr(args, "clock", "wall"), mqtt=args.mqtt,
                        mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
