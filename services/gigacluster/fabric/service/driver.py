@@ -137,7 +137,7 @@ class SimDriver:
         if k >= win.repeat:
             win.cause = ""
         win.repeat = k
-        self.sim.credit_bytes(*credit(win, k, [f.index for f in flows if f.end_s > 0]))
+        self.sim.credit_bytes(*credit(win, k, flows))
         for f in flows:
             if f.end_s > 0:
                 continue

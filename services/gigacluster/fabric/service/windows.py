@@ -164,17 +164,17 @@ def cut_plan(win: Window, t: float) -> tuple[int, list[StepFlow]]:
     return k, out
 
 
-def credit(win: Window, steps: int, done: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(link ids, bytes) that ``steps`` whole steps and the collectives ``done`` of the next one moved."""
-    n = np.zeros(len(win.pattern))
-    n[:] = steps
-    for i in done:
-        n[i] += 1
-    ids = [ids for ids, _ in win.iso.link_bytes]
-    vals = [b * k for (_, b), k in zip(win.iso.link_bytes, n, strict=True)]
-    if not ids:
+def credit(win: Window, steps: int, flows: list[StepFlow]) -> tuple[np.ndarray, np.ndarray]:
+    """(link ids, bytes) that ``steps`` whole steps moved, plus what the collectives of the step in progress
+    moved before the cut (all of one that ended, the share sent of one in flight)."""
+    n = np.full(len(win.pattern), float(steps))
+    for f in flows:
+        full = win.pattern[f.index].bytes_
+        n[f.index] += 1.0 if f.end_s > 0 else (full - f.bytes_) / full
+    if not win.iso.link_bytes:
         return np.empty(0, np.int64), np.empty(0)
-    return np.concatenate(ids), np.concatenate(vals)
+    return (np.concatenate([ids for ids, _ in win.iso.link_bytes]),
+            np.concatenate([b * k for (_, b), k in zip(win.iso.link_bytes, n, strict=True)]))
 
 
 class WindowBook:
