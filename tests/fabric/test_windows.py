@@ -87,7 +87,7 @@ def test_traffic_entering_a_windows_links_cuts_it_at_that_time_and_matches_the_p
 def test_a_window_that_runs_to_its_end_credits_every_steps_bytes_and_frees_its_links() -> None:
     """Ended without a cut: its links carry steps x one step's bytes, and a second window may take them."""
     d = _driver()
-    win, dur, period = _grant(d, 5)
+    win, _, _ = _grant(d, 5)
     d.clock.advance(win.end_s)
     d.end_window(win)
     one = FlowSim(_topo())

@@ -260,6 +260,8 @@ class SchedulerConfig(CommonConfig):
     dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
     max_window_steps: int = _f(1000, "most steps a job runs as one steady-state window (scheduler/window.py); "
                                "0 = every step through the per-step path")
+    wall_clock_windows: bool = _f(False, "use steady-state windows on the wall clock too (they always run in "
+                                         "event mode); off keeps a live run's progress step by step")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -25,7 +25,7 @@ from gigacluster.errors import Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import get_system
 from gigacluster.runtime import convert
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.telemetry import Telemetry
 from gigacluster.scheduler import checkpoint
@@ -179,6 +179,8 @@ class JobSupervisor:
         saves a window's steps when it ends: a crash mid-window loses only steps never accounted."""
         if len(recent) < 2 or self.failure_model is not None or not same_step(recent[0], recent[1]):
             return None
+        if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
+            return None
         k = window_steps(job, ckpt, self.config.max_window_steps, t, recent[1].breakdown.step_time_s)
         if not k:
             return None
@@ -195,7 +197,7 @@ class JobSupervisor:
         if out is None:
             recent.clear()  # not granted now: try again after two more steps
             return None
-        log.info("window", job=job.name, steps=len(out.steps), start_s=t, cause=out.cause)
+        log.info("window", job=job.name, steps=len(out.steps), start_s=t, cause=out.cause, cut_s=out.cut_s)
         if job.state not in (State.RUNNING, State.CHECKPOINTING):
             return out.steps[:-1]  # cancelled: as in the per-step loop, the step in progress does not count
         return out.steps

@@ -88,6 +88,7 @@ class WindowRun:
 
     steps: list[StepResult]
     cause: str = ""
+    cut_s: float = 0.0
 
 
 class _Open:
@@ -103,15 +104,15 @@ class _Open:
     def boundary(self, steps: int) -> float:
         return self.start_s + steps * self.period_s
 
-    async def cut(self, at_s: float, *, fabric: bool = True) -> None:
-        """Drop the steps that start at or after ``at_s`` on every chip shard (and the fabric)."""
+    async def cut(self, at_s: float, *, fabric: bool = True, chips: bool = True) -> None:
+        """Drop the steps that start at or after ``at_s`` on every chip shard and the fabric."""
         if at_s >= self.cut_at:
             return
         self.cut_at = at_s
         md = self.runner.metadata()
         calls = [chip_pb2_grpc.ChipServiceStub(self.runner.channel(ep)).CutWork(
             chip_pb2.CutWorkRequest(devices=convert.range_msgs(rs), at_s=at_s), metadata=md, timeout=30)
-            for ep, rs in self.runner.shard_ranges]
+            for ep, rs in self.runner.shard_ranges] if chips else []
         if fabric and self.name:
             calls.append(self.fabric.CutWindow(fabric_pb2.CutWindowRequest(name=self.name, at_s=at_s),
                                                metadata=md, timeout=30))
@@ -142,9 +143,13 @@ async def run_window(runner: JobRunner, ref: StepResult, start_s: float, steps: 
     try:
         return await _run(w, runner, ref, steps, interrupted, wake)
     except grpc.aio.AioRpcError as err:
+        # nothing of the window counts: the per-step path runs it again (the chips first: the fabric may be down)
+        w.cut_at = math.inf
         with contextlib.suppress(grpc.aio.AioRpcError):
-            w.cut_at = math.inf
-            await w.cut(start_s)  # nothing of the window counts: the per-step path runs it again
+            await w.cut(start_s, fabric=False)
+        w.cut_at = math.inf
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await w.cut(start_s, chips=False)
         raise step_error(err) from err
     finally:
         w.close()
@@ -181,7 +186,7 @@ async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interru
     done = [shifted(ref, w.boundary(j)) for j in range(n)]
     if final.step_flows:
         done.append(await _finish_step(runner, ref, w.boundary(n), list(final.step_flows)))
-    return WindowRun(done, final.cause)
+    return WindowRun(done, final.cause, final.cut_s)
 
 
 async def _wait(w: _Open, fab: grpc.aio.UnaryStreamCall, chips: list[grpc.aio.UnaryStreamCall],

@@ -124,8 +124,9 @@ class SimDriver:
         """Cut every window whose links other traffic has entered, at the time it entered."""
         hits, self.sim.reserved_hits = self.sim.reserved_hits, []
         for t, group, links in hits:
+            name = self.book.name_of_handle(group) or group
             for win in self.windows.hit(links):
-                self.cut_window(win, t, f"traffic of flow group {group} entered its links")
+                self.cut_window(win, t, f"traffic of {name} entered its links")
 
     def cut_window(self, win: Window, t: float, cause: str) -> None:
         """Cut ``win`` at ``t``: credit what ran, and start the rest of the step in progress as real flows."""
