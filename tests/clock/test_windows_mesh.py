@@ -150,8 +150,8 @@ async def test_a_chip_fault_mid_window_fails_the_step_as_a_hand_injected_one_doe
             async for u in gc.watch_job(name):
                 if u.kind == "event" or u.kind == "state":
                     events.append(u.message)
-                if fault_step is None and u.kind == "progress" and u.job.step >= 3:
-                    await asyncio.sleep(2.0)  # the first window (up to step 200) is running
+                if fault_step is None and u.kind == "progress" and u.job.step == 2:
+                    await asyncio.sleep(2.0)  # ~60 steps into the first window (steps 3..200, 6.7 wall s)
                     dev, ep = await device_of(admin, u.job.instance)
                     t_fault = (time.time() - st.epoch) * 20.0
                     async with open_channel(ep) as ch:
@@ -164,11 +164,11 @@ async def test_a_chip_fault_mid_window_fails_the_step_as_a_hand_injected_one_doe
                     break
             await gc.cancel_job(name)
         ran = windows(st)
-    assert fault_step is not None and ran and ran[0]["cause"].startswith("fault")
+    assert fault_step is not None and ran and ran[0]["cause"].startswith("chip: fault")
     failed = next(m for m in events if "has failed" in m)
     assert f"device {dev} has failed" in failed and final.restarts == 1
     # the steps that started before the fault counted (within the wall clock's few steps of noise)
-    assert abs(ran[0]["steps"] + 3 - fault_step) <= 3
+    assert abs(ran[0]["steps"] + 2 - fault_step) <= 3
 
 
 async def test_kill_9_of_the_scheduler_mid_window_loses_no_accounted_step(

@@ -100,6 +100,7 @@ class _Open:
         self.name = ""
         self.streams: list[grpc.aio.UnaryStreamCall] = []
         self.cut_at = math.inf
+        self.cause = ""  # why the runner cut the window (a chip's fault, the scheduler)
 
     def boundary(self, steps: int) -> float:
         return self.start_s + steps * self.period_s
@@ -186,7 +187,7 @@ async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interru
     done = [shifted(ref, w.boundary(j)) for j in range(n)]
     if final.step_flows:
         done.append(await _finish_step(runner, ref, w.boundary(n), list(final.step_flows)))
-    return WindowRun(done, final.cause, final.cut_s)
+    return WindowRun(done, final.cause or w.cause, final.cut_s)
 
 
 async def _wait(w: _Open, fab: grpc.aio.UnaryStreamCall, chips: list[grpc.aio.UnaryStreamCall],
@@ -202,10 +203,12 @@ async def _wait(w: _Open, fab: grpc.aio.UnaryStreamCall, chips: list[grpc.aio.Un
                 chip_finals.discard(t)
                 msg = t.result()
                 if msg.cause:  # a fault on one of its devices: the repetitions started before it count
+                    w.cause = w.cause or f"chip: {msg.cause}"
                     await w.cut(w.boundary(msg.repeats))
             if woken.done():
                 woken = asyncio.ensure_future(wake.get())
                 if interrupted():  # the step in progress completes, as in the per-step loop
+                    w.cause = w.cause or "the scheduler (preemption or cancel)"
                     now = w.runner.clock.now()
                     await w.cut(w.boundary(math.floor((now - w.start_s) / w.period_s + 1e-9) + 1))
         return fab_final.result()
