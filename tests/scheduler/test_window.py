@@ -40,9 +40,11 @@ def test_a_window_ends_at_the_next_checkpoint_step_and_the_jobs_last_step() -> N
 
 
 def test_a_deferred_checkpoint_ends_the_window_at_the_first_step_after_the_write_in_flight() -> None:
-    """A checkpoint deferred behind a write ending at 3.0 s falls due after step 5 of 0.68 s from 0: window 5."""
+    """A write in flight ending at 3.0 s is durable (and a checkpoint deferred behind it due) after the 5th step of
+    0.68 s from 0: the window ends there."""
     j = job(step=20)
     j.steps_total, j.checkpoint_interval_steps = 100, 10
     ck = AsyncCheckpoints(inflight=(10, 3.0), deferred=True)
     assert window_steps(j, ck, 1000, 0.0, 0.68) == 5
     assert window_steps(j, AsyncCheckpoints(deferred=True), 1000, 0.0, 0.68) == 0
+    assert window_steps(j, AsyncCheckpoints(inflight=(20, 3.0)), 1000, 0.0, 0.68) == 5  # durable after step 25

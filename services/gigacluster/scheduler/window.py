@@ -67,17 +67,18 @@ def shifted(ref: StepResult, start_s: float) -> StepResult:
 
 
 def window_steps(job: JobRecord, ckpt: AsyncCheckpoints, max_steps: int, start_s: float, period_s: float) -> int:
-    """How many steps the next window may hold: up to the next checkpoint step (a deferred one falls due at
-    the first step end after the write in flight) and the job's last step; 0 when fewer than two."""
+    """How many steps the next window may hold: up to the next checkpoint step, the job's last step and the
+    first step end after a checkpoint write in flight (it becomes durable there, and is saved in the job book
+    then, as the per-step loop would; a deferred checkpoint falls due there too); 0 when fewer than two."""
     if max_steps <= 0:
         return 0
     k = min(max_steps, job.steps_total - job.step)
     interval = job.checkpoint_interval_steps
     if interval > 0:
         k = min(k, interval - job.step % interval)
-    if ckpt.deferred:
-        if ckpt.inflight is None:
-            return 0
+    if ckpt.deferred and ckpt.inflight is None:
+        return 0
+    if ckpt.inflight is not None:
         k = min(k, max(math.ceil((ckpt.inflight[1] - start_s) / period_s - 1e-9), 1))
     return k if k >= MIN_WINDOW else 0
 
