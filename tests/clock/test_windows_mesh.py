@@ -171,6 +171,29 @@ async def test_a_chip_fault_mid_window_fails_the_step_as_a_hand_injected_one_doe
     assert abs(ran[0]["steps"] + 2 - fault_step) <= 3
 
 
+async def test_a_cancel_mid_window_ends_it_after_the_step_in_progress(mosquitto: str, tmp_path: pathlib.Path) -> None:
+    """Wall clock at 20x with windows on, the job cancelled mid-window: the window is cut at the end of the step in
+    progress, which (as in the per-step loop) does not count; the steps before it do."""
+    spec, job = demo(400, 200)
+    async with live_stack("wincancel", mosquitto, tmp_path, speedup=20.0, extra_env=WALL_WINDOWS) as st:
+        key = await st.create_tenant("cancel")
+        async with Client(st.endpoints, key) as gc:
+            name = (await gc.submit_job(spec, **job)).name
+            async for u in gc.watch_job(name):
+                if u.kind == "progress" and u.job.step == 2:
+                    break
+            await asyncio.sleep(2.0)  # ~60 steps into the window of steps 3..200 (6.7 wall s)
+            t_cancel = (time.time() - st.epoch) * 20.0
+            await gc.cancel_job(name)
+            await asyncio.sleep(1.0)  # the window's cut lands at the end of the step in progress
+            j = await gc.get_job(name)
+        ran = windows(st)
+    at = (t_cancel - j.started_s) / j.last_step_time_s
+    assert j.state == scheduler_pb2.Job.STATE_CANCELLED and ran and "scheduler" in ran[0]["cause"]
+    assert 2 < j.step < 200 and abs(j.step - at) <= 3
+    assert ran[0]["steps"] == j.step - 2 + 1  # the window ran to the end of the step in progress, not counted
+
+
 async def test_kill_9_of_the_scheduler_mid_window_loses_no_accounted_step(
         mosquitto: str, tmp_path: pathlib.Path) -> None:
     """Wall clock at 20x with windows on, the scheduler killed mid-window: the restarted scheduler finds the job

@@ -234,7 +234,9 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
     async def ExecuteWindow(self, request: chip_pb2.ExecuteWindowRequest,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[chip_pb2.ExecuteWindowResponse]:
         cap = await self._cap(context, "compute.run")
-        if not 1 <= request.repeat <= self.cfg.max_window_repeat:
+        if request.repeat < 1:
+            raise InvalidArgument("repeat", f"must be >= 1, got {request.repeat}")
+        if request.repeat > self.cfg.max_window_repeat:
             raise ResourceExhausted(f"repeat: 1..{self.cfg.max_window_repeat} repetitions per window "
                                     f"(max_window_repeat), got {request.repeat}", field="repeat")
         w = request.work

@@ -171,7 +171,9 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         if len(request.collectives) > cfg.max_window_collectives:
             raise ResourceExhausted(f"collectives: at most {cfg.max_window_collectives} per window "
                                     f"(max_window_collectives), got {len(request.collectives)}", field="collectives")
-        if not 1 <= request.repeat <= cfg.max_window_steps:
+        if request.repeat < 1:
+            raise InvalidArgument("repeat", f"must be >= 1, got {request.repeat}")
+        if request.repeat > cfg.max_window_steps:
             raise ResourceExhausted(f"repeat: 1..{cfg.max_window_steps} steps per window (max_window_steps), "
                                     f"got {request.repeat}", field="repeat")
         if not (np.isfinite(request.period_s) and request.period_s > 0):
