@@ -28,7 +28,15 @@ import numpy as np
 
 from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
-from gigacluster.fabric.service.windows import Window, WindowBook, credit, cut_plan
+from gigacluster.fabric.service.windows import (
+    IsolatedStep,
+    PatternCollective,
+    Window,
+    WindowBook,
+    credit,
+    cut_plan,
+    isolated_step,
+)
 from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
 from gigacluster.fabric.topology import Topology
 from gigacluster.runtime.clock import EventClock, VirtualClock
@@ -115,6 +123,18 @@ class SimDriver:
         self._wake.set()
 
     # -- steady-state windows ---------------------------------------------------------------------
+    async def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
+        """A step pattern's alone run (cached per link state); a new one runs on the planning thread, off the loop
+        (the ReserveWindow call stays open meanwhile, so the event clock holds)."""
+        key, ls, iso = self.windows.lookup(pattern)
+        if iso is None:
+            if sum(c.groups * c.ranks.size for c in pattern) <= INLINE_PLAN_MAX_RANKS:
+                iso = isolated_step(ls, pattern)
+            else:
+                iso = await asyncio.get_running_loop().run_in_executor(self._planner, isolated_step, ls, pattern)
+            self.windows.remember(key, iso)
+        return iso
+
     def open_window(self, win: Window) -> asyncio.Event:
         """Track a granted window's stream: the event is set when the window is cut."""
         ev = self._window_wake[win.name] = asyncio.Event()

@@ -201,7 +201,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             cap.require("fabric.send", DeviceSet.from_ids(ranks))
         self.driver.catch_up()
         windows = self.driver.windows
-        iso = windows.isolated(pattern)
+        iso = await self.driver.isolated(pattern)
         refused = windows.refusal(pattern, iso, request.period_s)
         if refused:
             yield fabric_pb2.ReserveWindowResponse(granted=False, refused=refused, final=True)

@@ -61,15 +61,32 @@ class IsolatedStep:
     links: np.ndarray  # every link the pattern uses
 
 
-def _scratch(sim: FlowSim) -> FlowSim:
-    """An empty simulator of ``sim``'s topology, classes and link state (down and degraded links)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkState:
+    """What a scratch simulator copies from the live one (read on the event loop; used on a worker thread)."""
+
+    sim: FlowSim
+    state: np.ndarray
+    capacity_Bps: np.ndarray
+
+    @classmethod
+    def of(cls, sim: FlowSim) -> LinkState:
+        st = sim.link_stats()
+        return cls(sim, st.state.copy(), st.capacity_Bps.copy())
+
+    def digest(self) -> bytes:
+        return hashlib.blake2b(self.state.tobytes() + self.capacity_Bps.tobytes(), digest_size=16).digest()
+
+
+def _scratch(ls: LinkState) -> FlowSim:
+    """An empty simulator of the live one's topology, classes and link state (down and degraded links)."""
+    sim = ls.sim
     scratch = FlowSim(sim.topo, classes=sim.classes, policy=sim.policy)
-    stats = sim.link_stats()
     full = sim.topo.link_capacity_Bps
-    for lid in np.flatnonzero(stats.state == 2).tolist():
+    for lid in np.flatnonzero(ls.state == 2).tolist():
         scratch.fail_link(lid)
-    for lid in np.flatnonzero(stats.state == 1).tolist():
-        scratch.degrade_link(lid, float(stats.capacity_Bps[lid] / full[lid]))
+    for lid in np.flatnonzero(ls.state == 1).tolist():
+        scratch.degrade_link(lid, float(ls.capacity_Bps[lid] / full[lid]))
     return scratch
 
 
@@ -78,9 +95,10 @@ def _start(sim: FlowSim, c: PatternCollective, start_s: float, bytes_: float | N
                                  start_s=start_s, algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag)
 
 
-def isolated_step(sim: FlowSim, pattern: list[PatternCollective]) -> IsolatedStep:
-    """Run one step of ``pattern`` alone on a scratch simulator with ``sim``'s link state."""
-    scratch = _scratch(sim)
+def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedStep:
+    """Run one step of ``pattern`` alone on a scratch simulator with the live link state ``ls`` (touches nothing
+    of the live simulator: a worker thread may run it)."""
+    scratch = _scratch(ls)
     handles = [_start(scratch, c, c.offset_s) for c in pattern]
     scratch.run_until_idle()
     durations = []
@@ -91,7 +109,7 @@ def isolated_step(sim: FlowSim, pattern: list[PatternCollective]) -> IsolatedSte
         durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
     per = []
     for c in pattern:  # the bytes each collective moves on each link (contention does not change them)
-        alone = _scratch(sim)
+        alone = _scratch(ls)
         _start(alone, c, 0.0)
         alone.run_until_idle()
         b = alone.link_stats().bytes_carried
@@ -187,17 +205,26 @@ class WindowBook:
         self._ids = itertools.count(1)
         self._iso: OrderedDict[tuple[object, ...], IsolatedStep] = OrderedDict()
 
-    def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
-        """The pattern's alone run under the present link state (cached)."""
-        st = self.sim.link_stats()
-        digest = hashlib.blake2b(st.state.tobytes() + st.capacity_Bps.tobytes(), digest_size=16).digest()
-        key = (digest, *(c.key() for c in pattern))
+    def lookup(self, pattern: list[PatternCollective]) -> tuple[tuple[object, ...], LinkState, IsolatedStep | None]:
+        """(cache key, the live link state, the pattern's alone run under it if already known)."""
+        ls = LinkState.of(self.sim)
+        key = (ls.digest(), *(c.key() for c in pattern))
         iso = self._iso.get(key)
+        if iso is not None:
+            self._iso.move_to_end(key)
+        return key, ls, iso
+
+    def remember(self, key: tuple[object, ...], iso: IsolatedStep) -> None:
+        self._iso[key] = iso
+        if len(self._iso) > ISOLATED_CACHE:
+            self._iso.popitem(last=False)
+
+    def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
+        """The pattern's alone run under the present link state (cached), on the calling thread."""
+        key, ls, iso = self.lookup(pattern)
         if iso is None:
-            iso = self._iso[key] = isolated_step(self.sim, pattern)
-            if len(self._iso) > ISOLATED_CACHE:
-                self._iso.popitem(last=False)
-        self._iso.move_to_end(key)
+            iso = isolated_step(ls, pattern)
+            self.remember(key, iso)
         return iso
 
     def refusal(self, pattern: list[PatternCollective], iso: IsolatedStep, period_s: float) -> str:
