@@ -134,7 +134,7 @@ class JobSupervisor:
                 continue
             for i, res in enumerate(done):
                 t = await self.after_step(job, devices, res, ckpt, pause, write, last_of_window=i == len(done) - 1)
-            recent = done[-2:] if done and done[-1].calls else []
+            recent = done[-2:]  # a step finished after a cut differs from the reference: no window until two agree
         if job.state == State.RUNNING and job.step >= job.steps_total:
             job.last_checkpoint_step = job.step
             book.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
@@ -188,9 +188,8 @@ class JobSupervisor:
         try:
             out = await run_window(runner, recent[1], t, k,
                                    lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake)
-        except Unavailable as exc:
-            log.warning("window abandoned: a service is unavailable; the per-step path retries", job=job.name,
-                        error=str(exc))
+        except (Unavailable, CapabilityRejected) as exc:
+            log.warning("window abandoned; the per-step path retries", job=job.name, error=str(exc))
             return None
         finally:
             self.book.unwatch(job, wake)

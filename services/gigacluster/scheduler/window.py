@@ -52,7 +52,7 @@ def same_step(a: StepResult, b: StepResult) -> bool:
     """Whether ``b`` repeats ``a``: the same step time, compute, energy and collective durations."""
     def close(x: float, y: float) -> bool:
         return abs(x - y) <= SAME_REL * max(abs(x), abs(y), 1e-12)
-    if not (a.calls and len(a.calls) == len(b.calls)):
+    if len(a.calls) != len(b.calls):
         return False
     return (close(a.breakdown.step_time_s, b.breakdown.step_time_s) and close(a.chip_s, b.chip_s)
             and close(a.above_idle_j, b.above_idle_j)
