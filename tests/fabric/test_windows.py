@@ -109,3 +109,19 @@ def test_cut_plan_counts_ended_steps_and_splits_the_step_in_progress() -> None:
     k, (f,) = cut_plan(win, 2 * period + OFFSET + dur + 0.01)
     assert k == 2 and f.end_s == pytest.approx(2 * period + OFFSET + dur)
     assert cut_plan(win, 100 * period) == (10, [])
+
+
+def test_a_link_fault_cuts_a_window_at_once_and_its_step_in_progress_meets_the_fault_as_real_flows() -> None:
+    """A link of the pattern taken down mid-collective of step 2: the window ends there with 2 steps, the rest of
+    step 2's all-reduce is started as a real flow group before the fault applies, and the fault reroutes it (the
+    spines are redundant) instead of the window carrying on as if nothing happened."""
+    d = _driver()
+    win, dur, period = _grant(d, 10)
+    t = 2 * period + OFFSET + dur / 2
+    d.clock.advance(t)
+    spine = next(int(i) for i in win.iso.links if "spine" in d.topo.link_name(int(i)))
+    events, failed = d.inject_fault(("link", spine), "down", 0.0)
+    assert win.final and win.repeat == 2 and win.cut_s == pytest.approx(t) and win.cause == "a link fault"
+    assert not failed and any(e.kind == "rerouted" for e in events)
+    rec = d.book.flows[win.flow_names[0]]
+    assert d.book.status(rec).state == "running" and rec.bytes_ == pytest.approx(BYTES / 2, rel=0.05)

@@ -36,7 +36,7 @@ from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
 from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
-from gigacluster.scheduler.window import run_window, same_step, window_steps
+from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_steps
 
 log = structlog.get_logger()
 
@@ -124,17 +124,20 @@ class JobSupervisor:
                 return
             if float(cap["expires"]) - time.time() < 60:
                 await self.refresh(job, instance, cap)
-            done = await self.window(job, runner, recent, t, ckpt)
-            if done is None:
+            out = await self.window(job, runner, recent, t, ckpt)
+            if out is None:
                 res = await self.step_with_retry(runner, job, t, instance, cap)
                 if job.state != State.RUNNING:
                     break
                 t = await self.after_step(job, devices, res, ckpt, pause, write, runner=runner)
                 recent = [*recent[-1:], res]
                 continue
-            for i, res in enumerate(done):
-                t = await self.after_step(job, devices, res, ckpt, pause, write, last_of_window=i == len(done) - 1)
-            recent = done[-2:]  # a step finished after a cut differs from the reference: no window until two agree
+            for i, res in enumerate(out.steps):
+                t = await self.after_step(job, devices, res, ckpt, pause, write,
+                                          last_of_window=i == len(out.steps) - 1)
+            if out.failed is not None:
+                raise out.failed
+            recent = out.steps[-2:]  # a step finished after a cut differs from the reference: no window until two agree
         if job.state == State.RUNNING and job.step >= job.steps_total:
             job.last_checkpoint_step = job.step
             book.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
@@ -173,7 +176,7 @@ class JobSupervisor:
         return t
 
     async def window(self, job: JobRecord, runner: JobRunner, recent: list[StepResult], t: float,
-                     ckpt: checkpoint.AsyncCheckpoints) -> list[StepResult] | None:
+                     ckpt: checkpoint.AsyncCheckpoints) -> WindowRun | None:
         """The next steps as one steady-state window (scheduler/window.py) when the last two steps were the
         same and the fabric grants it; None to run the next step through the per-step path. The job book
         saves a window's steps when it ends: a crash mid-window loses only steps never accounted."""
@@ -197,9 +200,9 @@ class JobSupervisor:
             recent.clear()  # not granted now: try again after two more steps
             return None
         log.info("window", job=job.name, steps=len(out.steps), start_s=t, cause=out.cause, cut_s=out.cut_s)
-        if job.state not in (State.RUNNING, State.CHECKPOINTING):
-            return out.steps[:-1]  # cancelled: as in the per-step loop, the step in progress does not count
-        return out.steps
+        if job.state not in (State.RUNNING, State.CHECKPOINTING):  # cancelled: as in the per-step loop, the
+            return dataclasses.replace(out, steps=out.steps[:-1])  # step in progress does not count
+        return out
 
     async def check_performance(self, job: JobRecord, res: Any, runner: JobRunner) -> None:
         """Flag a step slower than the model and name the likely cause: a WatchJob line, an MQTT alert and a

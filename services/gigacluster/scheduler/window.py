@@ -41,7 +41,7 @@ from gigacluster.model.training import compose_step
 from gigacluster.runtime import convert
 from gigacluster.scheduler.checkpoint import AsyncCheckpoints
 from gigacluster.scheduler.core import JobRecord
-from gigacluster.scheduler.runner import JobRunner, StepResult, gather_or_cancel, step_error
+from gigacluster.scheduler.runner import JobRunner, StepFailed, StepResult, gather_or_cancel, step_error
 
 log = structlog.get_logger()
 SAME_REL = 1e-9  # two steps are "the same" when their times agree this closely
@@ -90,6 +90,7 @@ class WindowRun:
     steps: list[StepResult]
     cause: str = ""
     cut_s: float = 0.0
+    failed: StepFailed | None = None  # the step in progress at a cut failed (a link fault): after ``steps``
 
 
 class _Open:
@@ -187,7 +188,10 @@ async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interru
     await w.cut(w.boundary(n + (1 if final.step_flows else 0)), fabric=False)
     done = [shifted(ref, w.boundary(j)) for j in range(n)]
     if final.step_flows:
-        done.append(await _finish_step(runner, ref, w.boundary(n), list(final.step_flows)))
+        try:
+            done.append(await _finish_step(runner, ref, w.boundary(n), list(final.step_flows)))
+        except StepFailed as exc:  # the steps before it ran: they count, then the failure
+            return WindowRun(done, final.cause or w.cause, final.cut_s, exc)
     return WindowRun(done, final.cause or w.cause, final.cut_s)
 
 
