@@ -178,10 +178,7 @@ async def test_a_cancel_mid_window_ends_it_after_the_step_in_progress(mosquitto:
     async with live_stack("wincancel", mosquitto, tmp_path, speedup=20.0, extra_env=WALL_WINDOWS) as st:
         key = await st.create_tenant("cancel")
         async with Client(st.endpoints, key) as gc:
-            name = (await gc.submit_job(spec, **job)).name
-            async for u in gc.watch_job(name):
-                if u.kind == "progress" and u.job.step == 2:
-                    break
+            name, _ = await submit_until(gc, spec, job, lambda j: j.step == 2)
             await asyncio.sleep(2.0)  # ~60 steps into the window of steps 3..200 (6.7 wall s)
             t_cancel = (time.time() - st.epoch) * 20.0
             await gc.cancel_job(name)
@@ -203,11 +200,8 @@ async def test_kill_9_of_the_scheduler_mid_window_loses_no_accounted_step(
     async with live_stack("winkill", mosquitto, tmp_path, speedup=20.0, extra_env=WALL_WINDOWS) as st:
         key = await st.create_tenant("kill")
         async with Client(st.endpoints, key) as gc:
-            name = (await gc.submit_job(spec, **job)).name
-            async for u in gc.watch_job(name):
-                # the checkpoint at 300 became durable (its write takes ~43 steps): a window ends there
-                if u.kind == "progress" and u.job.last_checkpoint_step == 300:
-                    break
+            # the checkpoint at 300 became durable (its write takes ~43 steps): a window ends there
+            name, seen = await submit_until(gc, spec, job, lambda j: j.last_checkpoint_step == 300)
             await asyncio.sleep(1.5)  # mid-way through the next window (to step 600, ~8.5 wall s)
             before = await gc.get_job(name)
             proc = st.procs["scheduler"].proc
@@ -225,9 +219,19 @@ async def test_kill_9_of_the_scheduler_mid_window_loses_no_accounted_step(
                 if j.state == scheduler_pb2.Job.STATE_SUCCEEDED:
                     break
                 await asyncio.sleep(0.5)
-    assert before.step == u.job.step < 600  # the window's steps are accounted only when it ends
+    assert before.step == seen.step < 600  # the window's steps are accounted only when it ends
     assert j.step == 600 and j.lost_steps == before.step - before.last_checkpoint_step
     assert j.restart_s > 0
+
+
+async def submit_until(gc: Client, spec: dict[str, Any], job: dict[str, Any],
+                       cond: Any) -> tuple[str, scheduler_pb2.Job]:
+    """Submit a job and watch it until a progress update satisfies ``cond``; its name and that update's job."""
+    name = (await gc.submit_job(spec, **job)).name
+    async for u in gc.watch_job(name):
+        if u.kind == "progress" and cond(u.job):
+            return name, u.job
+    raise AssertionError(f"{name} ended before the condition held")
 
 
 async def device_of(admin: Client, instance: str) -> tuple[int, str]:
