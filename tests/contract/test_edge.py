@@ -50,6 +50,13 @@ def coll(**kw: Any) -> fabric_pb2.StartCollectiveRequest:
     return fabric_pb2.StartCollectiveRequest(**base)
 
 
+def window(**kw: Any) -> fabric_pb2.ReserveWindowRequest:
+    base: dict[str, Any] = {"collectives": [fabric_pb2.WindowCollective(collective=coll(), expected_s=0.001)],
+                            "period_s": 1.0, "repeat": 2}
+    base.update(kw)
+    return fabric_pb2.ReserveWindowRequest(**base)
+
+
 # (service, rpc, absurd request, who calls with credentials, expected code, text the message must contain)
 ABSURD: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("chip", "GetShard", lambda: chip_pb2.GetShardRequest(), "cap", grpc.StatusCode.OK, ""),
@@ -117,6 +124,18 @@ ABSURD: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "devices[0]"),
     ("chip", "GetStats", lambda: chip_pb2.GetStatsRequest(devices=[R(start=0, end=2**32)]), "admin", NF,
      "devices[0]"),
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()]), repeat=2**32 - 1, period_s=1.0),
+     "cap", RE, "max_window_repeat"),
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()]), repeat=2, period_s=NAN),
+     "cap", IA, "period_s"),
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()], not_before_s=INF), repeat=2,
+        period_s=1.0), "cap", IA, "not_before_s"),
+    ("chip", "CutWork", lambda: chip_pb2.CutWorkRequest(devices=[dev(0, 8)], at_s=NAN), "cap", IA, "at_s"),
+    ("chip", "CutWork", lambda: chip_pb2.CutWorkRequest(devices=[R(start=0, end=U64)], at_s=1.0), "cap", NF,
+     "devices[0]"),
     ("fabric", "GetTopology", lambda: fabric_pb2.GetTopologyRequest(), "cap", grpc.StatusCode.OK, ""),
     ("fabric", "ListLinks", lambda: fabric_pb2.ListLinksRequest(tier=HUGE, page_size=2**32 - 1), "admin", IA,
      "tier"),
@@ -142,6 +161,18 @@ ABSURD: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("fabric", "GetFlow", lambda: fabric_pb2.GetFlowRequest(name="flows/" + HUGE), "cap", NF, "flows/"),
     ("fabric", "WatchFlows", lambda: fabric_pb2.WatchFlowsRequest(names=["flows/f-1"] * 20_000), "cap", IA, "names"),
     ("fabric", "GetLinkStats", lambda: fabric_pb2.GetLinkStatsRequest(), "cap", grpc.StatusCode.OK, ""),
+    ("fabric", "ReserveWindow", lambda: window(collectives=[fabric_pb2.WindowCollective(collective=coll())] * 300),
+     "cap", RE, "max_window_collectives"),
+    ("fabric", "ReserveWindow", lambda: window(repeat=2**32 - 1), "cap", RE, "max_window_steps"),
+    ("fabric", "ReserveWindow", lambda: window(period_s=NAN), "cap", IA, "period_s"),
+    ("fabric", "ReserveWindow", lambda: window(collectives=[fabric_pb2.WindowCollective(collective=coll(),
+                                                                                           offset_s=INF)]),
+     "cap", IA, "collectives[0].offset_s"),
+    ("fabric", "ReserveWindow", lambda: window(collectives=[fabric_pb2.WindowCollective(
+        collective=coll(ranks=[R(start=0, end=2**32)]))]), "cap", RE, "max_collective_ranks"),
+    ("fabric", "CutWindow", lambda: fabric_pb2.CutWindowRequest(name="windows/" + HUGE, at_s=1.0), "cap", NF,
+     "windows/"),
+    ("fabric", "CutWindow", lambda: fabric_pb2.CutWindowRequest(name="windows/w-1", at_s=NAN), "cap", IA, "at_s"),
     ("fabric", "InjectLinkFault", lambda: fabric_pb2.InjectLinkFaultRequest(
         target="links/" + HUGE, kind=fabric_pb2.InjectLinkFaultRequest.KIND_DEGRADED, capacity_factor=NAN),
      "admin", NF, "target"),

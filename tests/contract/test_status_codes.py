@@ -111,6 +111,16 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("chip", "GetStats", lambda: chip_pb2.GetStatsRequest(devices=[R(start=7000, end=7001)]), "admin", NF,
      "devices"),
     # fabric
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()]), period_s=1.0), "cap", IA, "repeat"),
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[dev(0, 8)], items=[work()]), repeat=3, period_s=1e-9), "cap", IA,
+     "period_s"),
+    ("chip", "ExecuteWindow", lambda: chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=[R(start=5000, end=5008)], items=[work()]), repeat=3,
+        period_s=1.0), "cap", NF, "devices"),
+    ("chip", "CutWork", lambda: chip_pb2.CutWorkRequest(at_s=1.0), "cap", IA, "devices"),
+    ("chip", "CutWork", lambda: chip_pb2.CutWorkRequest(devices=[dev(0, 8)], at_s=-1.0), "cap", IA, "at_s"),
     ("fabric", "GetTopology", lambda: fabric_pb2.GetTopologyRequest(), "admin", grpc.StatusCode.OK, ""),
     ("fabric", "ListLinks", lambda: fabric_pb2.ListLinksRequest(tier="bogus"), "admin", IA, "tier"),
     ("fabric", "StartTransfer", lambda: fabric_pb2.StartTransferRequest(
@@ -135,6 +145,17 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
     ("fabric", "WatchFlows", lambda: fabric_pb2.WatchFlowsRequest(names=["flows/f-999999"]), "cap", NF,
      "flows/f-999999"),
     ("fabric", "GetLinkStats", lambda: fabric_pb2.GetLinkStatsRequest(), "admin", grpc.StatusCode.OK, ""),
+    ("fabric", "ReserveWindow", lambda: fabric_pb2.ReserveWindowRequest(period_s=1.0), "cap", IA, "repeat"),
+    ("fabric", "ReserveWindow", lambda: fabric_pb2.ReserveWindowRequest(period_s=1.0, repeat=2, collectives=[
+        fabric_pb2.WindowCollective(collective=fabric_pb2.StartCollectiveRequest(ranks=[dev(0, 8)], bytes=1e6),
+                                    offset_s=2.0)]), "cap", IA, "offset_s"),
+    ("fabric", "ReserveWindow", lambda: fabric_pb2.ReserveWindowRequest(period_s=1.0, repeat=2, collectives=[
+        fabric_pb2.WindowCollective(collective=fabric_pb2.StartCollectiveRequest(
+            op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, ranks=[dev(0, 8)], bytes=-1.0))]),
+     "cap", IA, "bytes"),
+    ("fabric", "CutWindow", lambda: fabric_pb2.CutWindowRequest(name="windows/w-999999", at_s=1.0), "cap", NF,
+     "windows/w-999999"),
+    ("fabric", "CutWindow", lambda: fabric_pb2.CutWindowRequest(name="windows/w-1", at_s=-1.0), "cap", IA, "at_s"),
     ("fabric", "InjectLinkFault", lambda: fabric_pb2.InjectLinkFaultRequest(target="cable-7"), "admin", IA,
      "target"),
     ("fabric", "InjectLinkFault", lambda: fabric_pb2.InjectLinkFaultRequest(

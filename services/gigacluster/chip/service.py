@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -19,6 +21,7 @@ from gigacluster.runtime.config import ChipConfig
 from gigacluster.runtime.errors import grpc_errors, preview
 from gigacluster.runtime.metrics import FunctionCollector, counter, gauge
 from gigacluster.runtime.server import Service
+from gigacluster.runtime.waits import first_of
 from gigacluster.security.capability import Capability, DeviceSet
 from gigacluster.security.memory import DeviceMemory
 from gigacluster.security.overhead import VirtualizationOverhead
@@ -154,6 +157,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         self.cfg = svc.config
         # Devices each instance's capability covered on this shard: a release resets their timing.
         self._instance_devices: OrderedDict[str, DeviceSet] = OrderedDict()
+        # Open ExecuteWindow streams: a cut (CutWork, a fault, a release) wakes its stream with the cause.
+        self._window_cuts: dict[int, tuple[asyncio.Event, list[str]]] = {}
 
     async def _cap(self, context: grpc.aio.ServicerContext, action: str) -> Capability:
         """The caller's verified capability for ``action`` (devices are checked once bounded)."""
@@ -225,6 +230,59 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             await self.svc.clock.sleep_until(res.end_s)
         return chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                             clock_factor=res.clock_factor)
+
+    async def ExecuteWindow(self, request: chip_pb2.ExecuteWindowRequest,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[chip_pb2.ExecuteWindowResponse]:
+        cap = await self._cap(context, "compute.run")
+        if request.repeat < 1:
+            raise InvalidArgument("repeat", f"must be >= 1, got {request.repeat}")
+        if request.repeat > self.cfg.max_window_repeat:
+            raise ResourceExhausted(f"repeat: 1..{self.cfg.max_window_repeat} repetitions per window "
+                                    f"(max_window_repeat), got {request.repeat}", field="repeat")
+        w = request.work
+        not_before_s = self._not_before(w.not_before_s)
+        idx = self._devices(w.devices)
+        works = chip_wire.works(w.items)
+        cap.require("compute.run", _devset(idx, self.shard.offset))
+        if w.HasField("memory_in_use_bytes"):
+            cap.require("memory.write", _devset(idx, self.shard.offset))
+            self.shard.hold_memory(idx, int(w.memory_in_use_bytes))
+        wid, res = self.shard.execute_window(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now(),
+                                             period_s=request.period_s, repeat=int(request.repeat))
+        first = chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
+                                             clock_factor=res.clock_factor)
+        win = self.shard.windows[wid]
+        yield chip_pb2.ExecuteWindowResponse(first=first, repeats=win.repeat, end_s=win.rep_end_s(win.repeat))
+        cut, cause = asyncio.Event(), [""]
+        self._window_cuts[wid] = (cut, cause)
+        try:
+            while not cut.is_set() and win.repeat and self.svc.clock.now() < win.rep_end_s(win.repeat):
+                await first_of(cut.wait(), self.svc.clock.sleep_until(win.rep_end_s(win.repeat)))
+        finally:
+            self._window_cuts.pop(wid, None)
+        yield chip_pb2.ExecuteWindowResponse(first=first, repeats=win.repeat, end_s=win.rep_end_s(win.repeat),
+                                             final=True, cause=cause[0])
+
+    def _cut(self, idx: np.ndarray, at_s: float, cause: str) -> dict[int, int]:
+        """Cut the windows on ``idx`` at ``at_s`` and wake their streams."""
+        cut = self.shard.cut_windows(idx, at_s)
+        for wid in cut:
+            if wid in self._window_cuts:
+                ev, why = self._window_cuts[wid]
+                why[0] = why[0] or cause
+                ev.set()
+        return cut
+
+    async def CutWork(self, request: chip_pb2.CutWorkRequest,
+                      context: grpc.aio.ServicerContext) -> chip_pb2.CutWorkResponse:
+        cap = await self._cap(context, "compute.run")
+        if not math.isfinite(request.at_s) or request.at_s < 0:
+            raise InvalidArgument("at_s", f"must be a finite number >= 0, got {request.at_s}")
+        idx = self._devices(request.devices)
+        cap.require("compute.run", _devset(idx, self.shard.offset))
+        before = {wid: w.repeat for wid, w in self.shard.windows.items()}
+        cut = self._cut(idx, request.at_s, "cut by the caller")
+        return chip_pb2.CutWorkResponse(windows=len(cut), repeats_removed=sum(before[w] - k for w, k in cut.items()))
 
     async def ReportWork(self, request: chip_pb2.ReportWorkRequest,
                          context: grpc.aio.ServicerContext) -> chip_pb2.ReportWorkResponse:
@@ -327,6 +385,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         seen = self._instance_devices.pop(iid, None)
         held = self._local_of(seen) if seen is not None else np.empty(0, np.int64)
         idx = np.unique(np.concatenate([named, with_memory, held]))
+        self._cut(idx, self.svc.clock.now(), "the instance was released")
         self.shard.reset_timing(idx, self.svc.clock.now(), scrub_s)
         self.shard.release_memory(idx)
         return chip_pb2.ScrubInstanceResponse(scrub_s=scrub_s, scrubbed_bytes=before - int(mem.used_bytes.sum()))
@@ -338,6 +397,9 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         if not math.isfinite(request.clock_factor):
             raise InvalidArgument("clock_factor", f"must be a finite number, got {request.clock_factor}")
         n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
+        # A window on a faulted device keeps the repetitions that started before now; the next one fails
+        # (or runs slower) through the per-step path, as after a fault injected between two steps.
+        self._cut(idx, self.svc.clock.now(), f"fault {chip_wire.fault_name(request.kind)} injected")
         self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_wire.fault_name(request.kind),
                                               "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
         return chip_pb2.InjectFaultResponse(affected=n)

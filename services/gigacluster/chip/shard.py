@@ -11,6 +11,8 @@ power model says it draws above idle (the same functions ``estimate train`` uses
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +33,27 @@ class ExecResult:
     end_s: float
     energy_j: float
     clock_factor: float
+
+
+@dataclasses.dataclass
+class WorkWindow:
+    """Repetitions of one work on devices ``idx``: rep j runs ``[start_s + j*period_s, + dur_s)``."""
+
+    idx: np.ndarray
+    start_s: float
+    period_s: float
+    repeat: int
+    dur_s: float
+    above_j: float  # per device and repetition
+
+    def rep_end_s(self, n: int) -> float:
+        """End of the first ``n`` repetitions (the window's start when n is 0)."""
+        return self.start_s + (n - 1) * self.period_s + self.dur_s if n > 0 else self.start_s
+
+    def reps_before(self, at_s: float) -> int:
+        """Repetitions that start before ``at_s`` (a float-noise margin keeps a cut at a step boundary exact)."""
+        n = math.ceil((at_s - self.start_s) / self.period_s - 1e-9)
+        return min(max(n, 0), self.repeat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +101,9 @@ class ChipShard:
         self._item_start_s = np.full(n, start_s)
         self._item_end_s = np.full(n, start_s)
         self._item_above_j = np.zeros(n)
+        self._item_busy_s = np.zeros(n)  # busy time of that item (a window's: all its repetitions)
+        self.windows: dict[int, WorkWindow] = {}  # steady-state windows not yet over
+        self._window_ids = itertools.count(1)
         self._last_tick_s = start_s
         self._last_busy_s = np.zeros(n)
         self._last_above_j = np.zeros(n)
@@ -143,7 +169,71 @@ class ChipShard:
         self._item_start_s[idx] = start
         self._item_end_s[idx] = end
         self._item_above_j[idx] = above
+        self._item_busy_s[idx] = duration
         return ExecResult(start, end, above * idx.size, clock)
+
+    # -- steady-state windows ---------------------------------------------------------------------
+    def execute_window(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float,
+                       period_s: float, repeat: int) -> tuple[int, ExecResult]:
+        """Book ``repeat`` repetitions of ``works`` every ``period_s``; returns (window id, first repetition).
+
+        Busy time and energy are booked exactly (``repeat`` x one repetition's) at once; ``cut_windows``
+        takes back the repetitions that do not run. The clock factor is the one at the window's start.
+        """
+        if repeat < 1:
+            raise InvalidArgument("repeat", f"must be >= 1, got {repeat}")
+        if not (math.isfinite(period_s) and period_s > 0):
+            raise InvalidArgument("period_s", f"must be a finite number > 0, got {period_s}")
+        self.prune_windows(now_s)
+        first = self.execute(idx, works, not_before_s=not_before_s, now_s=now_s)
+        dur = first.end_s - first.start_s
+        if dur > period_s * (1 + 1e-9):
+            self.cut_booked(idx, first.start_s, dur, first.energy_j / idx.size, 1)
+            raise InvalidArgument("period_s", f"must be at least the work's duration ({dur:.6g} s), got {period_s:g}")
+        win = WorkWindow(idx, first.start_s, period_s, repeat, dur, first.energy_j / idx.size)
+        more = repeat - 1
+        self.busy_s[idx] += more * dur
+        self.above_idle_j[idx] += more * win.above_j
+        self.busy_until_s[idx] = win.rep_end_s(repeat)
+        self._item_end_s[idx] = win.rep_end_s(repeat)
+        self._item_busy_s[idx] = repeat * dur
+        self._item_above_j[idx] = repeat * win.above_j
+        wid = next(self._window_ids)
+        self.windows[wid] = win
+        return wid, first
+
+    def cut_booked(self, idx: np.ndarray, start_s: float, dur_s: float, above_j: float, n: int) -> None:
+        """Take ``n`` repetitions of ``dur_s`` / ``above_j`` off the books of devices ``idx``."""
+        self.busy_s[idx] -= n * dur_s
+        self.above_idle_j[idx] -= n * above_j
+        self._item_busy_s[idx] = np.maximum(self._item_busy_s[idx] - n * dur_s, 0.0)
+        self._item_above_j[idx] = np.maximum(self._item_above_j[idx] - n * above_j, 0.0)
+        self.busy_until_s[idx] = np.minimum(self.busy_until_s[idx], start_s)
+        self._item_end_s[idx] = np.minimum(self._item_end_s[idx], np.maximum(start_s, self._item_start_s[idx]))
+
+    def cut_windows(self, idx: np.ndarray, at_s: float) -> dict[int, int]:
+        """Unbook the repetitions of windows on any of devices ``idx`` that start at or after ``at_s``.
+
+        Returns {window id: repetitions kept} for every window cut; a window left with none is dropped.
+        """
+        hit = np.zeros(self.count, dtype=bool)
+        hit[idx] = True
+        out: dict[int, int] = {}
+        for wid, w in list(self.windows.items()):
+            keep = w.reps_before(at_s)
+            if keep >= w.repeat or not hit[w.idx].any():
+                continue
+            self.cut_booked(w.idx, w.rep_end_s(keep), w.dur_s, w.above_j, w.repeat - keep)
+            w.repeat = keep
+            out[wid] = keep
+            if keep == 0:
+                del self.windows[wid]
+        return out
+
+    def prune_windows(self, now_s: float) -> None:
+        """Forget windows that ended by ``now_s`` (nothing of them can be cut any more)."""
+        for wid in [k for k, w in self.windows.items() if w.rep_end_s(w.repeat) <= now_s]:
+            del self.windows[wid]
 
     def reset_timing(self, idx: np.ndarray, now_s: float, scrub_s: float = 0.0) -> None:
         """Give devices ``idx`` back with no timing state: free from ``now_s + scrub_s``.
@@ -154,13 +244,14 @@ class ChipShard:
         """
         if idx.size == 0:
             return
+        self.cut_windows(idx, now_s)
         pending = self._pending_fraction(now_s)[idx]
-        dur = self._item_end_s[idx] - self._item_start_s[idx]
-        self.busy_s[idx] -= pending * dur
+        self.busy_s[idx] -= pending * self._item_busy_s[idx]
         self.above_idle_j[idx] -= pending * self._item_above_j[idx]
         self._item_start_s[idx] = now_s
         self._item_end_s[idx] = now_s
         self._item_above_j[idx] = 0.0
+        self._item_busy_s[idx] = 0.0
         self.busy_until_s[idx] = now_s + max(scrub_s, 0.0)
 
     # -- memory in use ---------------------------------------------------------------------------
@@ -204,8 +295,7 @@ class ChipShard:
         """(busy seconds, energy above idle) of each device accrued up to ``now_s``: booked work minus
         the part of the last item that lies in the future."""
         pending = self._pending_fraction(now_s)
-        return (self.busy_s - pending * (self._item_end_s - self._item_start_s),
-                self.above_idle_j - pending * self._item_above_j)
+        return (self.busy_s - pending * self._item_busy_s, self.above_idle_j - pending * self._item_above_j)
 
     def energy_j(self, now_s: float) -> np.ndarray:
         """Energy drawn by each device up to ``now_s`` (idle floor plus work above idle, as accrued)."""

@@ -95,6 +95,10 @@ class FlowSim:
         self._bytes_carried = np.zeros(nl)
         self._version = 0  # bumped by every change of link state: plans made before it are stale
         self.planner = GroupPlanner(topo, policy=policy)
+        # Links held by steady-state windows (fabric/service/windows.py): a phase whose flows enter one
+        # is noted in ``reserved_hits`` as (time, group id, links hit) for the owner to cut the window.
+        self.reserved: np.ndarray | None = None
+        self.reserved_hits: list[tuple[float, str, np.ndarray]] = []
 
     # ---- public: start ---------------------------------------------------------------------
     def start_transfer(
@@ -241,6 +245,10 @@ class FlowSim:
                          tier_stats(topo, cap, rate, util, state),
                          int(self._pool.s_pos.size))
 
+    def credit_bytes(self, links: np.ndarray, bytes_: np.ndarray) -> None:
+        """Add bytes moved outside the simulator (a steady-state window's steps) to the links' carried bytes."""
+        np.add.at(self._bytes_carried, links, bytes_)
+
     # ---- public: faults ------------------------------------------------------------------
     def fail_link(self, link_id: int) -> list[FlowEvent]:
         """Take a link down now: reroute its flows, fail groups left without a path."""
@@ -386,6 +394,10 @@ class FlowSim:
             return self._fail(g, t, NoPathError(
                 f"no live path from chip {int(ph.src[bad])} to chip {int(ph.dst[bad])}",
                 src_chip=int(ph.src[bad]), dst_chip=int(ph.dst[bad])))
+        if self.reserved is not None and r.e_link.size:
+            hit = r.e_link[self.reserved[r.e_link]]
+            if hit.size:
+                self.reserved_hits.append((t, g.id, np.unique(hit)))
         launch_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
         lat = ph.steps * ((float(r.latency_s.max()) if k else 0.0) + step_s)
         g.phase_lat_s = lat + (launch_s if g.phase_idx == 0 else 0.0)

@@ -140,10 +140,12 @@ class ChipConfig(CommonConfig):
     not_before_horizon_s: float = _f(3600.0, "virtual seconds ahead of now a not_before_s may lie (further: "
                                              "INVALID_ARGUMENT), so no start can hold devices for ever")
     max_report_iterations: int = _f(4096, "batch iterations one ReportWork call may book (more: RESOURCE_EXHAUSTED)")
+    max_window_repeat: int = _f(100_000, "repetitions one ExecuteWindow may book (more: RESOURCE_EXHAUSTED)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s", "max_report_iterations")
+        _positive(self, "max_device_ranges", "max_io_bytes", "not_before_horizon_s", "max_report_iterations",
+                  "max_window_repeat")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.system and self.system not in system_names():
@@ -180,11 +182,13 @@ class FabricConfig(CommonConfig):
                                              "(further: INVALID_ARGUMENT)")
     backdate_s: float = _f(0.25, "wall seconds the simulator lags the clock, so a call that arrives that late "
                                  "still starts its flows at its not_before_s (wall-clock mode)")
+    max_window_steps: int = _f(100_000, "steps one ReserveWindow may reserve (more: RESOURCE_EXHAUSTED)")
+    max_window_collectives: int = _f(256, "collectives in one window's step pattern (more: RESOURCE_EXHAUSTED)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _positive(self, "max_collective_ranks", "max_rank_ranges", "max_collective_groups", "max_flow_bytes",
-                  "not_before_horizon_s", "backdate_s")
+                  "not_before_horizon_s", "backdate_s", "max_window_steps", "max_window_collectives")
         if self.chip not in chip_names():
             raise ConfigError(f"chip must be one of {', '.join(chip_names())}; got {self.chip!r}")
         if self.count <= 0:
@@ -254,11 +258,17 @@ class SchedulerConfig(CommonConfig):
     peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
     dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
     dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
+    max_window_steps: int = _f(1000, "most steps a job runs as one steady-state window (scheduler/window.py); "
+                               "0 = every step through the per-step path")
+    wall_clock_windows: bool = _f(False, "use steady-state windows on the wall clock too (they always run in "
+                                         "event mode); off keeps a live run's progress step by step")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _registered("placement", self.placement)
         _registered("failures", self.failure_model)
+        if self.max_window_steps < 0:
+            raise ConfigError(f"max_window_steps must be >= 0 (0 = no windows), got {self.max_window_steps}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import itertools
 import json
 from collections import deque
@@ -55,7 +56,7 @@ class JobBook:
         self._expected: dict[str, Expected] = {}
         self._traces: dict[str, deque[Any]] = {}
         self._ids = itertools.count(1)
-        self._watchers: dict[str, set[asyncio.Queue[tuple[str, str]]]] = {}
+        self._watchers: dict[str, set[asyncio.Queue[tuple[str, str, JobRecord | None]]]] = {}
         self._idempotency: dict[tuple[str, str], str] = {}
 
     # -- durable state ----------------------------------------------------------------------------
@@ -140,12 +141,19 @@ class JobBook:
                                     reason="TOO_MANY_QUEUED_JOBS", limit=self.max_queued_per_tenant)
 
     # -- transitions ------------------------------------------------------------------------------
-    def notify(self, job: JobRecord, kind: str, message: str = "") -> None:
-        for q in self._watchers.get(job.job_id, ()):
+    def notify(self, job: JobRecord, kind: str, message: str = "", *, publish: bool = True,
+               snapshot: bool = False) -> None:
+        """Tell watchers (with a copy of the job as it is now when ``snapshot``: a window's steps are told
+        one after the other at once) and, when ``publish``, MQTT; a state change is saved."""
+        watchers = self._watchers.get(job.job_id, ())
+        snap = copy.copy(job) if snapshot and watchers else None
+        for q in watchers:
             if not q.full():  # a watcher that stopped reading loses updates, never the scheduler
-                q.put_nowait((kind, message))
+                q.put_nowait((kind, message, snap))
         if kind == "state":
             self.save(job)
+        if not publish:
+            return
         tenant = job.tenant.removeprefix("tenants/")
         now = self.clock.now()
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/{'progress' if kind == 'progress' else 'state'}", {
@@ -202,12 +210,12 @@ class JobBook:
             raise NotFound(name)
         return job
 
-    def watch(self, job: JobRecord) -> asyncio.Queue[tuple[str, str]]:
-        q: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=10_000)
+    def watch(self, job: JobRecord) -> asyncio.Queue[tuple[str, str, JobRecord | None]]:
+        q: asyncio.Queue[tuple[str, str, JobRecord | None]] = asyncio.Queue(maxsize=10_000)
         self._watchers.setdefault(job.job_id, set()).add(q)
         return q
 
-    def unwatch(self, job: JobRecord, q: asyncio.Queue[tuple[str, str]]) -> None:
+    def unwatch(self, job: JobRecord, q: asyncio.Queue[tuple[str, str, JobRecord | None]]) -> None:
         self._watchers.get(job.job_id, set()).discard(q)
 
     def expected(self, job: JobRecord) -> Expected:

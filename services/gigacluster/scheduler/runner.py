@@ -63,6 +63,10 @@ class StepResult:
     breakdown: StepBreakdown
     above_idle_j: float
     comm_s: dict[str, float]
+    # (start, end) of each collective call in ``JobRunner.collective_calls`` order, and the chips' compute
+    # time: what a steady-state window (scheduler/window.py) repeats.
+    calls: tuple[tuple[float, float], ...] = ()
+    chip_s: float = 0.0
 
     @property
     def end_s(self) -> float:
@@ -135,10 +139,25 @@ class JobRunner:
     def _md(self) -> tuple[tuple[str, str], ...]:
         return call_metadata(capability=self.capability())
 
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying the job's capability."""
+        return self._md()
+
+    def work_items(self) -> list[chip_pb2.WorkItem]:
+        """One step's work items for every chip of the job."""
+        return chip_wire.work_msgs(self.job.plan.compute)
+
+    async def flow_ends(self, names: list[str]) -> list[float]:
+        """Actual end times of flow groups, watching those still running (StepFailed if one failed)."""
+        try:
+            return await self._wait_flows(names, []) if names else []
+        except grpc.aio.AioRpcError as err:
+            raise step_error(err) from err
+
     async def run_step(self, start_s: float) -> StepResult:
         """Run one step starting at virtual ``start_s``; returns when it has ended in virtual time."""
         job = self.job
-        items = chip_wire.work_msgs(job.plan.compute)
+        items = self.work_items()
         md = self._md()
         try:
             chip_res = await gather_or_cancel([
@@ -155,7 +174,7 @@ class JobRunner:
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
             fab_res = await gather_or_cancel(fab_calls)
         except grpc.aio.AioRpcError as err:
-            raise _step_error(err) from err
+            raise step_error(err) from err
         above = float(sum(r.energy_j for r in chip_res))
         # Collectives: wait for the actual ends (other traffic may slow them after the prediction).
         ends: dict[str, float] = {}
@@ -168,7 +187,7 @@ class JobRunner:
             try:
                 finals = await self._wait_flows([r.name for r in fab_res], preds)
             except grpc.aio.AioRpcError as err:
-                raise _step_error(err) from err
+                raise step_error(err) from err
             for (name, _), r, end in zip(self.collective_calls, fab_res, finals, strict=True):
                 starts[name] = min(starts.get(name, r.start_s), r.start_s)
                 ends[name] = max(ends.get(name, end), end)
@@ -178,7 +197,8 @@ class JobRunner:
         for d in job.plan.collectives:
             if d.name in ends:
                 comm[d.name] = (ends[d.name] - starts[d.name]) * d.count
-        return StepResult(start_s, bd, above, comm)
+        calls = tuple((r.start_s, end) for r, end in zip(fab_res, finals, strict=True)) if fab_res else ()
+        return StepResult(start_s, bd, above, comm, calls, compute_s)
 
     def _offset_s(self, name: str, compute_s: float) -> float:
         """When in the step a demand's collective runs (its window in ``compose_step``).
@@ -290,7 +310,7 @@ def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int
     return [(int(ids[a]), int(ids[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
-def _step_error(err: grpc.aio.AioRpcError) -> Exception:
+def step_error(err: grpc.aio.AioRpcError) -> Exception:
     """A failed mesh call as what the scheduler does about it: StepFailed (a job fault, uses a restart),
     Unavailable (wait and retry), CapabilityRejected (refresh) or FailedPrecondition."""
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
@@ -308,3 +328,6 @@ def _step_error(err: grpc.aio.AioRpcError) -> Exception:
     if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return CapabilityRejected(f"{err.code().name}: {(err.details() or '')[:120]}")
     return FailedPrecondition(f"step rejected by the mesh: {err.code().name}: {(err.details() or '')[:120]}")
+
+
+_step_error = step_error  # the name tests and older callers use

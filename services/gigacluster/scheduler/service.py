@@ -241,9 +241,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
         q = self.book.watch(job)
         try:
             yield scheduler_pb2.WatchJobResponse(job=self._msg(job), kind="state", message=job.reason)
-            while not job.terminal:
-                kind, message = await q.get()
-                yield scheduler_pb2.WatchJobResponse(job=self._msg(job), kind=kind, message=message)
+            while not job.terminal or not q.empty():  # a window's steps are queued as copies: send them all
+                kind, message, snap = await q.get()
+                yield scheduler_pb2.WatchJobResponse(job=self._msg(snap or job), kind=kind, message=message)
         finally:
             self.book.unwatch(job, q)
 

@@ -25,7 +25,7 @@ from gigacluster.errors import Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.hw.catalog import get_system
 from gigacluster.runtime import convert
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.runtime.telemetry import Telemetry
 from gigacluster.scheduler import checkpoint
@@ -35,7 +35,8 @@ from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
 from gigacluster.scheduler.failures import FailureModel
-from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, account
+from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
+from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_steps
 
 log = structlog.get_logger()
 
@@ -116,38 +117,92 @@ class JobSupervisor:
             t += cost
             job.restart_s += cost
             job.resume_pending = False
+        recent: list[StepResult] = []  # the last two steps run, the reference of a steady-state window
         while job.step < job.steps_total and job.state == State.RUNNING:
             if job.preempt_reason:
                 await self.evict(job, t, ckpt, pause, write)
                 return
             if float(cap["expires"]) - time.time() < 60:
                 await self.refresh(job, instance, cap)
-            res = await self.step_with_retry(runner, job, t, instance, cap)
-            if job.state != State.RUNNING:
-                break
-            account(job, res)
-            book.record_step(job, res)
-            t = res.end_s
-            await self.check_performance(job, res, runner)
-            if ckpt.settle(t):
-                job.last_checkpoint_step = ckpt.durable_step
-                book.save(job)
-            self.maybe_fail(job, devices, res.breakdown.step_time_s)
-            if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
-                book.notify(job, "progress")
-                book.save(job)  # a scheduler crash then knows how many steps it really loses
-            if ckpt.due(job.step, job.checkpoint_interval_steps, job.steps_total):
-                book.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
-                               f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
-                await self.clock.sleep_until(t + pause)
-                t += pause
-                job.checkpoint_pause_s += pause
-                ckpt.start(job.step, t, write)
-                if job.state == State.CHECKPOINTING:
-                    book.set_state(job, State.RUNNING)
+            out = await self.window(job, runner, recent, t, ckpt)
+            if out is None:
+                res = await self.step_with_retry(runner, job, t, instance, cap)
+                if job.state != State.RUNNING:
+                    break
+                t = await self.after_step(job, devices, res, ckpt, pause, write, runner=runner)
+                recent = [*recent[-1:], res]
+                continue
+            for i, res in enumerate(out.steps):
+                t = await self.after_step(job, devices, res, ckpt, pause, write,
+                                          last_of_window=i == len(out.steps) - 1)
+            if out.failed is not None:
+                raise out.failed
+            recent = out.steps[-2:]  # a step finished after a cut differs from the reference: no window until two agree
         if job.state == State.RUNNING and job.step >= job.steps_total:
             job.last_checkpoint_step = job.step
             book.set_state(job, State.SUCCEEDED, "", f"finished {job.step} steps")
+
+    async def after_step(self, job: JobRecord, devices: np.ndarray, res: StepResult, ckpt: checkpoint.AsyncCheckpoints,
+                         pause: float, write: float, *, runner: JobRunner | None = None,
+                         last_of_window: bool | None = None) -> float:
+        """Account a finished step, check it against the model (per-step path: ``runner`` given), settle
+        checkpoint writes, draw from the failure model, tell watchers and take a checkpoint when due; returns
+        the virtual time the next step starts. A window's steps come here one by one when it ends: watchers
+        get a copy of the job per step, MQTT and the job book the window's last (or a checkpoint's) step."""
+        book = self.book
+        account(job, res)
+        book.record_step(job, res)
+        t = res.end_s
+        if runner is not None:
+            await self.check_performance(job, res, runner)
+        if ckpt.settle(t):
+            job.last_checkpoint_step = ckpt.durable_step
+            book.save(job)
+        self.maybe_fail(job, devices, res.breakdown.step_time_s)
+        durable = last_of_window is None or last_of_window or job.step == job.steps_total
+        if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
+            book.notify(job, "progress", publish=durable, snapshot=last_of_window is not None)
+        if durable:
+            book.save(job)  # a scheduler crash then knows how many steps it really loses
+        if ckpt.due(job.step, job.checkpoint_interval_steps, job.steps_total):
+            book.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
+                           f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
+            await self.clock.sleep_until(t + pause)
+            t += pause
+            job.checkpoint_pause_s += pause
+            ckpt.start(job.step, t, write)
+            if job.state == State.CHECKPOINTING:
+                book.set_state(job, State.RUNNING)
+        return t
+
+    async def window(self, job: JobRecord, runner: JobRunner, recent: list[StepResult], t: float,
+                     ckpt: checkpoint.AsyncCheckpoints) -> WindowRun | None:
+        """The next steps as one steady-state window (scheduler/window.py) when the last two steps were the
+        same and the fabric grants it; None to run the next step through the per-step path. The job book
+        saves a window's steps when it ends: a crash mid-window loses only steps never accounted."""
+        if len(recent) < 2 or self.failure_model is not None or not same_step(recent[0], recent[1]):
+            return None
+        if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
+            return None
+        k = window_steps(job, ckpt, self.config.max_window_steps, t, recent[1].breakdown.step_time_s)
+        if not k:
+            return None
+        wake = self.book.watch(job)
+        try:
+            out = await run_window(runner, recent[1], t, k,
+                                   lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake)
+        except (Unavailable, CapabilityRejected) as exc:
+            log.warning("window abandoned; the per-step path retries", job=job.name, error=str(exc))
+            return None
+        finally:
+            self.book.unwatch(job, wake)
+        if out is None:
+            recent.clear()  # not granted now: try again after two more steps
+            return None
+        log.info("window", job=job.name, steps=len(out.steps), start_s=t, cause=out.cause, cut_s=out.cut_s)
+        if job.state not in (State.RUNNING, State.CHECKPOINTING):  # cancelled: as in the per-step loop, the
+            return dataclasses.replace(out, steps=out.steps[:-1])  # step in progress does not count
+        return out
 
     async def check_performance(self, job: JobRecord, res: Any, runner: JobRunner) -> None:
         """Flag a step slower than the model and name the likely cause: a WatchJob line, an MQTT alert and a

@@ -318,3 +318,43 @@ class SetMemoryInUseResponse(_message.Message):
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     devices: int
     def __init__(self, devices: _Optional[int] = ...) -> None: ...
+
+class ExecuteWindowRequest(_message.Message):
+    __slots__ = ("work", "repeat", "period_s")
+    WORK_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    work: ExecuteWorkRequest
+    repeat: int
+    period_s: float
+    def __init__(self, work: _Optional[_Union[ExecuteWorkRequest, _Mapping]] = ..., repeat: _Optional[int] = ..., period_s: _Optional[float] = ...) -> None: ...
+
+class ExecuteWindowResponse(_message.Message):
+    __slots__ = ("first", "repeats", "end_s", "final", "cause")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    first: ExecuteWorkResponse
+    repeats: int
+    end_s: float
+    final: bool
+    cause: str
+    def __init__(self, first: _Optional[_Union[ExecuteWorkResponse, _Mapping]] = ..., repeats: _Optional[int] = ..., end_s: _Optional[float] = ..., final: _Optional[bool] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class CutWorkRequest(_message.Message):
+    __slots__ = ("devices", "at_s")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    AT_S_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    at_s: float
+    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., at_s: _Optional[float] = ...) -> None: ...
+
+class CutWorkResponse(_message.Message):
+    __slots__ = ("windows", "repeats_removed")
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    windows: int
+    repeats_removed: int
+    def __init__(self, windows: _Optional[int] = ..., repeats_removed: _Optional[int] = ...) -> None: ...

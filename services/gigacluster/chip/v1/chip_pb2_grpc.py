@@ -102,6 +102,16 @@ class ChipServiceStub:
                 request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.FromString,
                 _registered_method=True)
+        self.ExecuteWindow = channel.unary_stream(
+                '/gigacluster.chip.v1.ChipService/ExecuteWindow',
+                request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowResponse.FromString,
+                _registered_method=True)
+        self.CutWork = channel.unary_unary(
+                '/gigacluster.chip.v1.ChipService/CutWork',
+                request_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkResponse.FromString,
+                _registered_method=True)
 
 
 class ChipServiceServicer:
@@ -206,6 +216,23 @@ class ChipServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecuteWindow(self, request, context):
+        """A steady-state window: book `repeat` identical repetitions of the work, one every `period_s`
+        (a training job's steps that repeat unchanged), with exact busy time and energy. The stream
+        answers the booking at once, then sends one final message when the window ends or is cut
+        (CutWork, an InjectFault on one of its devices, the instance's release).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CutWork(self, request, context):
+        """Unbook the window repetitions on these devices that start at or after at_s (the caller's cut).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChipServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -273,6 +300,16 @@ def add_ChipServiceServicer_to_server(servicer, server):
                     servicer.SetMemoryInUse,
                     request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.FromString,
                     response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.SerializeToString,
+            ),
+            'ExecuteWindow': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExecuteWindow,
+                    request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowRequest.FromString,
+                    response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowResponse.SerializeToString,
+            ),
+            'CutWork': grpc.unary_unary_rpc_method_handler(
+                    servicer.CutWork,
+                    request_deserializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkRequest.FromString,
+                    response_serializer=gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -629,6 +666,60 @@ class ChipService:
             '/gigacluster.chip.v1.ChipService/SetMemoryInUse',
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseRequest.SerializeToString,
             gigacluster_dot_chip_dot_v1_dot_chip__pb2.SetMemoryInUseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gigacluster.chip.v1.ChipService/ExecuteWindow',
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowRequest.SerializeToString,
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.ExecuteWindowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CutWork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.chip.v1.ChipService/CutWork',
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkRequest.SerializeToString,
+            gigacluster_dot_chip_dot_v1_dot_chip__pb2.CutWorkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -28,6 +28,15 @@ import numpy as np
 
 from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
+from gigacluster.fabric.service.windows import (
+    IsolatedStep,
+    PatternCollective,
+    Window,
+    WindowBook,
+    credit,
+    cut_plan,
+    isolated_step,
+)
 from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
 from gigacluster.fabric.topology import Topology
 from gigacluster.runtime.clock import EventClock, VirtualClock
@@ -50,6 +59,8 @@ class SimDriver:
         self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-plan")
         self._planning: dict[int, float] = {}  # start times of collectives being planned off the loop
         self._plan_seq = 0
+        self.windows = WindowBook(sim)
+        self._window_wake: dict[str, asyncio.Event] = {}  # an open window's stream, woken when it is cut
 
     def close(self) -> None:
         """Stop the planning thread (plans queued behind the running one are dropped)."""
@@ -82,8 +93,14 @@ class SimDriver:
 
     def advance(self, until_s: float) -> None:
         until_s = self.horizon_s(until_s)
-        if until_s > self.sim.now_s:
-            self.events(self.sim.advance(until_s))
+        while until_s > self.sim.now_s:
+            stop = until_s
+            if self.windows.windows:  # event by event, so a window is cut at the exact time traffic hits it
+                nxt = self.sim.next_event_s()
+                if nxt is not None and self.sim.now_s < nxt < until_s:
+                    stop = nxt
+            self.events(self.sim.advance(stop))
+            self.cut_hit_windows()
 
     def catch_up(self) -> None:
         """Advance the simulator to the clock's now (before a fault, so it hits the present)."""
@@ -102,7 +119,79 @@ class SimDriver:
     def add(self, rec: FlowRecord) -> None:
         """Book ``rec`` and wake the loop (its flows may be due before the next tick)."""
         self.book.add(rec)
+        self.cut_hit_windows()
         self._wake.set()
+
+    # -- steady-state windows ---------------------------------------------------------------------
+    async def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
+        """A step pattern's alone run (cached per link state); a new one runs on the planning thread, off the loop
+        (the ReserveWindow call stays open meanwhile, so the event clock holds)."""
+        key, ls, iso = self.windows.lookup(pattern)
+        if iso is None:
+            if sum(c.groups * c.ranks.size for c in pattern) <= INLINE_PLAN_MAX_RANKS:
+                iso = isolated_step(ls, pattern)
+            else:
+                iso = await asyncio.get_running_loop().run_in_executor(self._planner, isolated_step, ls, pattern)
+            self.windows.remember(key, iso)
+        return iso
+
+    def open_window(self, win: Window) -> asyncio.Event:
+        """Track a granted window's stream: the event is set when the window is cut."""
+        ev = self._window_wake[win.name] = asyncio.Event()
+        return ev
+
+    def cut_hit_windows(self) -> None:
+        """Cut every window whose links other traffic has entered, at the time it entered."""
+        hits, self.sim.reserved_hits = self.sim.reserved_hits, []
+        for t, group, links in hits:
+            name = self.book.name_of_handle(group) or group
+            for win in self.windows.hit(links):
+                self.cut_window(win, t, f"traffic of {name} entered its links")
+
+    def cut_window(self, win: Window, t: float, cause: str) -> None:
+        """Cut ``win`` at ``t``: credit what ran, and start the rest of the step in progress as real flows."""
+        if win.final:
+            return
+        k, flows = cut_plan(win, t)
+        self.windows.close(win)
+        win.final, win.cause, win.cut_s, win.step_flows = True, cause, t, flows
+        if k >= win.repeat:
+            win.cause = ""
+        win.repeat = k
+        self.sim.credit_bytes(*credit(win, k, flows))
+        for f in flows:
+            if f.end_s > 0:
+                continue
+            c = win.pattern[f.index]
+            hs = self.sim.start_collectives(c.op, c.ranks, c.stride, c.groups, f.bytes_, start_s=f.at_s,
+                                            algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag)
+            rec = FlowRecord(self.book.new_name(), win.tenant, [h.id for h in hs], hs[0].algorithm, f.at_s,
+                             f.bytes_, c.tag, c.op, int(c.ranks.size), instance=win.instance)
+            self.book.add(rec)
+            win.flow_names[f.index] = rec.name
+        ev = self._window_wake.get(win.name)
+        if ev is not None:
+            ev.set()
+        self._wake.set()
+
+    def end_window(self, win: Window) -> None:
+        """``win``'s stream is over: if it was not cut, credit the steps that ran by now and free its links."""
+        self._window_wake.pop(win.name, None)
+        if win.final:
+            return
+        win.repeat = win.steps_by(self.clock.now())
+        win.final = True
+        self.windows.close(win)
+        self.sim.credit_bytes(*credit(win, win.repeat, []))
+
+    def shorten_window(self, win: Window, at_s: float) -> int:
+        """Drop the steps of ``win`` that start at or after ``at_s`` (the caller's cut); returns the steps left."""
+        if not win.final:
+            win.repeat = win.steps_before(at_s)
+            ev = self._window_wake.get(win.name)
+            if ev is not None:
+                ev.set()
+        return win.repeat
 
     async def run(self) -> None:
         """Keep the simulator ``lag_s`` behind the clock and deliver completions on time."""
@@ -161,6 +250,7 @@ class SimDriver:
         """Take a link or switch down, or degrade a link; returns the events and the groups it failed."""
         what, ident = target
         self.catch_up()
+        self.cut_all_windows("a link fault")
         before = self.book.failed_names()
         if kind == "down":
             events = self.sim.fail_link(ident) if what == "link" else self.sim.fail_switch(ident)
@@ -176,9 +266,15 @@ class SimDriver:
             self.book.notify(n)
         return events, failed
 
+    def cut_all_windows(self, cause: str) -> None:
+        """Cut every open window now (a link fault or repair may move routes; conservative and exact)."""
+        for win in list(self.windows.windows.values()):
+            self.cut_window(win, self.sim.now_s, cause)
+
     def clear_fault(self, target: tuple[str, int]) -> None:
         what, ident = target
         self.catch_up()
+        self.cut_all_windows("a link repair")
         self.events(self.sim.restore_link(ident) if what == "link" else self.sim.restore_switch(ident))
 
     def links_affected(self, target: tuple[str, int]) -> int:

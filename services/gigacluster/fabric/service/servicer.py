@@ -12,16 +12,18 @@ from typing import Any
 import grpc
 import numpy as np
 
-from gigacluster.errors import InvalidArgument
+from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service import checks
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
 from gigacluster.fabric.service.driver import SimDriver
+from gigacluster.fabric.service.windows import PatternCollective
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.config import FabricConfig
 from gigacluster.runtime.errors import grpc_errors
+from gigacluster.runtime.waits import first_of
 from gigacluster.security.capability import DeviceSet
 from gigacluster.wire import fabric as wire
 
@@ -162,3 +164,68 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         self.driver.clear_fault(target)
         self.publish("events", {"event": "fault_cleared", "target": request.target, "t_s": self.clock.now()})
         return fabric_pb2.ClearLinkFaultResponse(links_affected=self.driver.links_affected(target))
+
+    def _pattern(self, request: fabric_pb2.ReserveWindowRequest) -> tuple[list[PatternCollective], np.ndarray]:
+        """The window's step pattern, every field checked as StartCollective checks it; and all its ranks."""
+        cfg = self.config
+        if len(request.collectives) > cfg.max_window_collectives:
+            raise ResourceExhausted(f"collectives: at most {cfg.max_window_collectives} per window "
+                                    f"(max_window_collectives), got {len(request.collectives)}", field="collectives")
+        if request.repeat < 1:
+            raise InvalidArgument("repeat", f"must be >= 1, got {request.repeat}")
+        if request.repeat > cfg.max_window_steps:
+            raise ResourceExhausted(f"repeat: 1..{cfg.max_window_steps} steps per window (max_window_steps), "
+                                    f"got {request.repeat}", field="repeat")
+        if not (np.isfinite(request.period_s) and request.period_s > 0):
+            raise InvalidArgument("period_s", f"must be a finite number > 0, got {request.period_s}")
+        out, ranks_all = [], []
+        for i, wc in enumerate(request.collectives):
+            c = wc.collective
+            ranks, groups, stride = checks.collective_ranks(convert.ranges(c.ranks), c.groups, c.group_stride,
+                                                            cfg, self.topo.n_chips)
+            for field, v in (("offset_s", wc.offset_s), ("expected_s", wc.expected_s)):
+                if not (np.isfinite(v) and 0 <= v <= request.period_s):
+                    raise InvalidArgument(f"collectives[{i}].{field}", f"must be in [0, period_s], got {v}")
+            out.append(PatternCollective(wire.op_name(c.op), ranks, stride, groups,
+                                         checks.flow_bytes(c.bytes, cfg.max_flow_bytes), c.algorithm or None,
+                                         wire.traffic_class(c.traffic_class), c.tag, wc.offset_s, wc.expected_s))
+            ranks_all.append((ranks[None, :] + stride * np.arange(groups)[:, None]).ravel())
+        return out, (np.concatenate(ranks_all) if ranks_all else np.empty(0, np.int64))
+
+    async def ReserveWindow(self, request: fabric_pb2.ReserveWindowRequest,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[fabric_pb2.ReserveWindowResponse]:
+        cap = await self.auth.capability(context, "fabric.send")
+        pattern, ranks = self._pattern(request)
+        start = self._start_s(request.start_s)
+        if ranks.size:
+            cap.require("fabric.send", DeviceSet.from_ids(ranks))
+        self.driver.catch_up()
+        windows = self.driver.windows
+        iso = await self.driver.isolated(pattern)
+        refused = windows.refusal(pattern, iso, request.period_s)
+        if refused:
+            yield fabric_pb2.ReserveWindowResponse(granted=False, refused=refused, final=True)
+            return
+        self.charge_bytes(cap.tenant, float(sum(c.bytes_ * c.groups * c.ranks.size for c in pattern)) * request.repeat)
+        win = windows.grant(tenant=f"tenants/{cap.tenant}", instance=cap.instance, tag=request.tag, pattern=pattern,
+                            iso=iso, start_s=start, period_s=request.period_s, repeat=int(request.repeat))
+        wake = self.driver.open_window(win)
+        try:
+            yield fabric_pb2.ReserveWindowResponse(name=win.name, granted=True, steps=win.repeat, end_s=win.end_s)
+            while not win.final and self.clock.now() < win.end_s:
+                await first_of(wake.wait(), self.clock.sleep_until(win.end_s))
+                wake.clear()
+        finally:
+            self.driver.end_window(win)
+        flows = [fabric_pb2.WindowFlow(index=f.index, start_s=f.start_s, end_s=f.end_s,
+                                       flow=win.flow_names.get(f.index, "")) for f in win.step_flows]
+        yield fabric_pb2.ReserveWindowResponse(name=win.name, granted=True, steps=win.repeat, end_s=win.end_s,
+                                               final=True, cause=win.cause, cut_s=win.cut_s, step_flows=flows)
+
+    async def CutWindow(self, request: fabric_pb2.CutWindowRequest,
+                        context: grpc.aio.ServicerContext) -> fabric_pb2.CutWindowResponse:
+        cap = await self.auth.capability(context, "fabric.send")
+        if not (np.isfinite(request.at_s) and request.at_s >= 0):
+            raise InvalidArgument("at_s", f"must be a finite number >= 0, got {request.at_s}")
+        win = self.driver.windows.get(request.name, f"tenants/{cap.tenant}")
+        return fabric_pb2.CutWindowResponse(steps=self.driver.shorten_window(win, request.at_s))

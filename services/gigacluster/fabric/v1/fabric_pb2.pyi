@@ -317,3 +317,75 @@ class ClearLinkFaultResponse(_message.Message):
     LINKS_AFFECTED_FIELD_NUMBER: _ClassVar[int]
     links_affected: int
     def __init__(self, links_affected: _Optional[int] = ...) -> None: ...
+
+class WindowCollective(_message.Message):
+    __slots__ = ("collective", "offset_s", "expected_s")
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_S_FIELD_NUMBER: _ClassVar[int]
+    collective: StartCollectiveRequest
+    offset_s: float
+    expected_s: float
+    def __init__(self, collective: _Optional[_Union[StartCollectiveRequest, _Mapping]] = ..., offset_s: _Optional[float] = ..., expected_s: _Optional[float] = ...) -> None: ...
+
+class ReserveWindowRequest(_message.Message):
+    __slots__ = ("collectives", "start_s", "period_s", "repeat", "tag")
+    COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    collectives: _containers.RepeatedCompositeFieldContainer[WindowCollective]
+    start_s: float
+    period_s: float
+    repeat: int
+    tag: str
+    def __init__(self, collectives: _Optional[_Iterable[_Union[WindowCollective, _Mapping]]] = ..., start_s: _Optional[float] = ..., period_s: _Optional[float] = ..., repeat: _Optional[int] = ..., tag: _Optional[str] = ...) -> None: ...
+
+class WindowFlow(_message.Message):
+    __slots__ = ("index", "start_s", "end_s", "flow")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    start_s: float
+    end_s: float
+    flow: str
+    def __init__(self, index: _Optional[int] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., flow: _Optional[str] = ...) -> None: ...
+
+class ReserveWindowResponse(_message.Message):
+    __slots__ = ("name", "granted", "refused", "steps", "end_s", "final", "cause", "cut_s", "step_flows")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CUT_S_FIELD_NUMBER: _ClassVar[int]
+    STEP_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    granted: bool
+    refused: str
+    steps: int
+    end_s: float
+    final: bool
+    cause: str
+    cut_s: float
+    step_flows: _containers.RepeatedCompositeFieldContainer[WindowFlow]
+    def __init__(self, name: _Optional[str] = ..., granted: _Optional[bool] = ..., refused: _Optional[str] = ..., steps: _Optional[int] = ..., end_s: _Optional[float] = ..., final: _Optional[bool] = ..., cause: _Optional[str] = ..., cut_s: _Optional[float] = ..., step_flows: _Optional[_Iterable[_Union[WindowFlow, _Mapping]]] = ...) -> None: ...
+
+class CutWindowRequest(_message.Message):
+    __slots__ = ("name", "at_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AT_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    at_s: float
+    def __init__(self, name: _Optional[str] = ..., at_s: _Optional[float] = ...) -> None: ...
+
+class CutWindowResponse(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: int
+    def __init__(self, steps: _Optional[int] = ...) -> None: ...

@@ -82,6 +82,16 @@ class FabricServiceStub:
                 request_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultRequest.SerializeToString,
                 response_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultResponse.FromString,
                 _registered_method=True)
+        self.ReserveWindow = channel.unary_stream(
+                '/gigacluster.fabric.v1.FabricService/ReserveWindow',
+                request_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowResponse.FromString,
+                _registered_method=True)
+        self.CutWindow = channel.unary_unary(
+                '/gigacluster.fabric.v1.FabricService/CutWindow',
+                request_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowRequest.SerializeToString,
+                response_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowResponse.FromString,
+                _registered_method=True)
 
 
 class FabricServiceServicer:
@@ -153,6 +163,25 @@ class FabricServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReserveWindow(self, request, context):
+        """A steady-state window: reserve the links of a job's step pattern (its collectives at their
+        offsets in the step) for `repeat` steps of `period_s`. Granted only while those links carry no
+        other traffic and the pattern, run alone, takes the durations the caller measured. The stream
+        answers the grant at once, then one final message at the window's end or when it is cut: other
+        traffic entering one of its links, a link fault, or CutWindow. On a cut by traffic or a fault the
+        fabric starts the rest of the step in progress as real flows (WindowFlow), so it shares the links.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CutWindow(self, request, context):
+        """End a window early: steps that start at or after at_s are dropped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +229,16 @@ def add_FabricServiceServicer_to_server(servicer, server):
                     servicer.ClearLinkFault,
                     request_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultRequest.FromString,
                     response_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultResponse.SerializeToString,
+            ),
+            'ReserveWindow': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReserveWindow,
+                    request_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowRequest.FromString,
+                    response_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowResponse.SerializeToString,
+            ),
+            'CutWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CutWindow,
+                    request_deserializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowRequest.FromString,
+                    response_serializer=gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +487,60 @@ class FabricService:
             '/gigacluster.fabric.v1.FabricService/ClearLinkFault',
             gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultRequest.SerializeToString,
             gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ClearLinkFaultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReserveWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gigacluster.fabric.v1.FabricService/ReserveWindow',
+            gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowRequest.SerializeToString,
+            gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.ReserveWindowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CutWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gigacluster.fabric.v1.FabricService/CutWindow',
+            gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowRequest.SerializeToString,
+            gigacluster_dot_fabric_dot_v1_dot_fabric__pb2.CutWindowResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,269 @@
+"""Steady-state windows of the fabric: a job's step pattern reserved for many steps (no gRPC).
+
+A window holds the links its pattern's collectives use (found by running one step of the pattern
+alone on a scratch simulator with the live link state) for ``repeat`` steps of ``period_s``. Its
+flows never enter the shared simulator while it runs, so it costs nothing per step; its link bytes
+are credited when it ends (``steps`` x the step's, exactly). It is granted only while its links
+carry no other traffic (no active flow, no other window) and the pattern alone takes the durations
+the caller measured in its reference step, and cut at the exact time other traffic enters one of
+its links (:attr:`FlowSim.reserved` reports it) or a link fault comes in.
+
+Exactness at a cut at ``t`` (:func:`cut_plan`): steps that ended by ``t`` count in full; of the step
+in progress, a collective that ended by ``t`` counts as run alone (it was), one that has not started
+starts as a real flow group at its own time, and one in flight continues as a real flow group from
+``t`` with the share of its bytes it had left (its remaining time over its duration, alone). From
+``t`` on, the newcomer and the job's flows share the links in the simulator as they would have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from gigacluster.errors import FailedPrecondition, NotFound
+from gigacluster.fabric.sim import FlowGroupHandle, FlowSim
+
+MATCH_REL = 1e-6  # a pattern's alone duration matches the caller's reference within this share
+ISOLATED_CACHE = 256  # step patterns whose alone run is remembered (per link state)
+
+
+@dataclasses.dataclass(frozen=True)
+class PatternCollective:
+    """One collective of a step pattern, as StartCollective takes it, with its offset in the step."""
+
+    op: str
+    ranks: np.ndarray
+    stride: int
+    groups: int
+    bytes_: float
+    algorithm: str | None
+    traffic_class: str
+    tag: str
+    offset_s: float
+    expected_s: float
+
+    def key(self) -> tuple[object, ...]:
+        return (self.op, self.ranks.tobytes(), self.stride, self.groups, self.bytes_, self.algorithm,
+                self.traffic_class, self.offset_s)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IsolatedStep:
+    """One step of a pattern run alone: each collective's duration, and the links and bytes each moves."""
+
+    durations_s: tuple[float, ...]
+    link_bytes: tuple[tuple[np.ndarray, np.ndarray], ...]  # per collective: (link ids, bytes on each)
+    links: np.ndarray  # every link the pattern uses
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkState:
+    """What a scratch simulator copies from the live one (read on the event loop; used on a worker thread)."""
+
+    sim: FlowSim
+    state: np.ndarray
+    capacity_Bps: np.ndarray
+
+    @classmethod
+    def of(cls, sim: FlowSim) -> LinkState:
+        st = sim.link_stats()
+        return cls(sim, st.state.copy(), st.capacity_Bps.copy())
+
+    def digest(self) -> bytes:
+        return hashlib.blake2b(self.state.tobytes() + self.capacity_Bps.tobytes(), digest_size=16).digest()
+
+
+def _scratch(ls: LinkState) -> FlowSim:
+    """An empty simulator of the live one's topology, classes and link state (down and degraded links)."""
+    sim = ls.sim
+    scratch = FlowSim(sim.topo, classes=sim.classes, policy=sim.policy)
+    full = sim.topo.link_capacity_Bps
+    for lid in np.flatnonzero(ls.state == 2).tolist():
+        scratch.fail_link(lid)
+    for lid in np.flatnonzero(ls.state == 1).tolist():
+        scratch.degrade_link(lid, float(ls.capacity_Bps[lid] / full[lid]))
+    return scratch
+
+
+def _start(sim: FlowSim, c: PatternCollective, start_s: float, bytes_: float | None = None) -> list[FlowGroupHandle]:
+    return sim.start_collectives(c.op, c.ranks, c.stride, c.groups, c.bytes_ if bytes_ is None else bytes_,
+                                 start_s=start_s, algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag)
+
+
+def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedStep:
+    """Run one step of ``pattern`` alone on a scratch simulator with the live link state ``ls`` (touches nothing
+    of the live simulator: a worker thread may run it)."""
+    scratch = _scratch(ls)
+    handles = [_start(scratch, c, c.offset_s) for c in pattern]
+    scratch.run_until_idle()
+    durations = []
+    for c, hs in zip(pattern, handles, strict=True):
+        failed = [h for h in hs if h.state != "done"]
+        if failed:
+            raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
+        durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
+    per = []
+    for c in pattern:  # the bytes each collective moves on each link (contention does not change them)
+        alone = _scratch(ls)
+        _start(alone, c, 0.0)
+        alone.run_until_idle()
+        b = alone.link_stats().bytes_carried
+        ids = np.flatnonzero(b > 0)
+        per.append((ids, b[ids]))
+    links = np.unique(np.concatenate([ids for ids, _ in per])) if per else np.empty(0, np.int64)
+    return IsolatedStep(tuple(durations), tuple(per), links)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFlow:
+    """A collective of the step a cut fell in: ended by the cut (``end_s``), or to run from ``at_s``
+    with ``bytes_`` (all of it if it had not started, the share it had left if it was in flight)."""
+
+    index: int
+    start_s: float
+    end_s: float
+    at_s: float
+    bytes_: float
+
+
+@dataclasses.dataclass(eq=False)
+class Window:
+    """A granted window: ``repeat`` steps of ``period_s`` from ``start_s`` (``repeat`` shrinks on a cut)."""
+
+    name: str
+    tenant: str
+    instance: str
+    tag: str
+    pattern: list[PatternCollective]
+    iso: IsolatedStep
+    start_s: float
+    period_s: float
+    repeat: int
+    final: bool = False
+    cause: str = ""
+    cut_s: float = 0.0
+    step_flows: list[StepFlow] = dataclasses.field(default_factory=list)
+    flow_names: dict[int, str] = dataclasses.field(default_factory=dict)  # StepFlow index -> flow group
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.repeat * self.period_s
+
+    def steps_by(self, t: float) -> int:
+        """Steps that ended by ``t`` (a float-noise margin keeps a step boundary exact)."""
+        return min(max(math.floor((t - self.start_s) / self.period_s + 1e-9), 0), self.repeat)
+
+    def steps_before(self, at_s: float) -> int:
+        """Steps that start before ``at_s``."""
+        return min(max(math.ceil((at_s - self.start_s) / self.period_s - 1e-9), 0), self.repeat)
+
+
+def cut_plan(win: Window, t: float) -> tuple[int, list[StepFlow]]:
+    """(steps completed by ``t``, the collectives of the step in progress at ``t``); see the module doc."""
+    k = win.steps_by(t)
+    if k >= win.repeat:
+        return win.repeat, []
+    s_k = win.start_s + k * win.period_s
+    out = []
+    for i, (c, d) in enumerate(zip(win.pattern, win.iso.durations_s, strict=True)):
+        a = s_k + c.offset_s
+        e = a + d
+        if e <= t:
+            out.append(StepFlow(i, a, e, a, 0.0))
+        elif a >= t:
+            out.append(StepFlow(i, a, 0.0, a, c.bytes_))
+        else:
+            out.append(StepFlow(i, a, 0.0, t, c.bytes_ * (e - t) / d))
+    return k, out
+
+
+def credit(win: Window, steps: int, flows: list[StepFlow]) -> tuple[np.ndarray, np.ndarray]:
+    """(link ids, bytes) that ``steps`` whole steps moved, plus what the collectives of the step in progress
+    moved before the cut (all of one that ended, the share sent of one in flight)."""
+    n = np.full(len(win.pattern), float(steps))
+    for f in flows:
+        full = win.pattern[f.index].bytes_
+        n[f.index] += 1.0 if f.end_s > 0 else (full - f.bytes_) / full
+    if not win.iso.link_bytes:
+        return np.empty(0, np.int64), np.empty(0)
+    return (np.concatenate([ids for ids, _ in win.iso.link_bytes]),
+            np.concatenate([b * k for (_, b), k in zip(win.iso.link_bytes, n, strict=True)]))
+
+
+class WindowBook:
+    """Granted windows by name, the links they hold, and the alone runs of the patterns seen."""
+
+    def __init__(self, sim: FlowSim) -> None:
+        self.sim = sim
+        self.windows: dict[str, Window] = {}
+        self._held = np.zeros(sim.topo.n_links, dtype=np.int32)
+        self._ids = itertools.count(1)
+        self._iso: OrderedDict[tuple[object, ...], IsolatedStep] = OrderedDict()
+
+    def lookup(self, pattern: list[PatternCollective]) -> tuple[tuple[object, ...], LinkState, IsolatedStep | None]:
+        """(cache key, the live link state, the pattern's alone run under it if already known)."""
+        ls = LinkState.of(self.sim)
+        key = (ls.digest(), *(c.key() for c in pattern))
+        iso = self._iso.get(key)
+        if iso is not None:
+            self._iso.move_to_end(key)
+        return key, ls, iso
+
+    def remember(self, key: tuple[object, ...], iso: IsolatedStep) -> None:
+        self._iso[key] = iso
+        if len(self._iso) > ISOLATED_CACHE:
+            self._iso.popitem(last=False)
+
+    def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
+        """The pattern's alone run under the present link state (cached), on the calling thread."""
+        key, ls, iso = self.lookup(pattern)
+        if iso is None:
+            iso = isolated_step(ls, pattern)
+            self.remember(key, iso)
+        return iso
+
+    def refusal(self, pattern: list[PatternCollective], iso: IsolatedStep, period_s: float) -> str:
+        """Why a window of ``pattern`` cannot be granted now ('' if it can)."""
+        for c, d in zip(pattern, iso.durations_s, strict=True):
+            if abs(d - c.expected_s) > MATCH_REL * max(c.expected_s, 1e-9):
+                return (f"the {c.op} at offset {c.offset_s:.6g} s takes {d:.6g} s alone, the reference step "
+                        f"{c.expected_s:.6g} s: the step is not in a steady state")
+            if c.offset_s + d > period_s * (1 + MATCH_REL):
+                return f"the {c.op} at offset {c.offset_s:.6g} s ends after the step ({period_s:.6g} s)"
+        if iso.links.size and self._held[iso.links].any():
+            return "another window holds some of its links"
+        if iso.links.size and self.sim.link_stats().active_flows[iso.links].any():
+            return "other traffic is on some of its links"
+        return ""
+
+    def grant(self, *, tenant: str, instance: str, tag: str, pattern: list[PatternCollective], iso: IsolatedStep,
+              start_s: float, period_s: float, repeat: int) -> Window:
+        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, start_s, period_s, repeat)
+        self.windows[win.name] = win
+        self._held[iso.links] += 1
+        self._publish_held()
+        return win
+
+    def get(self, name: str, tenant: str) -> Window:
+        win = self.windows.get(name)
+        if win is None or (tenant and win.tenant != tenant):
+            raise NotFound(name[:64])
+        return win
+
+    def close(self, win: Window) -> None:
+        """The window is over (ended or cut): its links are free, its bytes credited by the caller."""
+        if self.windows.pop(win.name, None) is not None:
+            self._held[win.iso.links] -= 1
+            self._publish_held()
+
+    def hit(self, links: np.ndarray) -> list[Window]:
+        """Open windows that hold any of ``links``."""
+        return [w for w in self.windows.values() if np.isin(links, w.iso.links).any()]
+
+    def _publish_held(self) -> None:
+        self.sim.reserved = (self._held > 0) if self.windows else None

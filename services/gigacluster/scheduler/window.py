@@ -1,0 +1,243 @@
+"""Steady-state windows: many identical steps of a job per chain of calls.
+
+Once two consecutive steps of a job came out the same, the next steps repeat them unless something
+changes: :func:`run_window` books K of them at once. The fabric reserves the links of the step's
+collective pattern (``ReserveWindow``; granted only while no other traffic uses them and the pattern
+alone takes the reference step's durations) and each chip shard books K repetitions of the step's
+work (``ExecuteWindow``), with exact busy time, energy and link bytes. The runner holds those
+streams open and sleeps; it wakes when the window ends or is cut:
+
+- by the fabric, at the exact time other traffic enters one of its links or a link fault comes in:
+  the steps that ended by then count, and the fabric starts the rest of the step in progress as real
+  flow groups (its collectives that had not started at their own times, one in flight with the bytes
+  it had left), which the runner watches to finish that step exactly (``_finish_step``);
+- by a chip shard, on an injected fault of one of its devices: the repetitions that started before
+  the fault count, the fabric window is cut there, and the next step fails through the per-step path
+  as after a hand-injected fault between two steps;
+- by the scheduler (a message on ``wake``, the job book's watch queue: preemption, cancel): the step
+  in progress completes, the rest of the window is cut, as the per-step loop finishes its step first.
+
+Windows end at checkpoint steps and at the job's last step (:func:`window_steps`). Anything that
+fails mid-window (a peer unavailable) unbooks the whole window on the chips and cuts the fabric's,
+so the per-step path retries from the window's start: nothing of a window is accounted before it
+ends, and then every step of it is accounted (and shown by ``watch``, GetJob and the trace) one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.model.training import compose_step
+from gigacluster.runtime import convert
+from gigacluster.scheduler.checkpoint import AsyncCheckpoints
+from gigacluster.scheduler.core import JobRecord
+from gigacluster.scheduler.runner import JobRunner, StepFailed, StepResult, gather_or_cancel, step_error
+
+log = structlog.get_logger()
+SAME_REL = 1e-9  # two steps are "the same" when their times agree this closely
+MIN_WINDOW = 2  # fewer steps than this run through the per-step path
+
+
+def same_step(a: StepResult, b: StepResult) -> bool:
+    """Whether ``b`` repeats ``a``: the same step time, compute, energy and collective durations."""
+    def close(x: float, y: float) -> bool:
+        return abs(x - y) <= SAME_REL * max(abs(x), abs(y), 1e-12)
+    if len(a.calls) != len(b.calls):
+        return False
+    return (close(a.breakdown.step_time_s, b.breakdown.step_time_s) and close(a.chip_s, b.chip_s)
+            and close(a.above_idle_j, b.above_idle_j)
+            and all(close(x1 - x0, y1 - y0) and close(x0 - a.start_s, y0 - b.start_s)
+                    for (x0, x1), (y0, y1) in zip(a.calls, b.calls, strict=True)))
+
+
+def shifted(ref: StepResult, start_s: float) -> StepResult:
+    """``ref`` run again from ``start_s`` (its collective calls moved with it)."""
+    dt = start_s - ref.start_s
+    return dataclasses.replace(ref, start_s=start_s, calls=tuple((a + dt, b + dt) for a, b in ref.calls))
+
+
+def window_steps(job: JobRecord, ckpt: AsyncCheckpoints, max_steps: int, start_s: float, period_s: float) -> int:
+    """How many steps the next window may hold: up to the next checkpoint step, the job's last step and the
+    first step end after a checkpoint write in flight (it becomes durable there, and is saved in the job book
+    then, as the per-step loop would; a deferred checkpoint falls due there too); 0 when fewer than two."""
+    if max_steps <= 0:
+        return 0
+    k = min(max_steps, job.steps_total - job.step)
+    interval = job.checkpoint_interval_steps
+    if interval > 0:
+        k = min(k, interval - job.step % interval)
+    if ckpt.deferred and ckpt.inflight is None:
+        return 0
+    if ckpt.inflight is not None:
+        k = min(k, max(math.ceil((ckpt.inflight[1] - start_s) / period_s - 1e-9), 1))
+    return k if k >= MIN_WINDOW else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRun:
+    """What a window ran: its steps in order (the last one finished through real flows after a cut)."""
+
+    steps: list[StepResult]
+    cause: str = ""
+    cut_s: float = 0.0
+    failed: StepFailed | None = None  # the step in progress at a cut failed (a link fault): after ``steps``
+
+
+class _Open:
+    """The calls of one granted window: the fabric stream, one chip stream per shard."""
+
+    def __init__(self, runner: JobRunner, start_s: float, period_s: float) -> None:
+        self.runner, self.start_s, self.period_s = runner, start_s, period_s
+        self.fabric = fabric_pb2_grpc.FabricServiceStub(runner.channel(runner.fabric_ep))
+        self.name = ""
+        self.streams: list[grpc.aio.UnaryStreamCall] = []
+        self.cut_at = math.inf
+        self.cause = ""  # why the runner cut the window (a chip's fault, the scheduler)
+
+    def boundary(self, steps: int) -> float:
+        return self.start_s + steps * self.period_s
+
+    async def cut(self, at_s: float, *, fabric: bool = True, chips: bool = True) -> None:
+        """Drop the steps that start at or after ``at_s`` on every chip shard and the fabric."""
+        if at_s >= self.cut_at:
+            return
+        self.cut_at = at_s
+        md = self.runner.metadata()
+        calls = [chip_pb2_grpc.ChipServiceStub(self.runner.channel(ep)).CutWork(
+            chip_pb2.CutWorkRequest(devices=convert.range_msgs(rs), at_s=at_s), metadata=md, timeout=30)
+            for ep, rs in self.runner.shard_ranges] if chips else []
+        if fabric and self.name:
+            calls.append(self.fabric.CutWindow(fabric_pb2.CutWindowRequest(name=self.name, at_s=at_s),
+                                               metadata=md, timeout=30))
+        await gather_or_cancel(calls)
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.cancel()
+
+
+def _reserve_request(runner: JobRunner, ref: StepResult, start_s: float, steps: int) -> fabric_pb2.ReserveWindowRequest:
+    cols = []
+    for (_, req), (a, b) in zip(runner.collective_calls, ref.calls, strict=True):
+        c = fabric_pb2.StartCollectiveRequest()
+        c.CopyFrom(req)
+        c.not_before_s = 0.0
+        cols.append(fabric_pb2.WindowCollective(collective=c, offset_s=a - ref.start_s, expected_s=b - a))
+    return fabric_pb2.ReserveWindowRequest(collectives=cols, start_s=start_s, period_s=ref.breakdown.step_time_s,
+                                           repeat=steps, tag=runner.job.name)
+
+
+async def run_window(runner: JobRunner, ref: StepResult, start_s: float, steps: int,
+                     interrupted: Callable[[], bool], wake: asyncio.Queue[Any]) -> WindowRun | None:
+    """Run up to ``steps`` repetitions of ``ref`` from ``start_s`` as one window; None if it was not granted
+    (nothing booked). Mesh errors come out as the per-step path's (``runner.step_error``)."""
+    period = ref.breakdown.step_time_s
+    w = _Open(runner, start_s, period)
+    try:
+        return await _run(w, runner, ref, steps, interrupted, wake)
+    except grpc.aio.AioRpcError as err:
+        # nothing of the window counts: the per-step path runs it again (the chips first: the fabric may be down)
+        w.cut_at = math.inf
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await w.cut(start_s, fabric=False)
+        w.cut_at = math.inf
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await w.cut(start_s, chips=False)
+        raise step_error(err) from err
+    finally:
+        w.close()
+
+
+async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interrupted: Callable[[], bool],
+               wake: asyncio.Queue[Any]) -> WindowRun | None:
+    job, md, start_s, period = runner.job, runner.metadata(), w.start_s, w.period_s
+    fab = w.fabric.ReserveWindow(_reserve_request(runner, ref, start_s, steps), metadata=md)
+    w.streams.append(fab)
+    grant = await fab.read()
+    if not grant.granted:
+        log.debug("window not granted", job=job.name, refused=grant.refused)
+        return None
+    w.name = grant.name
+    items = runner.work_items()
+    chips = [chip_pb2_grpc.ChipServiceStub(runner.channel(ep)).ExecuteWindow(chip_pb2.ExecuteWindowRequest(
+        work=chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
+                                         tag=job.name, memory_in_use_bytes=runner.memory_per_chip_bytes),
+        repeat=steps, period_s=period), metadata=md) for ep, rs in runner.shard_ranges]
+    w.streams += chips
+    firsts = await asyncio.gather(*(c.read() for c in chips))
+    energy = sum(f.first.energy_j for f in firsts)
+    chip_s = max(f.first.end_s for f in firsts) - start_s
+    if abs(chip_s - ref.chip_s) > 1e-9 * ref.chip_s or abs(energy - ref.above_idle_j) > 1e-9 * ref.above_idle_j:
+        log.debug("window not run: the chips' step differs from the reference", job=job.name)
+        await w.cut(start_s)
+        await fab.read()
+        return None
+    final = await _wait(w, fab, chips, interrupted, wake)
+    n = final.steps
+    # The chips keep the step the fabric's cut fell in (it finishes through real flows), nothing after.
+    await w.cut(w.boundary(n + (1 if final.step_flows else 0)), fabric=False)
+    done = [shifted(ref, w.boundary(j)) for j in range(n)]
+    if final.step_flows:
+        try:
+            done.append(await _finish_step(runner, ref, w.boundary(n), list(final.step_flows)))
+        except StepFailed as exc:  # the steps before it ran: they count, then the failure
+            return WindowRun(done, final.cause or w.cause, final.cut_s, exc)
+    return WindowRun(done, final.cause or w.cause, final.cut_s)
+
+
+async def _wait(w: _Open, fab: grpc.aio.UnaryStreamCall, chips: list[grpc.aio.UnaryStreamCall],
+                interrupted: Callable[[], bool], wake: asyncio.Queue[Any]) -> fabric_pb2.ReserveWindowResponse:
+    """Until the fabric's final message, reacting to a chip's cut and to the scheduler's wake-up."""
+    fab_final = asyncio.ensure_future(fab.read())
+    chip_finals = {asyncio.ensure_future(c.read()) for c in chips}
+    woken = asyncio.ensure_future(wake.get())
+    try:
+        while not fab_final.done():
+            await asyncio.wait({fab_final, woken, *chip_finals}, return_when=asyncio.FIRST_COMPLETED)
+            for t in [t for t in chip_finals if t.done()]:
+                chip_finals.discard(t)
+                msg = t.result()
+                if msg.cause:  # a fault on one of its devices: the repetitions started before it count
+                    w.cause = w.cause or f"chip: {msg.cause}"
+                    await w.cut(w.boundary(msg.repeats))
+            if woken.done():
+                woken = asyncio.ensure_future(wake.get())
+                if interrupted():  # the step in progress completes, as in the per-step loop
+                    w.cause = w.cause or "the scheduler (preemption or cancel)"
+                    now = w.runner.clock.now()
+                    await w.cut(w.boundary(math.floor((now - w.start_s) / w.period_s + 1e-9) + 1))
+        return fab_final.result()
+    finally:
+        for t in (fab_final, woken, *chip_finals):
+            t.cancel()
+
+
+async def _finish_step(runner: JobRunner, ref: StepResult, start_s: float,
+                       flows: list[fabric_pb2.WindowFlow]) -> StepResult:
+    """The step a cut fell in: its compute as booked, its collectives as run alone before the cut and as
+    real flows (sharing the links) after it; returns when it ends in virtual time."""
+    names = [n for n, _ in runner.collective_calls]
+    starts = [f.start_s for f in flows]
+    ends = [f.end_s for f in flows]
+    live = [i for i, f in enumerate(flows) if f.flow]
+    for i, end in zip(live, await runner.flow_ends([flows[i].flow for i in live]), strict=True):
+        ends[i] = end
+    per: dict[str, float] = {}
+    for f, a, b in zip(flows, starts, ends, strict=True):
+        per[names[f.index]] = max(per.get(names[f.index], 0.0), b - a)
+    plan = runner.job.plan
+    comm = {d.name: per.get(d.name, 0.0) * d.count for d in plan.collectives}
+    bd = compose_step(plan, ref.chip_s, comm)
+    await runner.clock.sleep_until(start_s + bd.step_time_s)
+    calls = tuple(zip(starts, ends, strict=True))
+    return StepResult(start_s, bd, ref.above_idle_j, comm, calls, ref.chip_s)
