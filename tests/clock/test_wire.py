@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from gigacluster.runtime.clock import EventClock
-from gigacluster.runtime.clock_wire import EVENT_UNSUPPORTED, ClockServerInterceptor, client_interceptors
+from gigacluster.runtime.clock_wire import VT_KEY, ClockServerInterceptor, client_interceptors
 
 
 def _same(b: bytes) -> bytes:
@@ -28,17 +28,11 @@ async def _mesh(server_clock: EventClock) -> tuple[grpc.aio.Server, int]:
             yield str(i).encode()
             await server_clock.sleep(1.0)
 
-    async def refused(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return b"ran"  # pragma: no cover - refused before it runs
-
-    service, method = EVENT_UNSUPPORTED[0].strip("/").split("/")
     server = grpc.aio.server(interceptors=[ClockServerInterceptor(server_clock)])
     server.add_generic_rpc_handlers((
         grpc.method_handlers_generic_handler("test.Clock", {
             "Wait": grpc.unary_unary_rpc_method_handler(wait, _same, _same),
             "Watch": grpc.unary_stream_rpc_method_handler(watch, _same, _same)}),
-        grpc.method_handlers_generic_handler(service, {
-            method: grpc.unary_unary_rpc_method_handler(refused, _same, _same)}),
     ))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -98,15 +92,16 @@ async def test_streamed_messages_are_counted_until_taken_and_settled_at_the_end(
         await server.stop(None)
 
 
-async def test_event_mode_refuses_what_it_cannot_run_yet() -> None:
-    """A router deployment is FAILED_PRECONDITION naming event mode, not a hang."""
-    server, port = await _mesh(EventClock())
+async def test_a_non_finite_time_on_a_call_is_ignored() -> None:
+    """A caller's time of inf or nan moves nothing: the server's clock keeps its own time."""
+    server_clock = EventClock(3.0)
+    server, port = await _mesh(server_clock)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await ch.unary_unary(EVENT_UNSUPPORTED[0], _same, _same)(b"")
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "not supported in event mode yet" in (err.value.details() or "")
+            for bad in ("inf", "nan", "-inf", "1e999"):
+                assert await ch.unary_unary("/test.Clock/Wait", _same, _same)(b"1.0", metadata=((VT_KEY, bad),)) \
+                    == b"done"
+        assert server_clock.now() == 3.0
     finally:
         await server.stop(None)
 

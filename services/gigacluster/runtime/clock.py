@@ -51,6 +51,15 @@ class VirtualClock:
         if virtual_s > 0:
             await asyncio.sleep(virtual_s / self.speedup)
 
+    def lag_wall_s(self, t_s: float) -> float:
+        """Wall seconds this process runs behind virtual time ``t_s`` (0 if ``t_s`` is still ahead)."""
+        return max(0.0, self.now() - t_s) / self.speedup
+
+    async def wait_past(self, t_s: float, poll_wall_s: float) -> None:
+        """Wait for another process to act on virtual time ``t_s`` (a peer's simulator settling an event due
+        then): here a poll interval of wall time, in which the clock moves on by itself."""
+        await asyncio.sleep(poll_wall_s)
+
 
 CLOCK_MODES = ("wall", "event")
 
@@ -114,6 +123,16 @@ class EventClock(VirtualClock):
         if virtual_s > 0:
             await self.sleep_until(self._now + virtual_s)
 
+    def lag_wall_s(self, t_s: float) -> float:
+        """Never behind: virtual time moves only once every process is done with what was due before it."""
+        return 0.0
+
+    async def wait_past(self, t_s: float, poll_wall_s: float) -> None:
+        """Wait for virtual time to pass ``t_s`` by the least step: the coordinator moves it there once the
+        whole mesh (the peer that has yet to act on ``t_s`` included) is idle, so no wall time is spent
+        polling and time never runs past the peer's pending event."""
+        await self.sleep_until(math.nextafter(max(t_s, self._now), math.inf))
+
     def next_wake_s(self) -> float | None:
         """The earliest time a task of this process waits for (None: none waits)."""
         while self._sleepers and self._sleepers[0][2].done():
@@ -169,6 +188,42 @@ class EventClock(VirtualClock):
 
 
 _ACTIVE: EventClock | None = None
+
+#: The header (gRPC metadata key, HTTP header) in which a participant of the event clock sends its time.
+VT_KEY = "x-gigacluster-vt"
+
+
+def parse_vt(value: str | None) -> float | None:
+    """A time sent in :data:`VT_KEY`, or None for an absent, malformed or non-finite one (a time at
+    infinity would end the mesh's time)."""
+    if value is None:
+        return None
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        return None
+    return t if math.isfinite(t) else None
+
+
+@contextlib.contextmanager
+def serving(vt_header: str | None) -> Iterator[None]:
+    """Serve one call that came over a transport the gRPC interceptors do not see (the router's HTTP API):
+    a call stamped with a participant's time (``runtime/participant.py``) counts open here while it runs, as
+    the participant counts it open until its answer is in; an unstamped one is activity. No-op in wall mode."""
+    clock, vt = _ACTIVE, parse_vt(vt_header)
+    if clock is None:
+        yield
+        return
+    if vt is None:
+        clock.bump()
+        yield
+        return
+    clock.advance(vt)
+    clock.call_started(inbound=True)
+    try:
+        yield
+    finally:
+        clock.call_ended(inbound=True)
 
 
 def install(clock: EventClock | None) -> None:
