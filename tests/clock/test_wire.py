@@ -126,3 +126,31 @@ async def test_the_coordinator_takes_only_the_service_key() -> None:
             assert (t.now_s, t.processes) == (0.0, 0)
     finally:
         await server.stop(None)
+
+
+async def test_a_client_participant_joins_with_the_admin_key_only() -> None:
+    """participate() with the admin key is told the time and counts as a process; with a tenant's key it is
+    refused (holding the mesh's time is an operator's power)."""
+    from gigacluster.clock.service import ClockConfig, ClockService
+    from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+    from gigacluster.runtime import clock
+    from gigacluster.runtime.participant import participate
+    from gigacluster.runtime.server import create_server
+
+    svc = ClockService(ClockConfig(port=0, service_key="sk-test", admin_key="ak-test"))
+    server, port = await create_server(svc)
+    await server.start()
+    try:
+        async with participate(f"127.0.0.1:{port}", "loadtest", key="ak-test", connect_timeout_s=5) as ck:
+            assert clock.active() is ck
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                await _until(lambda: svc.servicer.core.latest)
+                t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest())
+            assert t.processes == 1
+        assert clock.active() is None and ck.left
+        with pytest.raises(TimeoutError, match="did not tell the time"):
+            async with participate(f"127.0.0.1:{port}", "loadtest", key="tenant-key", connect_timeout_s=0.5):
+                pass  # pragma: no cover - refused before the block runs
+        assert clock.active() is None
+    finally:
+        await server.stop(None)

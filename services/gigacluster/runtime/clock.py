@@ -88,6 +88,7 @@ class EventClock(VirtualClock):
         self.msgs_received = 0  # ... and as their client
         self.activity = 0
         self.holds = 0
+        self.left = False  # a client participant left the clock: its later calls come from outside the mesh
         self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
 
     def now(self) -> float:

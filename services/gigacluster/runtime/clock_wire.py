@@ -114,6 +114,12 @@ class _ClientClock:
     def __init__(self, clock: EventClock) -> None:
         self.clock = clock
 
+    @property
+    def live(self) -> bool:
+        """The clock is still the process's: a client participant that left the clock (runtime/participant.py)
+        sends its later calls on these channels as calls from outside the mesh."""
+        return not self.clock.left
+
     def details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         md = grpc.aio.Metadata(*(d.metadata or ()))
         md.add(VT_KEY, repr(self.clock.now()))
@@ -125,6 +131,8 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                     request: Any) -> Any:
+        if not self.live:
+            return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
             call = await continuation(self.details(client_call_details), request)
@@ -148,6 +156,8 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
+        if not self.live:
+            return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
             call = await continuation(self.details(client_call_details), request)

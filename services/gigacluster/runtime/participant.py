@@ -21,12 +21,15 @@ from gigacluster.runtime import clock
 from gigacluster.runtime.clock import EventClock
 from gigacluster.runtime.coordinator_client import ClockAgent
 
+DRAIN_POLL_S = 0.05  # wall seconds between looks at the calls still open when a participant leaves
+
 
 @contextlib.asynccontextmanager
 async def participate(endpoint: str, name: str, *, key: str = "",
                       connect_timeout_s: float = 10.0) -> AsyncIterator[EventClock]:
     """Join the event clock at ``endpoint`` as ``name`` for the block; yields the process's clock, already
-    told the mesh's time. Open the channels that must count (a :class:`~gigacluster.client.Client`) inside."""
+    told the mesh's time. Open the channels that must count (a :class:`~gigacluster.client.Client`) inside; at
+    the end the process stays in the clock until the calls it made inside have ended."""
     if clock.active() is not None:
         raise RuntimeError("this process already takes part in an event clock")
     ck = EventClock()
@@ -43,11 +46,20 @@ async def participate(endpoint: str, name: str, *, key: str = "",
                                f"{connect_timeout_s:g} s (is the key the admin or service key?)")
         yield ck
     finally:
+        clock.install(None)  # channels and calls from now on are from outside the mesh
+        ck.left = True
+        await _drain(ck, task)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await agent.close()
-        clock.install(None)
+
+
+async def _drain(ck: EventClock, agent: asyncio.Future[None]) -> None:
+    """Stay in the clock until the calls made as a participant have ended (a stream opened inside the block
+    may outlive it): its servers count them open, and the coordinator would wait for ever on a left process."""
+    while (ck.calls_out > 0 or ck.msgs_received > 0) and not agent.done():
+        await asyncio.sleep(DRAIN_POLL_S)
 
 
 __all__ = ["participate"]
