@@ -254,6 +254,9 @@ class SchedulerConfig(CommonConfig):
     peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
     dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
     dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
+    event_dispatch_interval_s: float = _f(10.0, "event-clock mode: virtual seconds between dispatch passes while "
+                                                "jobs wait in the queue (none while it is empty; a change dispatches "
+                                                "at once, with no wall-time debounce)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
