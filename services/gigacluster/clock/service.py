@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-import typing
 from collections.abc import AsyncIterator
 
 import grpc
@@ -21,24 +20,11 @@ from gigacluster.clock.core import Coordinator, Report, Step
 from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
 from gigacluster.errors import Unauthenticated
 from gigacluster.runtime.auth import bearer_token
-from gigacluster.runtime.config import CommonConfig, ConfigError
+from gigacluster.runtime.config import ClockConfig
 from gigacluster.runtime.errors import to_status
 from gigacluster.runtime.server import Service
 
 log = structlog.get_logger()
-
-
-@dataclasses.dataclass(frozen=True)
-class ClockConfig(CommonConfig):
-    service: typing.ClassVar[str] = "clock"
-    port: int = dataclasses.field(default=50056, metadata={"help": "port to bind"})
-    expect: int = dataclasses.field(default=0, metadata={
-        "help": "service processes of the mesh: virtual time holds while fewer are registered (0 = any)"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.expect < 0:
-            raise ConfigError(f"expect must be >= 0, got {self.expect}")
 
 
 def report_of(msg: clock_pb2.SyncRequest) -> Report:

@@ -326,6 +326,25 @@ CONFIGS: dict[str, type[CommonConfig]] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class ClockConfig(CommonConfig):
+    """The event clock's coordinator (``gigacluster serve clock``; clock/service.py)."""
+
+    service: typing.ClassVar[str] = "clock"
+    port: int = _f(50056, "port to bind")
+    expect: int = _f(0, "service processes of the mesh: virtual time holds while fewer are registered (0 = any)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.expect < 0:
+            raise ConfigError(f"expect must be >= 0, got {self.expect}")
+
+
+#: Everything ``gigacluster serve`` runs: the five services, and the event clock's coordinator (a process of
+#: the mesh only in event-clock mode, so not one of the services every deployment has).
+SERVE_CONFIGS: dict[str, type[CommonConfig]] = {**CONFIGS, ClockConfig.service: ClockConfig}
+
+
 def _field_type(cls: type, name: str) -> type:
     hints = typing.get_type_hints(cls)
     t = hints[name]
