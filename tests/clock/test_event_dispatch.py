@@ -6,11 +6,9 @@ import asyncio
 import pathlib
 
 import pytest
-import yaml
 
 from gigacluster.client import Client
-from gigacluster.scheduler.spec import split_job_file
-from tests.clock.test_event_mesh import DEMO
+from tests.clock.test_event_mesh import demo_job
 from tests.conftest import live_stack
 
 pytestmark = pytest.mark.integration
@@ -21,9 +19,7 @@ async def test_a_job_submitted_while_time_runs_starts_at_its_submission(mosquitt
     """With the demo job moving virtual time (0.68 s steps), a second job submitted mid-run is placed at the
     virtual time it was submitted (well within one of the first job's steps): no wall-time debounce lets the
     mesh run past the pending pass."""
-    data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = 30
-    spec, job = split_job_file(data)
+    spec, job = demo_job(30)
     async with live_stack("evcdisp", mosquitto, tmp_path, clock="event", shards=1) as st:
         key = await st.create_tenant("disp")
         async with Client(st.endpoints, key) as gc:

@@ -24,11 +24,16 @@ STEPS = 20
 WALL_SPEEDUP = 2.0
 
 
+def demo_job(steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The demo job file cut to ``steps``, as (spec, job) for Client.submit_job."""
+    data = yaml.safe_load(DEMO.read_text())
+    data["steps"] = steps
+    return split_job_file(data)
+
+
 async def run_demo(st: Stack, tenant: str = "demo") -> dict[str, Any]:
     """Submit the demo job (20 steps) as ``tenant``, watch it to the end; its step times, MFU, energy and timings."""
-    data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = STEPS
-    spec, job = split_job_file(data)
+    spec, job = demo_job(STEPS)
     key = await st.create_tenant(tenant)
     from gigacluster.client import Client
     async with Client(st.endpoints, key) as gc:
@@ -76,9 +81,7 @@ async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: path
     """kill -9 of the clock coordinator mid-job: the Stack restarts it, the services reconnect with their
     time (it never goes backwards), and the job ends with every step as the model has it."""
     from gigacluster.client import Client
-    data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = 40
-    spec, job = split_job_file(data)
+    spec, job = demo_job(40)
     async with live_stack("clkkill", mosquitto, tmp_path, clock="event", shards=1) as st:
         key = await st.create_tenant("kill")
         async with Client(st.endpoints, key) as gc:

@@ -106,7 +106,7 @@ class Dispatcher:
         looks idle while it sleeps on the wall clock), and would hold an idle mesh for nothing."""
         if kick.is_set():
             return
-        waits = [asyncio.ensure_future(kick.wait())]
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(kick.wait())]
         interval = self.config.event_dispatch_interval_s
         if self.book.queued and interval > 0:
             waits.append(asyncio.ensure_future(self.clock.sleep(interval)))
