@@ -42,7 +42,7 @@ async def test_cli_openai_and_loadtest_work_in_event_mode(mosquitto: str, tmp_pa
     home = tmp_path / "home"
     st = Stack(live_config("evcli", mosquitto, home / "evcli", clock="event", shards=1, http_port=0))
     try:
-        key = await bring_up(st, deploy=True)
+        key = await bring_up(st, deploy=True, disaggregated=True)  # KV caches cross the fabric: its flows on the clock
         await _ready(st, key)
         env = {**os.environ, "GIGACLUSTER_HOME": str(home), "GIGACLUSTER_API_KEY": key}
 
