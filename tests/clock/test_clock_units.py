@@ -10,7 +10,7 @@ import pytest
 
 from gigacluster.loadtest.drivers import Timebase
 from gigacluster.runtime import clock
-from gigacluster.runtime.clock import EventClock, VirtualClock, parse_vt, serving
+from gigacluster.runtime.clock import EventClock, VirtualClock, parse_vt, serving, vt_mac
 
 
 def test_lag_is_wall_time_behind_on_the_wall_clock_and_never_on_the_event_clock() -> None:
@@ -42,20 +42,24 @@ def test_a_time_on_a_call_must_be_finite() -> None:
 
 
 def test_an_http_call_from_a_participant_is_open_while_served() -> None:
-    """serving() with a participant's time moves the clock to it and counts the call open until it ends;
-    without a time it is activity only; without an event clock it does nothing."""
-    with serving("1.0"):
+    """serving() with a participant's time and its proof under the admin key moves the clock to it and counts
+    the call open until it ends; without the proof (another key, none), or with a non-finite time, the call
+    is activity only; without an event clock it does nothing."""
+    keys = ("ak", "sk")
+    with serving("1.0", vt_mac("ak", "1.0"), keys):
         pass  # wall mode: nothing to count
     ev = EventClock(1.0)
     clock.install(ev)
     try:
-        with serving("4.0"):
+        with serving("4.0", vt_mac("ak", "4.0"), keys):
             assert (ev.now(), ev.calls_in) == (4.0, 1)
         assert ev.calls_in == 0
-        before = ev.activity
-        with serving("inf"):
-            assert ev.calls_in == 0 and ev.now() == 4.0
-        assert ev.activity > before
+        for vt, mac in (("1e300", vt_mac("tenant-key", "1e300")), ("1e300", None), ("9.0", vt_mac("ak", "8.0")),
+                        ("inf", vt_mac("ak", "inf"))):
+            before = ev.activity
+            with serving(vt, mac, keys):
+                assert ev.calls_in == 0 and ev.now() == 4.0
+            assert ev.activity > before
     finally:
         clock.install(None)
 
@@ -64,11 +68,12 @@ def test_the_loadtest_timebase_stamps_chunks_at_their_virtual_time() -> None:
     """On the event clock a chunk reached the client when the router produced it, and an HTTP request is
     stamped and counted open while it runs; the wall timebase reads the loop's clock."""
     ev = EventClock(7.0)
-    tb = Timebase(ev)
+    tb = Timebase(ev, "ak")
     assert tb.virtual and tb.now() == 7.0 and tb.seen(7.25) == 7.25 and tb.seen(0.0) == 7.0
     headers: dict[str, str] = {}
     with tb.http_call(headers):
         assert headers[clock.VT_KEY] == "7.0" and ev.calls_out == 1
+        assert headers[clock.VT_MAC_KEY] == vt_mac("ak", "7.0")
     assert ev.calls_out == 0
     wall_headers: dict[str, str] = {}
     with Timebase().http_call(wall_headers):

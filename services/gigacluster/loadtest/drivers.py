@@ -16,7 +16,7 @@ import aiohttp
 import grpc
 
 from gigacluster.client import Client
-from gigacluster.runtime.clock import VT_KEY, EventClock
+from gigacluster.runtime.clock import VT_KEY, VT_MAC_KEY, EventClock, vt_mac
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Timebase:
     takes part in (``runtime/participant.py``), whose waits are events of the mesh."""
 
     clock: EventClock | None = None
+    key: str = ""  # the admin key the participant joined with: it proves the time it stamps on HTTP calls
 
     @property
     def virtual(self) -> bool:
@@ -53,7 +54,8 @@ class Timebase:
         if self.clock is None:
             yield
             return
-        headers[VT_KEY] = repr(self.clock.now())
+        headers[VT_KEY] = vt = repr(self.clock.now())
+        headers[VT_MAC_KEY] = vt_mac(self.key, vt)
         self.clock.call_started(inbound=False)
         try:
             yield

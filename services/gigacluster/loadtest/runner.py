@@ -132,7 +132,7 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
         raise InvalidArgument("admin_key", "a load generator in event-clock mode takes part in the clock, which "
                                            "needs the admin key (GIGACLUSTER_ADMIN_KEY or credentials)")
     async with participate(target.clock_coordinator, "loadtest", key=target.admin_key) as clock:
-        return await _run(scenario, target, Timebase(clock), run_id, progress)
+        return await _run(scenario, target, Timebase(clock, target.admin_key), run_id, progress)
 
 
 async def _run(scenario: Scenario, target: Target, tb: Timebase, run_id: str | None,

@@ -165,7 +165,9 @@ class OpenAIServer:
     async def _clock(self, request: web.Request,
                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         """In event-clock mode a request is a call of the mesh (runtime/clock.py ``serving``)."""
-        with clock.serving(request.headers.get(clock.VT_KEY)):
+        cfg = self.svc.config
+        with clock.serving(request.headers.get(clock.VT_KEY), request.headers.get(clock.VT_MAC_KEY),
+                           (cfg.admin_key, cfg.service_key)):
             return await handler(request)
 
     @web.middleware

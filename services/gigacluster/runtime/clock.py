@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import heapq
+import hmac
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +194,14 @@ _ACTIVE: EventClock | None = None
 
 #: The header (gRPC metadata key, HTTP header) in which a participant of the event clock sends its time.
 VT_KEY = "x-gigacluster-vt"
+#: Over HTTP, where any client may send headers, the time counts only with this proof (:func:`vt_mac`).
+VT_MAC_KEY = "x-gigacluster-vt-mac"
+
+
+def vt_mac(key: str, vt: str) -> str:
+    """A participant's proof that it may stamp the time ``vt`` on an HTTP call: HMAC-SHA256 of the header's
+    value under the admin key (the key a client participant holds; runtime/participant.py)."""
+    return hmac.new(key.encode(), vt.encode(), hashlib.sha256).hexdigest()
 
 
 def parse_vt(value: str | None) -> float | None:
@@ -206,12 +216,19 @@ def parse_vt(value: str | None) -> float | None:
     return t if math.isfinite(t) else None
 
 
+def _proven(vt_header: str | None, mac_header: str | None, keys: Iterable[str]) -> bool:
+    return bool(vt_header and mac_header) and any(
+        k and hmac.compare_digest(vt_mac(k, vt_header or ""), mac_header or "") for k in keys)
+
+
 @contextlib.contextmanager
-def serving(vt_header: str | None) -> Iterator[None]:
+def serving(vt_header: str | None, mac_header: str | None = None, keys: Iterable[str] = ()) -> Iterator[None]:
     """Serve one call that came over a transport the gRPC interceptors do not see (the router's HTTP API):
-    a call stamped with a participant's time (``runtime/participant.py``) counts open here while it runs, as
-    the participant counts it open until its answer is in; an unstamped one is activity. No-op in wall mode."""
-    clock, vt = _ACTIVE, parse_vt(vt_header)
+    a call stamped with a participant's time (``runtime/participant.py``) and its proof under one of ``keys``
+    counts open here while it runs, as the participant counts it open until its answer is in; any other call
+    is activity (a client without the key can neither move nor hold the mesh's time). No-op in wall mode."""
+    clock = _ACTIVE
+    vt = parse_vt(vt_header) if _proven(vt_header, mac_header, keys) else None
     if clock is None:
         yield
         return
