@@ -471,6 +471,8 @@ class Stack:
             "mqtt_admin": {"username": "admin", "password": self.mqtt_admin_password},
             "endpoints": dataclasses.asdict(self.endpoints),
             "tls": self.tls_env,
+            # event-clock mode: where a load generator joins the clock (gigacluster loadtest)
+            "clock_coordinator": self.endpoint_of("clock") if "clock" in self.ports else "",
         }, indent=2)
         tmp = path.with_name(".credentials.json.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -9,13 +9,10 @@ import sys
 import time
 from typing import Any
 
-import grpc
 import pytest
 import yaml
 
 from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
-from gigacluster.common.v1 import common_pb2
-from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.channels import open_channel
 from gigacluster.scheduler.spec import split_job_file
 from gigacluster.stack import Stack, StackConfig
@@ -27,12 +24,17 @@ STEPS = 20
 WALL_SPEEDUP = 2.0
 
 
-async def run_demo(st: Stack) -> dict[str, Any]:
-    """Submit the demo job (20 steps), watch it to the end; its step times, MFU, energy and timings."""
+def demo_job(steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The demo job file cut to ``steps``, as (spec, job) for Client.submit_job."""
     data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = STEPS
-    spec, job = split_job_file(data)
-    key = await st.create_tenant("demo")
+    data["steps"] = steps
+    return split_job_file(data)
+
+
+async def run_demo(st: Stack, tenant: str = "demo") -> dict[str, Any]:
+    """Submit the demo job (20 steps) as ``tenant``, watch it to the end; its step times, MFU, energy and timings."""
+    spec, job = demo_job(STEPS)
+    key = await st.create_tenant(tenant)
     from gigacluster.client import Client
     async with Client(st.endpoints, key) as gc:
         t0 = time.monotonic()
@@ -79,9 +81,7 @@ async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: path
     """kill -9 of the clock coordinator mid-job: the Stack restarts it, the services reconnect with their
     time (it never goes backwards), and the job ends with every step as the model has it."""
     from gigacluster.client import Client
-    data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = 40
-    spec, job = split_job_file(data)
+    spec, job = demo_job(40)
     async with live_stack("clkkill", mosquitto, tmp_path, clock="event", shards=1) as st:
         key = await st.create_tenant("kill")
         async with Client(st.endpoints, key) as gc:
@@ -105,20 +105,6 @@ async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: path
     assert all(s == pytest.approx(steps[0], rel=1e-6) for s in steps)
     assert final.finished_s - final.started_s == pytest.approx(sum(steps) + final.checkpoint_pause_s, rel=1e-6)
     assert t.now_s >= final.finished_s >= killed_at
-
-
-async def test_router_refuses_deployments_in_event_mode(mosquitto: str, tmp_path: pathlib.Path) -> None:
-    """Inference is not supported in event mode yet: DeployModel answers FAILED_PRECONDITION at once."""
-    from gigacluster.client import Client
-    async with live_stack("clkrouter", mosquitto, tmp_path, clock="event", shards=1) as st:
-        key = await st.create_tenant("inf")
-        async with Client(st.endpoints, key) as gc:
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await gc.router.DeployModel(router_pb2.DeployModelRequest(
-                    deployment_id="d", model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm",
-                    replicas=1), metadata=gc.md, timeout=10)
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "not supported in event mode yet" in (err.value.details() or "")
 
 
 def test_service_without_a_reachable_coordinator_fails_its_start(tmp_path: pathlib.Path) -> None:

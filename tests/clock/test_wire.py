@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from gigacluster.runtime.clock import EventClock
-from gigacluster.runtime.clock_wire import EVENT_UNSUPPORTED, ClockServerInterceptor, client_interceptors
+from gigacluster.runtime.clock_wire import VT_KEY, ClockServerInterceptor, client_interceptors
 
 
 def _same(b: bytes) -> bytes:
@@ -28,17 +28,11 @@ async def _mesh(server_clock: EventClock) -> tuple[grpc.aio.Server, int]:
             yield str(i).encode()
             await server_clock.sleep(1.0)
 
-    async def refused(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return b"ran"  # pragma: no cover - refused before it runs
-
-    service, method = EVENT_UNSUPPORTED[0].strip("/").split("/")
     server = grpc.aio.server(interceptors=[ClockServerInterceptor(server_clock)])
     server.add_generic_rpc_handlers((
         grpc.method_handlers_generic_handler("test.Clock", {
             "Wait": grpc.unary_unary_rpc_method_handler(wait, _same, _same),
             "Watch": grpc.unary_stream_rpc_method_handler(watch, _same, _same)}),
-        grpc.method_handlers_generic_handler(service, {
-            method: grpc.unary_unary_rpc_method_handler(refused, _same, _same)}),
     ))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -98,15 +92,16 @@ async def test_streamed_messages_are_counted_until_taken_and_settled_at_the_end(
         await server.stop(None)
 
 
-async def test_event_mode_refuses_what_it_cannot_run_yet() -> None:
-    """A router deployment is FAILED_PRECONDITION naming event mode, not a hang."""
-    server, port = await _mesh(EventClock())
+async def test_a_non_finite_time_on_a_call_is_ignored() -> None:
+    """A caller's time of inf or nan moves nothing: the server's clock keeps its own time."""
+    server_clock = EventClock(3.0)
+    server, port = await _mesh(server_clock)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await ch.unary_unary(EVENT_UNSUPPORTED[0], _same, _same)(b"")
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "not supported in event mode yet" in (err.value.details() or "")
+            for bad in ("inf", "nan", "-inf", "1e999"):
+                assert await ch.unary_unary("/test.Clock/Wait", _same, _same)(b"1.0", metadata=((VT_KEY, bad),)) \
+                    == b"done"
+        assert server_clock.now() == 3.0
     finally:
         await server.stop(None)
 
@@ -123,11 +118,39 @@ async def test_the_coordinator_takes_only_the_service_key() -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = clock_pb2_grpc.ClockServiceStub(ch)
             call = stub.Sync(metadata=(("authorization", "Bearer wrong"),))
-            await call.write(clock_pb2.SyncRequest(process="intruder", idle=True))
-            with pytest.raises(grpc.aio.AioRpcError) as err:
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # the write itself may meet the refusal
+                await call.write(clock_pb2.SyncRequest(process="intruder", idle=True))
                 await call.read()
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
             t = await stub.GetTime(clock_pb2.GetTimeRequest())
             assert (t.now_s, t.processes) == (0.0, 0)
+    finally:
+        await server.stop(None)
+
+
+async def test_a_client_participant_joins_with_the_admin_key_only() -> None:
+    """participate() with the admin key is told the time and counts as a process; with a tenant's key it is
+    refused (holding the mesh's time is an operator's power)."""
+    from gigacluster.clock.service import ClockConfig, ClockService
+    from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
+    from gigacluster.runtime import clock
+    from gigacluster.runtime.participant import participate
+    from gigacluster.runtime.server import create_server
+
+    svc = ClockService(ClockConfig(port=0, service_key="sk-test", admin_key="ak-test"))
+    server, port = await create_server(svc)
+    await server.start()
+    try:
+        async with participate(f"127.0.0.1:{port}", "loadtest", key="ak-test", connect_timeout_s=5) as ck:
+            assert clock.active() is ck
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                await _until(lambda: svc.servicer.core.latest)
+                t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest())
+            assert t.processes == 1
+        assert clock.active() is None and ck.left
+        with pytest.raises(TimeoutError, match="did not tell the time"):
+            async with participate(f"127.0.0.1:{port}", "loadtest", key="tenant-key", connect_timeout_s=0.5):
+                pass  # pragma: no cover - refused before the block runs
+        assert clock.active() is None
     finally:
         await server.stop(None)

@@ -186,3 +186,23 @@ def test_a_preset_override_starts_the_site_up_would(name: str) -> None:
         site["chip"], site["chips"], site["tiers"], site["switch"], site["routing"])
     broker = next(r.config() for r in runs.values() if r.service == "broker")
     assert {h for h, _ in endpoint_refs(broker.shards)} == {f"chip-{i}" for i in range(site["shards"])}  # type: ignore[attr-defined]
+
+
+def test_the_event_clock_override_points_every_service_at_its_coordinator() -> None:
+    """docker-compose.yml + docker-compose.event-clock.yml: a `serve clock` container binding the port every
+    other gigacluster service's clock_coordinator names (a compose host, not localhost), each of them in
+    event mode, the coordinator expecting exactly their number, and every merged config valid."""
+    over = yaml.safe_load((DEPLOY / "docker-compose.event-clock.yml").read_text())
+    assert all(isinstance(a, str) for svc in over["services"].values() for a in svc.get("command", []))
+    merged = _merge(load_compose(), over)
+    runs = {r.name: r for r in service_runs(merged)}
+    clock = runs.pop("clock")
+    ccfg = cfgmod.load(cfgmod.SERVE_CONFIGS["clock"], flags=clock.flags, env=clock.env)
+    assert clock.argv[:2] == ["serve", "clock"] and ccfg.host == "0.0.0.0"
+    assert build_parser().parse_args(clock.argv).service == "clock"
+    assert endpoint_refs(clock.spec["healthcheck"]["test"][3])[0][1] == ccfg.port
+    assert ccfg.expect == len(runs) == 6  # type: ignore[attr-defined]
+    for r in runs.values():
+        cfg = r.config()
+        assert cfg.clock == "event" and endpoint_refs(cfg.clock_coordinator) == [("clock", ccfg.port)], r.name
+        assert r.env["GIGACLUSTER_MQTT"] == "mosquitto:1883"  # the base environment survives the merge

@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 BASE, MILLION = K8S / "base", K8S / "overlays" / "million"
 PRESET_OVERLAYS = {name: K8S / "overlays" / name for name in PRESETS}
+EVENT_CLOCK = K8S / "overlays" / "event-clock"
 K8S_VERSION = "1.30.0"  # oldest supported release with GA gRPC probes and StatefulSet ordinals
 
 
@@ -78,7 +79,8 @@ def load_config(argv: list[str], env: dict[str, str]) -> cfgmod.CommonConfig:
     return cfgmod.load(cfgmod.CONFIGS[args.service], flags=vars(args), env=env)
 
 
-@pytest.mark.parametrize("path", [BASE, MILLION, *PRESET_OVERLAYS.values()], ids=["base", "million", *PRESET_OVERLAYS])
+@pytest.mark.parametrize("path", [BASE, MILLION, EVENT_CLOCK, *PRESET_OVERLAYS.values()],
+                         ids=["base", "million", "event-clock", *PRESET_OVERLAYS])
 def test_manifests_validate_against_the_kubernetes_schemas(path: pathlib.Path) -> None:
     """Every rendered object is valid for Kubernetes 1.30 under the strict schemas (unknown fields fail)."""
     kv = pytest.importorskip("kubernetes_validate")
@@ -187,3 +189,27 @@ def test_a_preset_overlay_configures_the_fabric_as_up_does(name: str, tmp_path: 
     got = {k: getattr(fabric, k) for k in ("chip", "count", "tiers", "switch", "routing", "nic")}
     assert got == {"chip": site["chip"], "count": site["chips"], "tiers": site["tiers"], "switch": site["switch"],
                    "routing": site["routing"], "nic": site["nic"]}
+
+
+def test_the_event_clock_overlay_points_every_service_at_its_coordinator(tmp_path: pathlib.Path) -> None:
+    """overlays/event-clock: a `serve clock` Deployment whose Service is the address every other pod's
+    clock_coordinator names (a Service name, not localhost: the pods may run on any node), every service in
+    event mode, the coordinator expecting exactly the mesh's processes, all in the mesh's namespace."""
+    docs = render(EVENT_CLOCK)
+    env = pod_env(docs)
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"gigacluster"}
+    c = objects(docs, "Deployment")["clock"]["spec"]["template"]["spec"]["containers"][0]
+    argv = container_argv(c, env, "clock-0", tmp_path)
+    args = build_parser().parse_args(argv)
+    clock = cfgmod.load(cfgmod.SERVE_CONFIGS["clock"], flags=vars(args), env=env)
+    svc = objects(docs, "Service")["clock"]
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"] == clock.port
+    assert all(c[p]["grpc"]["port"] == clock.port for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    processes = objects(docs, "StatefulSet")["chip"]["spec"]["replicas"]
+    for name in ("fabric", "broker", "scheduler", "router"):
+        cfg = load_config(objects(docs, "Deployment")[name]["spec"]["template"]["spec"]["containers"][0]["args"], env)
+        assert cfg.clock == "event" and cfg.clock_coordinator == f"clock:{clock.port}", name
+        processes += 1
+    chip = objects(docs, "StatefulSet")["chip"]["spec"]["template"]["spec"]["containers"][0]
+    assert load_config(container_argv(chip, env, "chip-1", tmp_path), env).clock == "event"
+    assert clock.expect == processes == 6  # type: ignore[attr-defined]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import pathlib
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiomqtt
@@ -29,7 +31,9 @@ from gigacluster.report import ChipTotals, cluster_it_energy_j, load, render
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.clock import EventClock
 from gigacluster.runtime.logging import configure
+from gigacluster.runtime.participant import participate
 from gigacluster.scheduler.v1 import scheduler_pb2
 from gigacluster.stack import Stack
 
@@ -47,11 +51,12 @@ def _prompt(rng: np.random.Generator, i: int) -> str:
     return f"{system}\nUser {i}: how long would request {i} take on this cluster, and why?"
 
 
-async def _inference(gc: Client, n: int, duration_s: float, speedup: float, progress: Progress,
-                     task: Any, requests: list[dict[str, float]]) -> list[str]:
-    """Poisson arrivals (open loop) over ``duration_s`` virtual seconds; returns error strings."""
+async def _inference(gc: Client, n: int, duration_s: float, sleep: Callable[[float], Awaitable[None]],
+                     progress: Progress, task: Any, requests: list[dict[str, float]]) -> list[str]:
+    """Poisson arrivals (open loop) over ``duration_s`` virtual seconds (``sleep`` waits virtual seconds);
+    returns error strings."""
     rng = np.random.default_rng(7)
-    gaps = rng.exponential(duration_s / n, size=n) / speedup
+    gaps = rng.exponential(duration_s / n, size=n)
     errors: list[str] = []
 
     async def one(i: int) -> None:
@@ -67,14 +72,17 @@ async def _inference(gc: Client, n: int, duration_s: float, speedup: float, prog
 
     tasks = []
     for i in range(n):
-        await asyncio.sleep(float(gaps[i]))
+        await sleep(float(gaps[i]))
         tasks.append(asyncio.create_task(one(i)))
     await asyncio.gather(*tasks)
     return errors
 
 
-async def _no_inference() -> list[str]:
-    return []
+def _clocked(stack: Stack) -> contextlib.AbstractAsyncContextManager[EventClock | None]:
+    """In event-clock mode the demo takes part in the clock (its arrivals are virtual-time events); else nothing."""
+    if stack.cfg.clock != "event":
+        return contextlib.nullcontext(None)
+    return participate(stack.endpoint_of("clock"), "demo", key=stack.admin_key)
 
 
 async def _watch(gc: Client, name: str, progress: Progress, task: Any) -> scheduler_pb2.Job:
@@ -139,13 +147,13 @@ async def demo(args: argparse.Namespace) -> int:
         cfg.mqtt_port = 0
         stack = Stack(cfg)
         t0 = time.monotonic()
-        event = cfg.clock == "event"  # inference is refused in event mode for now: training only
         console.print(f"[bold]gigacluster demo[/]: {cfg.chips} x {cfg.chip}, "
-                      + ("event clock (training only)" if event else f"speed-up {cfg.speedup:g}x"))
+                      + ("event clock" if cfg.clock == "event" else f"speed-up {cfg.speedup:g}x"))
         try:
-            key = await bring_up(stack, deploy=not event, disaggregated=True)
+            key = await bring_up(stack, deploy=True, disaggregated=True)
             console.print(f"mesh up in {time.monotonic() - t0:.1f} s: five services, MQTT at {stack.mqtt}")
-            async with Client(stack.endpoints, key, tls=stack.tls) as gc:
+            async with _clocked(stack) as clock, Client(stack.endpoints, key, tls=stack.tls) as gc:
+                sleep = clock.sleep if clock is not None else (lambda v: asyncio.sleep(v / cfg.speedup))
                 chips0 = await chip_totals(stack)
                 job = await gc.submit_job_file(job_file)
                 predicted = job.predicted_step_time_s
@@ -153,19 +161,18 @@ async def demo(args: argparse.Namespace) -> int:
                 with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), console=console) as progress:
                     jt = progress.add_task(f"training {job.name}", total=job.steps_total)
-                    it = progress.add_task("inference requests", total=0 if event else args.requests)
+                    it = progress.add_task("inference requests", total=args.requests)
                     requests: list[dict[str, float]] = []
                     recorder = (asyncio.create_task(_record(stack, pathlib.Path(args.record) / "run.jsonl"))
                                 if args.record else None)
                     final, errors = await asyncio.gather(
                         _watch(gc, job.name, progress, jt),
-                        _no_inference() if event else
-                        _inference(gc, args.requests, duration, cfg.speedup, progress, it, requests))
+                        _inference(gc, args.requests, duration, sleep, progress, it, requests))
                     if recorder is not None:
                         await asyncio.sleep(2.0)  # the last telemetry ticks (1 s interval)
                         recorder.cancel()
                         await asyncio.gather(recorder, return_exceptions=True)
-                stats = None if event else (await gc.router.GetStats(router_pb2.GetStatsRequest(
+                stats = (await gc.router.GetStats(router_pb2.GetStatsRequest(
                     deployment=f"deployments/{DEFAULT_MODEL['deployment_id']}"), metadata=gc.md)).deployments[0]
                 chips = await chip_totals(stack)
             _report(console, final, predicted, stats, chips0, chips, errors, time.monotonic() - t0)
@@ -196,7 +203,7 @@ def _report(console: Console, job: scheduler_pb2.Job, predicted: float, stats: A
     t.add_row("training energy", f"{job.usage.energy_it_j / 3.6e6:.3f} kWh IT, "
               f"{job.usage.energy_facility_j / 3.6e6:.3f} kWh at the meter")
     t.add_row("training cost", f"${job.usage.cost_usd:.2f} ({job.usage.chip_hours:.2f} chip-hours)")
-    if stats is not None:  # None in event mode (no inference yet)
+    if stats is not None:
         t.add_row("inference requests", f"{stats.completed} completed, {stats.rejected} rejected, "
                   f"{len(errors)} errors")
         t.add_row("TTFT p50 / p90 / p99", _pct(stats.ttft))

@@ -4,7 +4,12 @@ goodput, a table and a PNG.
 
 Credentials as every client command (``Client.connect``: ``--api-key``, ``GIGACLUSTER_API_KEY`` or
 the file ``gigacluster up`` writes); the admin key (``GIGACLUSTER_ADMIN_KEY`` or that file) is
-needed only for scenarios with more than one tenant.
+needed only for scenarios with more than one tenant, and against an event-clock mesh.
+
+Against a mesh in event-clock mode (``gigacluster up --clock event`` leaves its coordinator's address
+in the credentials file; else ``--clock-coordinator`` or ``GIGACLUSTER_CLOCK_COORDINATOR``) the load
+generator takes part in the clock: arrivals go out at their virtual times and the report is in
+virtual seconds, however fast the mesh runs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ def register(subparsers: Any) -> None:
                    help="output directory (default ~/.gigacluster/<cluster>/loadtest/<name>-<time>, outside the tree)")
     p.add_argument("--http", default="", metavar="URL",
                    help="router's OpenAI-compatible base URL for HTTP streams (default http://<router host>:8000)")
+    p.add_argument("--clock-coordinator", default=None, metavar="HOST:PORT",
+                   help="an event-clock mesh's coordinator: send arrivals in virtual time (default: "
+                        "GIGACLUSTER_CLOCK_COORDINATOR or the credentials file; none = wall time)")
     p.add_argument("--cluster", default="local", help="cluster whose credentials to read (default local)")
     p.add_argument("--api-key", default=None, help="tenant API key (default: GIGACLUSTER_API_KEY or credentials)")
     p.set_defaults(handler=run)
@@ -44,7 +52,10 @@ def target_from(args: argparse.Namespace) -> runner.Target:
     creds = load_credentials(args.cluster)
     admin = os.environ.get("GIGACLUSTER_ADMIN_KEY") or creds.get("admin_key")
     http = args.http or f"http://{client.endpoints.router.rpartition(':')[0]}:8000"
-    return runner.Target(client.endpoints, client.api_key, admin, http)
+    coordinator = getattr(args, "clock_coordinator", None)
+    if coordinator is None:
+        coordinator = os.environ.get("GIGACLUSTER_CLOCK_COORDINATOR") or str(creds.get("clock_coordinator") or "")
+    return runner.Target(client.endpoints, client.api_key, admin, http, clock_coordinator=coordinator)
 
 
 def default_out(name: str, cluster: str = "local") -> pathlib.Path:
@@ -68,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
     except DomainError as exc:
         print(f"gigacluster loadtest: {exc}", file=sys.stderr)
         return 2
-    summary = report.summarize(sc, result.results, wall_s=result.wall_s)
+    summary = report.summarize(sc, result.results, wall_s=result.elapsed_s if result.virtual else result.wall_s)
     paths = report.write(out, sc, summary, result.results)
     print(report.table(summary))
-    print(f"\n{len(result.results)} arrivals, {result.wall_s:.1f} s wall; wrote " + ", ".join(str(p) for p in paths))
+    took = (f"{result.elapsed_s:.1f} virtual s (event clock) in {result.wall_s:.1f} s wall" if result.virtual
+            else f"{result.wall_s:.1f} s wall")
+    print(f"\n{len(result.results)} arrivals, {took}; wrote " + ", ".join(str(p) for p in paths))
     return 0

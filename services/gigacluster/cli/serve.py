@@ -18,13 +18,15 @@ SERVICES = {
     "broker": "gigacluster.broker.service:BrokerService",
     "scheduler": "gigacluster.scheduler.service:SchedulerService",
     "router": "gigacluster.router.service:RouterService",
+    "clock": "gigacluster.clock.service:ClockService",
 }
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("serve", help="run one service (chip, fabric, broker, scheduler, router)")
+    p = subparsers.add_parser("serve", help="run one service (chip, fabric, broker, scheduler, router; clock: "
+                              "the event clock's coordinator)")
     sp = p.add_subparsers(dest="service", required=True, metavar="SERVICE")
-    for name, cls in cfgmod.CONFIGS.items():
+    for name, cls in cfgmod.SERVE_CONFIGS.items():
         s = sp.add_parser(name, help=f"run the {name} service")
         cfgmod.add_arguments(s, cls)
         s.set_defaults(handler=run)
@@ -36,7 +38,7 @@ def service_class(name: str) -> type:
 
 
 def run(args: argparse.Namespace) -> int:
-    cls = cfgmod.CONFIGS[args.service]
+    cls = cfgmod.SERVE_CONFIGS[args.service]
     try:
         config = cfgmod.load(cls, flags=vars(args), config_file=args.config)
     except cfgmod.ConfigError as exc:

@@ -53,8 +53,7 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedup", type=float, default=1.0, help="virtual seconds per wall second (default 1; wall clock)")
     p.add_argument("--clock", choices=CLOCK_MODES, default="wall",
                    help="wall: virtual time = wall time x speedup (default); event: virtual time jumps to the next "
-                        "event once the whole mesh is idle (a clock coordinator process; training only, inference "
-                        "is refused in event mode for now)")
+                        "event once the whole mesh is idle (a clock coordinator process; see docs/architecture.md)")
     p.add_argument("--mqtt", default="", metavar="HOST:PORT", help="use this MQTT broker (default: embedded)")
     p.add_argument("--mqtt-port", type=int, default=1883, help="port of the embedded MQTT broker (default 1883)")
     p.add_argument("--cluster", default="local", help="cluster name (default local)")
@@ -214,10 +213,7 @@ def print_endpoints(stack: Stack, out: Any = sys.stdout) -> None:
     print(f"  {'':<9} {mosquitto_sub_command(stack)}", file=out)
     if state is not None:
         print(f"  {'logs':<9} {state / 'logs'}", file=out)
-    if cfg.clock == "event":
-        print(f"  {'model':<9} none: inference is not supported in event mode yet (--clock event)", file=out)
-    else:
-        print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
+    print(f"  {'model':<9} deployments/{DEFAULT_MODEL['deployment_id']} on {cfg.chip}", file=out)
     print("Ctrl-C stops everything.", file=out)
 
 
@@ -231,7 +227,7 @@ def run_up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await bring_up(stack, deploy=not args.no_model and args.clock == "wall")
+            await bring_up(stack, deploy=not args.no_model)
             print_endpoints(stack)
             await stop.wait()
         finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-import typing
 from collections.abc import AsyncIterator
 
 import grpc
@@ -21,24 +20,11 @@ from gigacluster.clock.core import Coordinator, Report, Step
 from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
 from gigacluster.errors import Unauthenticated
 from gigacluster.runtime.auth import bearer_token
-from gigacluster.runtime.config import CommonConfig, ConfigError
+from gigacluster.runtime.config import ClockConfig
 from gigacluster.runtime.errors import to_status
 from gigacluster.runtime.server import Service
 
 log = structlog.get_logger()
-
-
-@dataclasses.dataclass(frozen=True)
-class ClockConfig(CommonConfig):
-    service: typing.ClassVar[str] = "clock"
-    port: int = dataclasses.field(default=50056, metadata={"help": "port to bind"})
-    expect: int = dataclasses.field(default=0, metadata={
-        "help": "service processes of the mesh: virtual time holds while fewer are registered (0 = any)"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.expect < 0:
-            raise ConfigError(f"expect must be >= 0, got {self.expect}")
 
 
 def report_of(msg: clock_pb2.SyncRequest) -> Report:
@@ -51,9 +37,10 @@ def report_of(msg: clock_pb2.SyncRequest) -> Report:
 class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
     """Thin: the advance rule is :class:`Coordinator`; this fans its decisions out to the streams."""
 
-    def __init__(self, core: Coordinator, service_key: str) -> None:
+    def __init__(self, core: Coordinator, service_key: str, admin_key: str = "") -> None:
         self.core = core
         self.service_key = service_key
+        self.admin_key = admin_key  # a client participant's (runtime/participant.py): an operator's load generator
         self.outboxes: dict[str, asyncio.Queue[clock_pb2.SyncResponse]] = {}
         self.probes = 0
 
@@ -64,15 +51,23 @@ class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
         if step.advance_to_s is not None:
             self.broadcast(clock_pb2.SyncResponse(now_s=step.advance_to_s))
 
+    def authenticated(self, key: str | None) -> bool:
+        """No keys configured (a bare test mesh) admits anyone; else the service key or the admin key."""
+        if not self.service_key and not self.admin_key:
+            return True
+        if not key:
+            return False
+        return any(k and hmac.compare_digest(key.encode(), k.encode()) for k in (self.service_key, self.admin_key))
+
     def broadcast(self, msg: clock_pb2.SyncResponse) -> None:
         for q in self.outboxes.values():
             q.put_nowait(msg)
 
     async def Sync(self, request_iterator: AsyncIterator[clock_pb2.SyncRequest],
                    context: grpc.aio.ServicerContext) -> None:
-        key = bearer_token(context)
-        if self.service_key and not (key and hmac.compare_digest(key.encode(), self.service_key.encode())):
-            await context.abort_with_status(to_status(Unauthenticated("the clock coordinator takes the service key")))
+        if not self.authenticated(bearer_token(context)):
+            await context.abort_with_status(to_status(Unauthenticated(
+                "the clock coordinator takes the service key (or the admin key, for a client participant)")))
         first = await context.read()
         if first is grpc.aio.EOF:
             return
@@ -116,7 +111,8 @@ class ClockService(Service[ClockConfig]):
         # The coordinator holds the time; it never reports to one (it runs with the wall clock), and
         # publishes no telemetry (GetTime is its interface).
         super().__init__(dataclasses.replace(config, clock="wall", mqtt=""))
-        self.servicer = ClockServicer(Coordinator(expect=config.expect), config.service_key)
+        self.servicer = ClockServicer(Coordinator(expect=config.expect), config.service_key,
+                                      config.admin_key)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         clock_pb2_grpc.add_ClockServiceServicer_to_server(self.servicer, server)

@@ -1,5 +1,11 @@
 """Fire a scenario's timeline at a cluster: set-up (tenants, deployments), the open-loop send loop,
-drain, clean-up (delete what was deployed, cancel submitted jobs)."""
+drain, clean-up (delete what was deployed, cancel submitted jobs).
+
+Against a mesh in event-clock mode (``Target.clock_coordinator``) the load generator takes part in
+the clock (``runtime/participant.py``, with the admin key): every arrival is sent at its exact
+virtual time, as a virtual-time event the mesh cannot run past, and latencies are virtual seconds,
+so a scenario or a trace replays at whatever speed the mesh can serve it.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +26,12 @@ from gigacluster.client import Client, Endpoints
 from gigacluster.common.v1 import common_pb2
 from gigacluster.errors import InvalidArgument
 from gigacluster.loadtest import drivers, schedule
-from gigacluster.loadtest.drivers import Result
+from gigacluster.loadtest.drivers import Result, Timebase
 from gigacluster.loadtest.scenario import Scenario
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.convert import PRECISION_ENUMS
+from gigacluster.runtime.participant import participate
 from gigacluster.scheduler.spec import split_job_file
 
 START_LEAD_S = 0.2  # the timeline starts this long after set-up, so the first sends are not late
@@ -39,6 +46,7 @@ class Target:
     api_key: str | None
     admin_key: str | None = None
     http_url: str = ""
+    clock_coordinator: str = ""  # HOST:PORT of an event-clock mesh's coordinator: arrivals in virtual time
 
 
 @dataclasses.dataclass
@@ -47,7 +55,9 @@ class Run:
     results: list[Result]
     wall_s: float
     tenants: list[str]
-    start_s: float = 0.0  # the event loop's time at intended_s 0 (to place results on another clock)
+    start_s: float = 0.0  # the timebase's time at intended_s 0 (to place results on another clock)
+    elapsed_s: float = 0.0  # start of the timeline to the end of the drain, in the run's timebase
+    virtual: bool = False  # the timebase is the mesh's virtual time (event clock), not wall time
 
 
 class _Tenant:
@@ -125,6 +135,17 @@ def synthetic_prompt(seed: int, index: int, n_tokens: int) -> list[int]:
 async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
               progress: Callable[[str], None] | None = None) -> Run:
     """Set up, send the whole timeline open-loop, drain, clean up; returns every arrival's result."""
+    if not target.clock_coordinator:
+        return await _run(scenario, target, Timebase(), run_id, progress)
+    if not target.admin_key:
+        raise InvalidArgument("admin_key", "a load generator in event-clock mode takes part in the clock, which "
+                                           "needs the admin key (GIGACLUSTER_ADMIN_KEY or credentials)")
+    async with participate(target.clock_coordinator, "loadtest", key=target.admin_key) as clock:
+        return await _run(scenario, target, Timebase(clock, target.admin_key), run_id, progress)
+
+
+async def _run(scenario: Scenario, target: Target, tb: Timebase, run_id: str | None,
+               progress: Callable[[str], None] | None) -> Run:
     say = progress or (lambda _msg: None)
     run_id = run_id or f"{int(time.time()) % 100000}"
     if any(s.kind == "http_completions" for s in scenario.streams) and not target.http_url:
@@ -147,7 +168,8 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
         say(f"{len(timeline)} arrivals over {scenario.duration_s:g} s")
         loop = asyncio.get_running_loop()
         in_flight: set[asyncio.Task[Any]] = set()
-        start = loop.time() + START_LEAD_S
+        wall0 = loop.time()
+        start = tb.now() + START_LEAD_S
         per_stream_count = [0] * len(scenario.streams)
 
         async def one(i: int, intended: float) -> None:
@@ -161,23 +183,21 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
             prompt = synthetic_prompt(scenario.seed, i, n_prompt) if s.kind != "submit_job" else []
             if s.kind == "generate":
                 await drivers.generate(t.client, r, intended, model=scenario.model_of(s), prompt=prompt,
-                                       max_tokens=n_out, priority=s.priority)
+                                       max_tokens=n_out, priority=s.priority, tb=tb)
             elif s.kind == "http_completions":
                 await drivers.http_completion(session, target.http_url, t.key, r, intended,
                                               model=scenario.model_of(s), prompt=prompt, max_tokens=n_out,
-                                              priority=s.priority)
+                                              priority=s.priority, tb=tb)
             else:
                 spec, job = jobs[si]
                 _, name = await drivers.submit_job(t.client, r, intended, spec=spec,
-                                                   job={**job, "name": f"{job.get('name', 'lt')}-{i}"})
+                                                   job={**job, "name": f"{job.get('name', 'lt')}-{i}"}, tb=tb)
                 if name:
                     t.jobs.append(name)
 
         for i in range(len(timeline)):
             intended = start + float(timeline.t_s[i])
-            delay = intended - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await tb.until(intended)
             if len(in_flight) >= scenario.max_in_flight:
                 results.append(Result(int(timeline.stream[i]), intended - start, status="DROPPED"))
                 continue
@@ -194,10 +214,11 @@ async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
             for r in results:
                 if id(r) not in finished:
                     r.status = "TIMEOUT"
-        wall_s = loop.time() - start
+        elapsed_s = tb.now() - start
+        wall_s = loop.time() - wall0 - (0.0 if tb.virtual else START_LEAD_S)
     finally:
         await session.close()
         await _cleanup(tenants)
         for t in tenants:
             await t.client.close()
-    return Run(scenario, results, wall_s, [t.name for t in tenants], start)
+    return Run(scenario, results, wall_s, [t.name for t in tenants], start, elapsed_s=elapsed_s, virtual=tb.virtual)

@@ -54,6 +54,8 @@ from gigacluster.runtime.metrics import BucketHistogram
 
 log = structlog.get_logger()
 
+FLOW_POLL_S = 0.01  # wall seconds between asks for a flow the fabric has not settled at its end (wall clock)
+
 
 class KvTransport:
     """Sends KV caches between a deployment's chips through the fabric service, and waits for them."""
@@ -106,7 +108,7 @@ class KvTransport:
             if f.state == fabric_pb2.Flow.STATE_FAILED:
                 raise ReplicaFailed(f"KV transfer {name} failed: {f.error}")
             if f.predicted_end_s <= pred:
-                await asyncio.sleep(0.01)  # the simulator has not caught up yet
+                await self.clock.wait_past(pred, FLOW_POLL_S)  # the simulator has not settled it yet
             pred = max(pred, float(f.predicted_end_s))
         raise ReplicaFailed(f"KV transfer {name} did not finish")
 

@@ -52,7 +52,7 @@ class Coalesce:
     def behind(self, ev: TokenEvent | Exception) -> bool:
         """``ev`` is a token (not the last) going out more than ``lag_s`` after its virtual time."""
         return (isinstance(ev, TokenEvent) and not ev.finished
-                and self.clock.wall_s(self.clock.now() - ev.time_s) > self.lag_s)
+                and self.clock.lag_wall_s(ev.time_s) > self.lag_s)
 
     async def hold(self, ev: TokenEvent | Exception) -> None:
         if self.behind(ev):

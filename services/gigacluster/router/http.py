@@ -60,6 +60,7 @@ from gigacluster.router.openai_body import (  # noqa: F401  (check_fields, json_
     render_chat,
     stop_strings,
 )
+from gigacluster.runtime import clock
 
 if TYPE_CHECKING:
     from gigacluster.router.deployment import LiveDeployment
@@ -134,7 +135,7 @@ class OpenAIServer:
         # aiohttp's parser answers an over-long header with a plain-text 400 before any middleware runs; read
         # headers up to the configured bound so that real clients' long tokens get an OpenAI-shaped answer.
         limits = {"max_line_size": cfg.http_max_header_bytes, "max_field_size": cfg.http_max_header_bytes}
-        app = web.Application(client_max_size=cfg.http_max_body_bytes, middlewares=[self._errors],
+        app = web.Application(client_max_size=cfg.http_max_body_bytes, middlewares=[self._clock, self._errors],
                               handler_args=limits)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ping", self.health)
@@ -159,6 +160,15 @@ class OpenAIServer:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+
+    @web.middleware
+    async def _clock(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """In event-clock mode a request is a call of the mesh (runtime/clock.py ``serving``)."""
+        cfg = self.svc.config
+        with clock.serving(request.headers.get(clock.VT_KEY), request.headers.get(clock.VT_MAC_KEY),
+                           (cfg.admin_key, cfg.service_key)):
+            return await handler(request)
 
     @web.middleware
     async def _errors(self, request: web.Request,

@@ -387,7 +387,7 @@ class Replica:
             if self.a2a is not None:  # the fabric's measured slowdown of the expert all-to-all
                 end += self.a2a.book(it, start + duration)
             await self.clock.sleep_until(end)
-            self.on_lag(self.clock.wall_s(self.clock.now() - end))
+            self.on_lag(self.clock.lag_wall_s(end))
             # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
             energy = self.engine.iteration_energy_j(it, duration_s=end - start)
             self._emit(self.engine.complete(it, end, energy_j=energy), on_finish)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import heapq
+import hmac
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,15 @@ class VirtualClock:
         if virtual_s > 0:
             await asyncio.sleep(virtual_s / self.speedup)
 
+    def lag_wall_s(self, t_s: float) -> float:
+        """Wall seconds this process runs behind virtual time ``t_s`` (0 if ``t_s`` is still ahead)."""
+        return max(0.0, self.now() - t_s) / self.speedup
+
+    async def wait_past(self, t_s: float, poll_wall_s: float) -> None:
+        """Wait for another process to act on virtual time ``t_s`` (a peer's simulator settling an event due
+        then): here a poll interval of wall time, in which the clock moves on by itself."""
+        await asyncio.sleep(poll_wall_s)
+
 
 CLOCK_MODES = ("wall", "event")
 
@@ -79,6 +90,7 @@ class EventClock(VirtualClock):
         self.msgs_received = 0  # ... and as their client
         self.activity = 0
         self.holds = 0
+        self.left = False  # a client participant left the clock: its later calls come from outside the mesh
         self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
 
     def now(self) -> float:
@@ -113,6 +125,16 @@ class EventClock(VirtualClock):
     async def sleep(self, virtual_s: float) -> None:
         if virtual_s > 0:
             await self.sleep_until(self._now + virtual_s)
+
+    def lag_wall_s(self, t_s: float) -> float:
+        """Never behind: virtual time moves only once every process is done with what was due before it."""
+        return 0.0
+
+    async def wait_past(self, t_s: float, poll_wall_s: float) -> None:
+        """Wait for virtual time to pass ``t_s`` by the least step: the coordinator moves it there once the
+        whole mesh (the peer that has yet to act on ``t_s`` included) is idle, so no wall time is spent
+        polling and time never runs past the peer's pending event."""
+        await self.sleep_until(math.nextafter(max(t_s, self._now), math.inf))
 
     def next_wake_s(self) -> float | None:
         """The earliest time a task of this process waits for (None: none waits)."""
@@ -169,6 +191,57 @@ class EventClock(VirtualClock):
 
 
 _ACTIVE: EventClock | None = None
+
+#: The header (gRPC metadata key, HTTP header) in which a participant of the event clock sends its time.
+VT_KEY = "x-gigacluster-vt"
+#: Over HTTP, where any client may send headers, the time counts only with this proof (:func:`vt_mac`).
+VT_MAC_KEY = "x-gigacluster-vt-mac"
+
+
+def vt_mac(key: str, vt: str) -> str:
+    """A participant's proof that it may stamp the time ``vt`` on an HTTP call: HMAC-SHA256 of the header's
+    value under the admin key (the key a client participant holds; runtime/participant.py)."""
+    return hmac.new(key.encode(), vt.encode(), hashlib.sha256).hexdigest()
+
+
+def parse_vt(value: str | None) -> float | None:
+    """A time sent in :data:`VT_KEY`, or None for an absent, malformed or non-finite one (a time at
+    infinity would end the mesh's time)."""
+    if value is None:
+        return None
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        return None
+    return t if math.isfinite(t) else None
+
+
+def _proven(vt_header: str | None, mac_header: str | None, keys: Iterable[str]) -> bool:
+    return bool(vt_header and mac_header) and any(
+        k and hmac.compare_digest(vt_mac(k, vt_header or ""), mac_header or "") for k in keys)
+
+
+@contextlib.contextmanager
+def serving(vt_header: str | None, mac_header: str | None = None, keys: Iterable[str] = ()) -> Iterator[None]:
+    """Serve one call that came over a transport the gRPC interceptors do not see (the router's HTTP API):
+    a call stamped with a participant's time (``runtime/participant.py``) and its proof under one of ``keys``
+    counts open here while it runs, as the participant counts it open until its answer is in; any other call
+    is activity (a client without the key can neither move nor hold the mesh's time). No-op in wall mode."""
+    clock = _ACTIVE
+    vt = parse_vt(vt_header) if _proven(vt_header, mac_header, keys) else None
+    if clock is None:
+        yield
+        return
+    if vt is None:
+        clock.bump()
+        yield
+        return
+    clock.advance(vt)
+    clock.call_started(inbound=True)
+    try:
+        yield
+    finally:
+        clock.call_ended(inbound=True)
 
 
 def install(clock: EventClock | None) -> None:

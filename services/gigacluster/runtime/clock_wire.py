@@ -18,49 +18,15 @@ from typing import Any
 
 import grpc
 
-from gigacluster.errors import FailedPrecondition
-from gigacluster.runtime.clock import EventClock
-from gigacluster.runtime.errors import to_status
+from gigacluster.runtime.clock import VT_KEY, EventClock, parse_vt
 
-VT_KEY = "x-gigacluster-vt"
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
-
-#: RPCs that cannot run in event mode yet: the router's replicas poll the fabric simulator in wall
-#: time (router/deployment.py) and pace batches with asyncio.sleep (router/replica.py), so a
-#: deployment would hang; they are refused at once instead.
-EVENT_UNSUPPORTED = (
-    "/gigacluster.router.v1.RouterService/DeployModel",
-    "/gigacluster.router.v1.RouterService/Generate",
-)
-
 
 def _vt(metadata: Any) -> float | None:
     for k, v in metadata or ():
         if k == VT_KEY:
-            try:
-                return float(v)
-            except (TypeError, ValueError):
-                return None
+            return parse_vt(v)
     return None
-
-
-def _refusal(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    err = FailedPrecondition(f"{method.rsplit('/', 1)[-1]} is not supported in event mode yet "
-                             "(--clock event); run the mesh with --clock wall", reason="EVENT_CLOCK_UNSUPPORTED")
-    status = to_status(err)
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort_with_status(status)
-
-    async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort_with_status(status)
-        yield  # pragma: no cover - an async generator that never yields
-
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=lambda raw: None,
-                                                   response_serializer=handler.response_serializer)
-    return grpc.unary_stream_rpc_method_handler(refuse_stream, request_deserializer=lambda raw: None,
-                                                response_serializer=handler.response_serializer)
 
 
 class ClockServerInterceptor(grpc.aio.ServerInterceptor):
@@ -90,8 +56,6 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming:
             return handler  # no mesh call streams its requests
-        if handler_call_details.method in EVENT_UNSUPPORTED:
-            return _refusal(handler, handler_call_details.method)
         vt = _vt(handler_call_details.invocation_metadata)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, vt),
@@ -150,6 +114,12 @@ class _ClientClock:
     def __init__(self, clock: EventClock) -> None:
         self.clock = clock
 
+    @property
+    def live(self) -> bool:
+        """The clock is still the process's: a client participant that left the clock (runtime/participant.py)
+        sends its later calls on these channels as calls from outside the mesh."""
+        return not self.clock.left
+
     def details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         md = grpc.aio.Metadata(*(d.metadata or ()))
         md.add(VT_KEY, repr(self.clock.now()))
@@ -161,6 +131,8 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                     request: Any) -> Any:
+        if not self.live:
+            return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
             call = await continuation(self.details(client_call_details), request)
@@ -184,6 +156,8 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
+        if not self.live:
+            return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
             call = await continuation(self.details(client_call_details), request)
@@ -216,4 +190,4 @@ def client_interceptors(clock: EventClock | None) -> list[grpc.aio.ClientInterce
     return [ClockUnaryClientInterceptor(clock), ClockStreamClientInterceptor(clock)]
 
 
-__all__ = ["EVENT_UNSUPPORTED", "VT_KEY", "ClockServerInterceptor", "client_interceptors"]
+__all__ = ["VT_KEY", "ClockServerInterceptor", "client_interceptors"]

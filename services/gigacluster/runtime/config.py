@@ -262,6 +262,9 @@ class SchedulerConfig(CommonConfig):
                                "0 = every step through the per-step path")
     wall_clock_windows: bool = _f(False, "use steady-state windows on the wall clock too (they always run in "
                                          "event mode); off keeps a live run's progress step by step")
+    event_dispatch_interval_s: float = _f(10.0, "event-clock mode: virtual seconds between dispatch passes while "
+                                                "jobs wait in the queue (none while it is empty; a change dispatches "
+                                                "at once, with no wall-time debounce)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -331,6 +334,25 @@ class RouterConfig(CommonConfig):
 CONFIGS: dict[str, type[CommonConfig]] = {
     c.service: c for c in (ChipConfig, FabricConfig, BrokerConfig, SchedulerConfig, RouterConfig)
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockConfig(CommonConfig):
+    """The event clock's coordinator (``gigacluster serve clock``; clock/service.py)."""
+
+    service: typing.ClassVar[str] = "clock"
+    port: int = _f(50056, "port to bind")
+    expect: int = _f(0, "service processes of the mesh: virtual time holds while fewer are registered (0 = any)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.expect < 0:
+            raise ConfigError(f"expect must be >= 0, got {self.expect}")
+
+
+#: Everything ``gigacluster serve`` runs: the five services, and the event clock's coordinator (a process of
+#: the mesh only in event-clock mode, so not one of the services every deployment has).
+SERVE_CONFIGS: dict[str, type[CommonConfig]] = {**CONFIGS, ClockConfig.service: ClockConfig}
 
 
 def _field_type(cls: type, name: str) -> type:

@@ -47,6 +47,7 @@ class ClockAgent:
         self._dirty = asyncio.Event()
         self._probe = 0
         self._sent: tuple[object, ...] | None = None
+        self.synced = asyncio.Event()  # set once the coordinator has told this process the time
         clock.on_change = self._dirty.set
 
     async def connect(self) -> None:
@@ -119,6 +120,7 @@ class ClockAgent:
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         async for msg in call:
             self.clock.advance(msg.now_s)
+            self.synced.set()
             if msg.probe_round:
                 self._probe = max(self._probe, msg.probe_round)
             self._dirty.set()

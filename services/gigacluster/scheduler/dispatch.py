@@ -23,7 +23,7 @@ import structlog
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.errors import Unavailable
 from gigacluster.runtime import convert
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.clock import busy as clock_busy
 from gigacluster.runtime.config import SchedulerConfig
 from gigacluster.scheduler import checkpoint
@@ -73,11 +73,15 @@ class Dispatcher:
         # (CPython's default is 5 ms) so RPCs answered during a pass wait at most about that long.
         sys.setswitchinterval(0.001)
         kick = self.book.kick
+        event = isinstance(self.clock, EventClock)
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(kick.wait(), timeout=self.config.dispatch_interval_s)
-            # A burst of submissions is one pass, not one each: let the burst land first.
-            await asyncio.sleep(self.config.dispatch_debounce_s)
+            if event:
+                await self._next_event_pass(kick)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(kick.wait(), timeout=self.config.dispatch_interval_s)
+                # A burst of submissions is one pass, not one each: let the burst land first.
+                await asyncio.sleep(self.config.dispatch_debounce_s)
             kick.clear()
             started = time.monotonic()
             try:
@@ -90,9 +94,27 @@ class Dispatcher:
                 log.exception("dispatch failed")
                 await asyncio.sleep(0.5)
                 kick.set()
-            # Passes take at most about a third of the scheduler's time (and of the GIL its RPCs
-            # need), however fast changes arrive.
-            await asyncio.sleep(2 * (time.monotonic() - started))
+            if not event:
+                # Passes take at most about a third of the scheduler's time (and of the GIL its RPCs
+                # need), however fast changes arrive.
+                await asyncio.sleep(2 * (time.monotonic() - started))
+
+    async def _next_event_pass(self, kick: asyncio.Event) -> None:
+        """Event clock: wait for a kick, or (while jobs are queued) ``event_dispatch_interval_s`` of virtual
+        time, as a wake-up the coordinator knows. A kick dispatches at once, at the virtual time of the
+        change: a wall-time debounce or pause would let the mesh run past the pending pass (the process
+        looks idle while it sleeps on the wall clock), and would hold an idle mesh for nothing."""
+        if kick.is_set():
+            return
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(kick.wait())]
+        interval = self.config.event_dispatch_interval_s
+        if self.book.queued and interval > 0:
+            waits.append(asyncio.ensure_future(self.clock.sleep(interval)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def dispatch(self) -> None:
         """One pass: release what a previous run held, snapshot, decide off the loop, apply."""

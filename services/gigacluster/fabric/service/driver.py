@@ -40,6 +40,7 @@ from gigacluster.fabric.service.windows import (
 from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
 from gigacluster.fabric.topology import Topology
 from gigacluster.runtime.clock import EventClock, VirtualClock
+from gigacluster.runtime.clock import busy as clock_busy
 
 MAX_ACTIVE_GROUPS = 200_000
 MAX_TICK_S = 0.05  # wall seconds between two looks at the clock when nothing is due sooner
@@ -78,7 +79,8 @@ class SimDriver:
         key = self._plan_seq
         self._planning[key] = start_s  # hold the simulator there until the plan is committed
         try:
-            planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
+            with clock_busy():  # the event clock holds time while the thread plans (the process looks idle)
+                planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
             return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
         except asyncio.CancelledError:
             stop.set()
