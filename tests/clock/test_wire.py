@@ -154,3 +154,31 @@ async def test_a_client_participant_joins_with_the_admin_key_only() -> None:
         assert clock.active() is None
     finally:
         await server.stop(None)
+
+
+async def test_a_time_without_its_proof_under_the_mesh_key_neither_moves_nor_holds_the_clock() -> None:
+    """With the mesh's keys set, an unsigned or wrongly signed ``x-gigacluster-vt`` (an outside caller trying to
+    jump the mesh's time) is ignored and the call counts only as activity; a call from a process holding the
+    service key moves the server's time and counts open while it runs."""
+    from gigacluster.runtime.clock import VT_MAC_KEY, vt_mac
+
+    server_clock = EventClock(3.0, sign_key="sk-mesh", wire_keys=("sk-mesh", "ak-admin"))
+    server, port = await _mesh(server_clock)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            wait = ch.unary_unary("/test.Clock/Wait", _same, _same)
+            for md in (((VT_KEY, "1e9"),), ((VT_KEY, "1e9"), (VT_MAC_KEY, vt_mac("guess", "1e9"))),
+                       ((VT_KEY, "1e9"), (VT_MAC_KEY, vt_mac("sk-mesh", "2e9")))):
+                assert await wait(b"1.0", metadata=md) == b"done"
+                assert server_clock.now() == 3.0 and server_clock.calls_in == 0
+        member = EventClock(10.0, sign_key="sk-mesh")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", interceptors=client_interceptors(member)) as ch:
+            assert await ch.unary_unary("/test.Clock/Wait", _same, _same)(b"1.0") == b"done"
+        assert server_clock.now() == 10.0
+        participant = EventClock(12.0, sign_key="ak-admin")  # a client participant signs with the admin key
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             interceptors=client_interceptors(participant)) as ch:
+            assert await ch.unary_unary("/test.Clock/Wait", _same, _same)(b"1.0") == b"done"
+        assert server_clock.now() == 12.0
+    finally:
+        await server.stop(None)

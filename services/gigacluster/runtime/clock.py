@@ -79,9 +79,15 @@ class EventClock(VirtualClock):
     them. No gRPC here.
     """
 
-    def __init__(self, now_s: float = 0.0) -> None:
+    def __init__(self, now_s: float = 0.0, *, sign_key: str = "", wire_keys: Iterable[str] = ()) -> None:
         super().__init__(0.0, 1.0)
         self._now = now_s
+        # A time on a call counts only with its proof (:func:`vt_mac`) under one of ``wire_keys`` (the mesh's
+        # service and admin keys), so a caller without them can neither move nor hold the mesh's time;
+        # this process signs the times it sends with ``sign_key``. No key at all (a bare test server):
+        # times are taken unsigned.
+        self.sign_key = sign_key
+        self.wire_keys = tuple(k for k in wire_keys if k)
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._seq = 0
         self.calls_out = 0
@@ -199,8 +205,8 @@ VT_MAC_KEY = "x-gigacluster-vt-mac"
 
 
 def vt_mac(key: str, vt: str) -> str:
-    """A participant's proof that it may stamp the time ``vt`` on an HTTP call: HMAC-SHA256 of the header's
-    value under the admin key (the key a client participant holds; runtime/participant.py)."""
+    """A participant's proof that it may stamp the time ``vt`` on a call: HMAC-SHA256 of the header's value
+    under the service key (a service) or the admin key (a client participant; runtime/participant.py)."""
     return hmac.new(key.encode(), vt.encode(), hashlib.sha256).hexdigest()
 
 
@@ -214,6 +220,13 @@ def parse_vt(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return t if math.isfinite(t) else None
+
+
+def proven_vt(clock: EventClock, vt_header: str | None, mac_header: str | None) -> float | None:
+    """The time a gRPC call carries, if its proof holds under the clock's wire keys (or the clock has none)."""
+    if clock.wire_keys and not _proven(vt_header, mac_header, clock.wire_keys):
+        return None
+    return parse_vt(vt_header)
 
 
 def _proven(vt_header: str | None, mac_header: str | None, keys: Iterable[str]) -> bool:

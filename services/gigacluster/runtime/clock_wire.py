@@ -18,15 +18,20 @@ from typing import Any
 
 import grpc
 
-from gigacluster.runtime.clock import VT_KEY, EventClock, parse_vt
+from gigacluster.runtime.clock import VT_KEY, VT_MAC_KEY, EventClock, proven_vt, vt_mac
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
 
-def _vt(metadata: Any) -> float | None:
-    for k, v in metadata or ():
-        if k == VT_KEY:
-            return parse_vt(v)
-    return None
+def _vt(clock: EventClock, metadata: Any) -> float | None:
+    """The time a call's metadata carries, if signed under one of the clock's wire keys."""
+    got = {k: v for k, v in metadata or () if k in (VT_KEY, VT_MAC_KEY)}
+    return proven_vt(clock, got.get(VT_KEY), got.get(VT_MAC_KEY))
+
+
+def _stamped(clock: EventClock) -> tuple[tuple[str, str], ...]:
+    """This process's time as call metadata, with its proof when it holds a key."""
+    vt = repr(clock.now())
+    return ((VT_KEY, vt), (VT_MAC_KEY, vt_mac(clock.sign_key, vt))) if clock.sign_key else ((VT_KEY, vt),)
 
 
 class ClockServerInterceptor(grpc.aio.ServerInterceptor):
@@ -49,14 +54,14 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
             self.clock.call_ended(inbound=True)
 
     def _stamp(self, context: grpc.aio.ServicerContext) -> None:
-        context.set_trailing_metadata(((VT_KEY, repr(self.clock.now())),))
+        context.set_trailing_metadata(_stamped(self.clock))
 
     async def intercept_service(self, continuation: Continuation,
                                 handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming:
             return handler  # no mesh call streams its requests
-        vt = _vt(handler_call_details.invocation_metadata)
+        vt = _vt(self.clock, handler_call_details.invocation_metadata)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, vt),
                                                        request_deserializer=handler.request_deserializer,
@@ -122,7 +127,8 @@ class _ClientClock:
 
     def details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         md = grpc.aio.Metadata(*(d.metadata or ()))
-        md.add(VT_KEY, repr(self.clock.now()))
+        for k, v in _stamped(self.clock):
+            md.add(k, v)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
 
 
@@ -140,7 +146,7 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
                 await call
             except grpc.aio.AioRpcError:
                 return call  # the caller sees the error when it awaits the call
-            vt = _vt(await call.trailing_metadata())
+            vt = _vt(self.clock, await call.trailing_metadata())
             if vt is not None:
                 self.clock.advance(vt)
             return call

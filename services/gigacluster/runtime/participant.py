@@ -32,7 +32,7 @@ async def participate(endpoint: str, name: str, *, key: str = "",
     the end the process stays in the clock until the calls it made inside have ended."""
     if clock.active() is not None:
         raise RuntimeError("this process already takes part in an event clock")
-    ck = EventClock()
+    ck = EventClock(sign_key=key)
     agent = ClockAgent(ck, endpoint, name, connect_timeout_s=connect_timeout_s, service_key=key)
     await agent.connect()
     clock.install(ck)

@@ -227,7 +227,8 @@ class Service(Generic[CfgT]):
         epoch = config.clock_epoch
         self.clock_agent: ClockAgent | None = None
         if config.clock == "event":
-            self.clock: VirtualClock = EventClock()
+            self.clock: VirtualClock = EventClock(sign_key=config.service_key,
+                                                  wire_keys=(config.service_key, config.admin_key))
             clock.install(self.clock)
             self.clock_agent = ClockAgent(self.clock, config.clock_coordinator, self.name,
                                           connect_timeout_s=config.clock_connect_timeout_s,
