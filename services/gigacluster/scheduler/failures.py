@@ -1,90 +1,23 @@
-"""A failure model for training jobs and the goodput it leaves (no gRPC).
+"""The offline goodput of a training job under a failure table (no gRPC).
 
-By default the Llama 3 mix: 419 unexpected interruptions in 54 days of pre-training on up to
-16,384 H100 (Llama 3 paper, Dubey et al. 2024, Table 5; ``calibration.md`` section 4), i.e. one
-interruption per ``16,384 x 54 x 24 / 419`` = 50,700 GPU-hours, split by cause as published.
-Each cause has an *effect* on the scheduler: a device cause (GPU, HBM, SRAM, ...) takes one chip
-out; a host cause (maintenance, SSD, power supply) takes the chip's whole scale-up domain out; a
-network cause fails the step and the job restarts anywhere; a software cause restarts in place.
+:func:`simulate_goodput` runs one job for a wall time under the failures of ``faults.draw`` (the same
+seeded draw the live injector, ``gigacluster faults run``, injects into the chips and links) with the
+checkpoint and restart costs the live scheduler charges (:mod:`scheduler.checkpoint`), and reports
+effective training time / wall time. By default the failure table is the Llama 3 mix
+(``faults.table.llama3``: 419 unexpected interruptions in 54 days on 16,384 H100).
 
-:func:`simulate_goodput` is the offline companion: a 54-day, 16k-GPU run under that failure
-process with the same checkpoint and restart costs the live scheduler charges
-(:mod:`scheduler.checkpoint`), reporting effective training time / wall time.
+The scheduler itself draws no failures: they reach a live job only through the injector, as a step
+that fails (docs/architecture.md "Failures").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 
-import numpy as np
-
-from gigacluster.registry import Registry
-
-# Llama 3 paper, Table 5 (root-cause categories of the 419 unexpected interruptions): count, effect.
-LLAMA3_MIX: dict[str, tuple[int, str]] = {
-    "faulty GPU": (148, "device"),
-    "GPU HBM3 memory": (72, "device"),
-    "software bug": (54, "software"),
-    "network switch or cable": (35, "network"),
-    "host maintenance (unplanned)": (32, "host"),
-    "GPU SRAM": (19, "device"),
-    "GPU system processor": (17, "device"),
-    "NIC": (7, "device"),
-    "NCCL watchdog timeout": (7, "software"),
-    "silent data corruption": (6, "device"),
-    "GPU thermal interface or sensor": (6, "device"),
-    "SSD": (3, "host"),
-    "power supply": (3, "host"),
-    # calibration.md lists causes down to 3 each (409); the other 10 of the 419 are smaller
-    # host-level categories in the paper's table (chassis, IO board, CPU, system memory, dependency).
-    "other host components": (10, "host"),
-}
-LLAMA3_INTERRUPTIONS = 419
-LLAMA3_GPUS = 16_384
-LLAMA3_DAYS = 54
-LLAMA3_RATE_PER_CHIP_S = LLAMA3_INTERRUPTIONS / (LLAMA3_GPUS * LLAMA3_DAYS * 86_400.0)
-"""Unexpected interruptions per chip-second in the Llama 3 run."""
-EFFECTS = ("device", "host", "network", "software")
-
-
-@dataclasses.dataclass(frozen=True)
-class FailureModel:
-    """Interruptions at ``rate_per_chip_s`` per chip-second, causes drawn from ``mix``."""
-
-    rate_per_chip_s: float = LLAMA3_RATE_PER_CHIP_S
-    mix: tuple[tuple[str, int, str], ...] = tuple((k, n, e) for k, (n, e) in LLAMA3_MIX.items())
-
-    def __post_init__(self) -> None:
-        if not self.rate_per_chip_s >= 0 or not math.isfinite(self.rate_per_chip_s):
-            raise ValueError(f"rate_per_chip_s must be finite and >= 0, got {self.rate_per_chip_s}")
-        if not self.mix or any(n < 0 or e not in EFFECTS for _, n, e in self.mix):
-            raise ValueError("mix must list (cause, count >= 0, effect in device/host/network/software)")
-
-    @classmethod
-    def llama3(cls, scale: float = 1.0) -> FailureModel:
-        """The Llama 3 mix at ``scale`` times its published rate."""
-        return cls(rate_per_chip_s=LLAMA3_RATE_PER_CHIP_S * scale)
-
-    def p_interrupt(self, chips: int, seconds: float) -> float:
-        """Probability that a job of ``chips`` is interrupted within ``seconds`` (Poisson)."""
-        return -math.expm1(-self.rate_per_chip_s * chips * seconds)
-
-    def draw_cause(self, rng: np.random.Generator) -> tuple[str, str]:
-        """(cause, effect) of one interruption, in the mix's proportions."""
-        counts = np.array([n for _, n, _ in self.mix], dtype=float)
-        i = int(rng.choice(len(self.mix), p=counts / counts.sum()))
-        return self.mix[i][0], self.mix[i][2]
-
-
-FailureFactory = Callable[[float], "FailureModel | None"]
-FAILURE_MODELS: Registry[FailureFactory] = Registry("failure model", field="failure_model",
-                                                   group="gigacluster.failures")
-"""Failure models by name (scheduler config ``failure_model``): each a function of the config's
-``failure_rate_scale`` returning the model, or None for no injected interruptions."""
-FAILURE_MODELS.register("off", lambda scale: None)
-FAILURE_MODELS.register("llama3", FailureModel.llama3)
+from gigacluster.faults.draw import Fault, draw, hits
+from gigacluster.faults.table import RateTable
 
 
 def young_daly_interval_s(checkpoint_pause_s: float, mtbf_s: float) -> float:
@@ -107,57 +40,75 @@ class GoodputResult:
         return self.useful_s / self.wall_s if self.wall_s else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """Where the job runs: ``chips`` of a mesh of ``mesh_chips`` (spares for quarantined chips), hosts of
+    ``domain_size`` chips. The failures are drawn over the whole mesh, as the injector draws them."""
+
+    mesh_chips: int
+    domain_size: int = 8
+    job_offset: int = 0
+
+
+def _striking(table: RateTable, chips: int, mesh: Mesh, seed: int) -> Iterator[Fault]:
+    job = range(mesh.job_offset, mesh.job_offset + chips)
+    return (f for f in draw(table, n_chips=mesh.mesh_chips, seed=seed) if hits(f, mesh.domain_size, job))
+
+
 def simulate_goodput(*, chips: int, wall_s: float, step_s: float, checkpoint_interval_steps: int,
                      checkpoint_pause_s: float, checkpoint_write_s: float, restart_s: float,
-                     model: FailureModel, seed: int = 0) -> GoodputResult:
-    """Run one job for ``wall_s`` under ``model``; returns goodput and where the rest went.
+                     table: RateTable, seed: int = 0, mesh: Mesh | None = None) -> GoodputResult:
+    """Run one job for ``wall_s`` under ``table``'s failures; returns goodput and where the rest went.
 
-    Time goes to steps, checkpoint pauses, restarts (relaunch + checkpoint read) and lost work.
-    A checkpoint becomes durable ``checkpoint_write_s`` after its pause (asynchronous write); an
-    interruption loses every step since the last durable one. Interruptions are a Poisson process
-    over the job's wall time (failures happen whether or not the job is stepping).
+    Time goes to steps, checkpoint pauses, restarts (relaunch + checkpoint read) and lost work. A
+    checkpoint becomes durable ``checkpoint_write_s`` after its pause (asynchronous write); a failure
+    striking the job loses every step since the last durable one. A failure that strikes during a
+    restart interrupts the job again when the restart ends, unless its repair is over by then (a
+    transient or network fault the relaunched job never sees).
     """
-    rng = np.random.default_rng(seed)
-    lam = model.rate_per_chip_s * chips
-    t = 0.0
-    useful = lost = restarts = pauses = 0.0
+    faults = _striking(table, chips, mesh or Mesh(chips), seed)
+    nxt = next(faults, None)
+    t = useful = lost = restarts = pauses = 0.0
     n_int = 0
     causes: dict[str, int] = {}
-    next_fail = rng.exponential(1.0 / lam) if lam > 0 else math.inf
     seg = checkpoint_interval_steps * step_s  # steps between checkpoints
-    durable_steps_s = 0.0  # useful time safe in the last durable checkpoint
+    durable = 0.0  # useful time safe in the last durable checkpoint
     pending: tuple[float, float] | None = None  # (durable at, useful time it holds)
     run_since = 0.0  # useful time since the last checkpoint pause
     while t < wall_s:
-        # next event: a segment of steps ends, or a failure
+        fail_t = nxt.t_s if nxt is not None else math.inf
         seg_end = t + (seg - run_since)
-        if next_fail < min(seg_end, wall_s):
-            run_since += next_fail - t
-            t = next_fail
+        if fail_t < min(seg_end, wall_s):
+            run_since += max(fail_t - t, 0.0)
+            t = max(fail_t, t)
             if pending is not None and pending[0] <= t:
-                durable_steps_s = pending[1]
-            lost += useful + run_since - durable_steps_s
-            useful = durable_steps_s
-            run_since = 0.0
-            pending = None
-            n_int += 1
-            cause, _ = model.draw_cause(rng)
-            causes[cause] = causes.get(cause, 0) + 1
-            t += restart_s
-            restarts += restart_s
-            next_fail = t + rng.exponential(1.0 / lam)
+                durable = pending[1]
+            lost += useful + run_since - durable
+            useful, run_since, pending = durable, 0.0, None
+            while nxt is not None and nxt.t_s <= t:  # this failure, and any again during the restart
+                n_int += 1
+                causes[nxt.cause] = causes.get(nxt.cause, 0) + 1
+                end = min(t + restart_s, wall_s)
+                restarts += end - t
+                t = end
+                nxt = next(faults, None)
+                while nxt is not None and nxt.t_s < t and nxt.t_s + nxt.repair_s <= t:
+                    nxt = next(faults, None)  # repaired before the relaunched job would see it
+                if nxt is not None and nxt.t_s < t:
+                    nxt = dataclasses.replace(nxt, t_s=t)  # still broken when the restart ends
             continue
         if seg_end >= wall_s:
             run_since += wall_s - t
             t = wall_s
             break
         if pending is not None and pending[0] <= seg_end:
-            durable_steps_s = pending[1]
+            durable = pending[1]
         useful += seg
         run_since = 0.0
         t = seg_end + checkpoint_pause_s
         pauses += checkpoint_pause_s
         pending = (t + checkpoint_write_s, useful)
     useful += run_since
+    over = max(t - wall_s, 0.0)  # a last checkpoint pause past the end
     return GoodputResult(wall_s=wall_s, useful_s=useful, interruptions=n_int, lost_s=lost, restart_s=restarts,
-                         checkpoint_pause_s=pauses, causes=causes)
+                         checkpoint_pause_s=pauses - over, causes=causes)

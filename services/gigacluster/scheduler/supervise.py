@@ -1,11 +1,12 @@
 """A placed job's life on its gang: the step loop around :class:`scheduler.runner.JobRunner`.
 
 Per step: wait out a peer's outage (never charged as a restart), refresh the capability, account the
-step, check it against the model (performance-loss diagnosis), settle asynchronous checkpoints, draw
-from the failure model, and take checkpoints when due. Around the loop: eviction for preemption
-(synchronous checkpoint, then requeue), a chip or link fault (quarantine, restart from the durable
-checkpoint, charged against ``max_restarts``), a lost peer (requeue, not charged), and the release of
-the gang's instance when the runner ends.
+step, check it against the model (performance-loss diagnosis), settle asynchronous checkpoints, and
+take checkpoints when due (the scheduler draws no failures: they reach a job through the mesh, where the
+fault injector ``gigacluster.faults`` breaks chips and links and the step fails). Around the loop:
+eviction for preemption (synchronous checkpoint, then requeue), a chip or link fault (quarantine, restart
+from the durable checkpoint, charged against ``max_restarts``), a lost peer (requeue, not charged), and
+the release of the gang's instance when the runner ends.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from gigacluster.scheduler.cluster import ClusterView
 from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
-from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, account
 
 log = structlog.get_logger()
@@ -58,8 +58,6 @@ class JobSupervisor:
     telemetry: Telemetry
     book: JobBook
     cluster: ClusterView
-    failure_model: FailureModel | None
-    rng: np.random.Generator
     gangs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, init=False)
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict, init=False)
     loss_events: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
@@ -132,7 +130,6 @@ class JobSupervisor:
             if ckpt.settle(t):
                 job.last_checkpoint_step = ckpt.durable_step
                 book.save(job)
-            self.maybe_fail(job, devices, res.breakdown.step_time_s)
             if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
                 book.notify(job, "progress")
                 book.save(job)  # a scheduler crash then knows how many steps it really loses
@@ -186,15 +183,6 @@ class JobSupervisor:
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/alerts", {
             "job": job.name, "event": "performance_loss", "cause": d.cause, "detail": d.detail,
             "slowdown": d.slowdown, "step": job.step, "t_s": self.clock.now()})
-
-    def maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
-        """The failure model: interrupt this step with the probability of its chip-seconds."""
-        fm = self.failure_model
-        if fm is None or self.rng.random() >= fm.p_interrupt(job.spec.count, step_s):
-            return
-        cause, effect = fm.draw_cause(self.rng)
-        dev = int(devices[int(self.rng.integers(devices.size))])
-        raise StepFailed(f"{cause} on device {dev} (failure model)", [dev], effect, modelled=True)
 
     async def on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed,
                          ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
