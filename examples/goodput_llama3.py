@@ -8,12 +8,12 @@ import pathlib
 import numpy as np
 import yaml
 
+from gigacluster.faults.draw import mean_time_between_s
+from gigacluster.faults.goodput import simulate_goodput, young_daly_interval_s
+from gigacluster.faults.table import llama3
 from gigacluster.model.training import TrainSpec, plan_step
 from gigacluster.planning import estimate_train
 from gigacluster.scheduler import checkpoint
-from gigacluster.faults.draw import mean_time_between_s
-from gigacluster.faults.table import llama3
-from gigacluster.scheduler.failures import simulate_goodput, young_daly_interval_s
 from gigacluster.scheduler.spec import split_job_file
 
 spec_d, _ = split_job_file(yaml.safe_load((pathlib.Path(__file__).parent / "llama3-405b-8k.yaml").read_text()))

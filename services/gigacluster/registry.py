@@ -6,7 +6,7 @@ Families (each a :class:`Registry` defined next to its base class):
 family (entry-point group)  registry                                    chosen by
 ==========================  ==========================================  ============================
 ``gigacluster.placement``   ``scheduler.placement.PLACEMENTS``          scheduler config ``placement``
-``gigacluster.failures``    ``faults.table.TABLES``                     fault injector ``table``   
+``gigacluster.failures``    ``faults.table.TABLES``                     fault injector ``table``
 ``gigacluster.routing``     ``inference.policies.POLICIES``             a deployment's ``policy``
 ``gigacluster.collectives`` ``fabric.collectives.ALGORITHMS``           a collective's ``algo``
 ``gigacluster.collective_policies``  ``fabric.collectives.POLICIES``    ``plan_collective(policy=)``

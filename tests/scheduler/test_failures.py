@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
+from gigacluster.faults.draw import mean_time_between_s
+from gigacluster.faults.goodput import simulate_goodput, young_daly_interval_s
+from gigacluster.faults.table import RateTable, Row, llama3
 from gigacluster.model.training import TrainSpec, plan_step
 from gigacluster.planning import estimate_train
 from gigacluster.scheduler import checkpoint
-from gigacluster.faults.draw import mean_time_between_s
-from gigacluster.faults.table import RateTable, Row, llama3
-from gigacluster.scheduler.failures import simulate_goodput, young_daly_interval_s
 from gigacluster.scheduler.spec import split_job_file
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

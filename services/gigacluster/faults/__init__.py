@@ -3,7 +3,7 @@
 * :mod:`faults.table` (pure): a failure-rate table (the Llama 3 mix, or a user's YAML), validated;
 * :mod:`faults.draw` (pure): the seeded Poisson draw of failures over a mesh's chips and what each one
   breaks (a chip, a host's chips, a NIC cable, a transient software fault). The offline goodput model
-  (``scheduler.failures.simulate_goodput``) and the live injector draw from this one code;
+  (``faults.goodput.simulate_goodput``) and the live injector draw from this one code;
 * :mod:`faults.driver` (gRPC): the injector process (``gigacluster faults run``) that injects each drawn
   failure with ``ChipService.InjectFault`` / ``FabricService.InjectLinkFault`` at its virtual time and
   clears it when its repair is due.

@@ -3,7 +3,7 @@
 Failures are a Poisson process over the mesh's chips: at ``table.rate_per_chip_s x n_chips`` per
 second, each one a row of the table in proportion to its rate, landing on a chip drawn uniformly. The
 same seed gives the same sequence, so the injector regenerates it after a restart and resumes at the
-first failure it had not injected, and the offline goodput model (``scheduler.failures``) sees exactly
+first failure it had not injected, and the offline goodput model (``faults.goodput``) sees exactly
 the failures the live run is given.
 """
 

@@ -8,7 +8,7 @@ The parts (no gRPC server code in any of them):
   worker thread and applies the decision: gangs allocated as exactly the devices the configured
   placement policy chose (all chips or none), evictions checkpoint and requeue, waiting jobs say why;
 - :mod:`scheduler.supervise`: each placed job's step loop (:mod:`scheduler.runner` for a step),
-  checkpoints, failures and restarts (:mod:`scheduler.checkpoint`, :mod:`scheduler.failures`);
+  checkpoints, failures and restarts (:mod:`scheduler.checkpoint`; failures come from the mesh, :mod:`faults`);
 - :mod:`scheduler.messages`: every message the servicer answers with.
 """
 

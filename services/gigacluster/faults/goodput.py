@@ -1,9 +1,10 @@
-"""The offline goodput of a training job under a failure table (no gRPC).
+"""The offline goodput of a training job under a failure table (no gRPC; formerly ``scheduler.failures``).
 
 :func:`simulate_goodput` runs one job for a wall time under the failures of ``faults.draw`` (the same
 seeded draw the live injector, ``gigacluster faults run``, injects into the chips and links) with the
 checkpoint and restart costs the live scheduler charges (:mod:`scheduler.checkpoint`), and reports
-effective training time / wall time. By default the failure table is the Llama 3 mix
+effective training time / wall time. The caller passes the costs from
+:mod:`scheduler.checkpoint` (as ``faults.replay`` does). By default the failure table is the Llama 3 mix
 (``faults.table.llama3``: 419 unexpected interruptions in 54 days on 16,384 H100).
 
 The scheduler itself draws no failures: they reach a live job only through the injector, as a step
