@@ -53,7 +53,7 @@ class Replay:
     table: str = "llama3"
     scale: float = 1.0
     seed: int = 0
-    max_restarts: int = 100_000
+    max_restarts: int = 1000  # the scheduler's bound; the Llama 3 run has about 419
     state_dir: pathlib.Path | None = None
 
 
@@ -68,8 +68,9 @@ def job_spec(r: Replay) -> tuple[dict[str, Any], dict[str, Any], TrainSpec]:
     table = load_table(r.table).scaled(r.scale)
     mtbf = mean_time_between_s(table, r.chips)
     interval = max(1, round(young_daly_interval_s(checkpoint.pause_s(plan_step(spec)), mtbf) / step_s))
-    job.update(steps=max(1, round(r.hours * 3600 / step_s)), checkpoint_interval_steps=interval,
-               max_restarts=r.max_restarts)
+    spec_d.pop("tokens", None)
+    spec_d["steps"] = max(1, round(r.hours * 3600 / step_s))
+    job.update(checkpoint_interval_steps=interval, max_restarts=r.max_restarts)
     return spec_d, job, spec
 
 
@@ -136,6 +137,7 @@ async def replay(r: Replay) -> dict[str, Any]:
                         if upd.kind == "state" and upd.job.state == upd.job.STATE_RESTARTING:
                             events.append((await mesh_time(st), upd.job.reason))
                     wall = time.monotonic() - t0
+                    final = await gc.get_job(sub.name)
             finally:
                 await stop_injector(inj)
     assert final is not None
