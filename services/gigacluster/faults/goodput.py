@@ -62,8 +62,10 @@ def simulate_goodput(*, chips: int, wall_s: float, step_s: float, checkpoint_int
     """Run one job for ``wall_s`` under ``table``'s failures; returns goodput and where the rest went.
 
     Time goes to steps, checkpoint pauses, restarts (relaunch + checkpoint read) and lost work. A
-    checkpoint becomes durable ``checkpoint_write_s`` after its pause (asynchronous write); a failure
-    striking the job loses every step since the last durable one. A failure that strikes during a
+    checkpoint becomes durable ``checkpoint_write_s`` after its pause (asynchronous write); one write at
+    a time, as the live scheduler does (``checkpoint.AsyncCheckpoints``): a checkpoint that falls due
+    while a write is in flight waits for the first step after it ends. A failure striking the job loses
+    every step since the last durable checkpoint. A failure that strikes during a
     restart interrupts the job again when the restart ends, unless its repair is over by then (a
     transient or network fault the relaunched job never sees).
     """
@@ -72,14 +74,16 @@ def simulate_goodput(*, chips: int, wall_s: float, step_s: float, checkpoint_int
     t = useful = lost = restarts = pauses = 0.0
     n_int = 0
     causes: dict[str, int] = {}
-    seg = checkpoint_interval_steps * step_s  # steps between checkpoints
+    seg = checkpoint_interval_steps * step_s  # useful time between checkpoints
     durable = 0.0  # useful time safe in the last durable checkpoint
     pending: tuple[float, float] | None = None  # (durable at, useful time it holds)
     run_since = 0.0  # useful time since the last checkpoint pause
     while t < wall_s:
         fail_t = nxt.t_s if nxt is not None else math.inf
-        seg_end = t + (seg - run_since)
-        if fail_t < min(seg_end, wall_s):
+        ckpt_t = t + (seg - run_since)  # the next checkpoint falls due
+        if pending is not None and pending[0] > ckpt_t:  # one write at a time: defer to the step after it ends
+            ckpt_t += math.ceil((pending[0] - ckpt_t) / step_s) * step_s
+        if fail_t < min(ckpt_t, wall_s):
             run_since += max(fail_t - t, 0.0)
             t = max(fail_t, t)
             if pending is not None and pending[0] <= t:
@@ -98,15 +102,15 @@ def simulate_goodput(*, chips: int, wall_s: float, step_s: float, checkpoint_int
                 if nxt is not None and nxt.t_s < t:
                     nxt = dataclasses.replace(nxt, t_s=t)  # still broken when the restart ends
             continue
-        if seg_end >= wall_s:
+        if ckpt_t >= wall_s:
             run_since += wall_s - t
             t = wall_s
             break
-        if pending is not None and pending[0] <= seg_end:
+        if pending is not None and pending[0] <= ckpt_t:
             durable = pending[1]
-        useful += seg
+        useful += run_since + (ckpt_t - t)
         run_since = 0.0
-        t = seg_end + checkpoint_pause_s
+        t = ckpt_t + checkpoint_pause_s
         pauses += checkpoint_pause_s
         pending = (t + checkpoint_write_s, useful)
     useful += run_since

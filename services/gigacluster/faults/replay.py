@@ -130,12 +130,14 @@ async def replay(r: Replay) -> dict[str, Any]:
                 async with Client(st.endpoints, key) as gc:
                     t0 = time.monotonic()
                     sub = await gc.submit_job(spec_d, **job)
-                    events: list[tuple[float, str]] = []
+                    events: list[tuple[float, str]] = []  # (mesh time, reason) of each job failure seen
                     final = None
                     async for upd in gc.watch_job(sub.name):
+                        seen = final.failures if final is not None else 0
                         final = upd.job
-                        if upd.kind == "state" and upd.job.state == upd.job.STATE_RESTARTING:
-                            events.append((await mesh_time(st), upd.job.reason))
+                        if upd.job.failures > seen:  # updates may coalesce: one entry per failure counted
+                            now = await mesh_time(st)
+                            events += [(now, upd.job.reason)] * (upd.job.failures - seen)
                     wall = time.monotonic() - t0
                     final = await gc.get_job(sub.name)
             finally:
