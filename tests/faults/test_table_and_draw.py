@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 
 import numpy as np
@@ -100,7 +101,8 @@ def test_offline_goodput_counts_the_drawn_failures_that_strike_the_job() -> None
     t = llama3().scaled(2000.0)
     mesh = Mesh(mesh_chips=64, domain_size=8)
     wall = 20_000.0
-    want = [f for f in draw(t, n_chips=64, seed=3) if f.t_s < wall and hits(f, 8, range(32))]
+    drawn = itertools.takewhile(lambda f: f.t_s < wall, draw(t, n_chips=64, seed=3))
+    want = [f for f in drawn if hits(f, 8, range(32))]
     r = simulate_goodput(chips=32, wall_s=wall, step_s=1.0, checkpoint_interval_steps=10, checkpoint_pause_s=0.1,
                          checkpoint_write_s=1.0, restart_s=1e-6, table=t, seed=3, mesh=mesh)
     assert r.interruptions == len(want) > 5
