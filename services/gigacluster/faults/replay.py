@@ -92,8 +92,8 @@ async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: flo
     argv = [sys.executable, "-m", "gigacluster.cli.main", "faults", "run", "--table", r.table, "--scale",
             repr(r.scale), "--seed", str(r.seed), "--start-s", repr(start_s), "--state-dir", str(state),
             "--duration-s", repr(r.hours * 3600 * 1.5)]
-    log = (state / "faults.log").open("ab")
-    return await asyncio.create_subprocess_exec(*argv, env=env, stdout=log, stderr=log)
+    with (state / "faults.log").open("ab") as log:  # the child keeps its own descriptor
+        return await asyncio.create_subprocess_exec(*argv, env=env, stdout=log, stderr=log)
 
 
 async def stop_injector(proc: asyncio.subprocess.Process) -> None:
