@@ -44,7 +44,7 @@ async def test_a_killed_injector_resumes_without_losing_or_repeating_a_failure(m
     """kill -9 of the injector mid-run, then a restart on the same state directory: the failures it injects are
     the seeded sequence, each index once, none skipped, and the job still ends."""
     data = yaml.safe_load(DEMO.read_text())
-    data["steps"] = 400
+    data.update(steps=400, max_restarts=100)
     spec, job = split_job_file(data)
     r = Replay(chips=32, spare_chips=8, table=str(TABLE), seed=5, hours=1.0)
     faults_dir = tmp_path / "faults"
