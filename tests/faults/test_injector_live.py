@@ -3,7 +3,6 @@ killed injector loses none (issue 14, items 3 and 5)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pathlib
 import signal
@@ -60,12 +59,12 @@ async def test_a_killed_injector_resumes_without_losing_or_repeating_a_failure(m
             async for upd in gc.watch_job(sub.name):
                 final = upd.job
                 if not killed and len([e for e in read_log(faults_dir) if e["action"] == "inject"]) >= 2:
-                    os.kill(inj.pid, signal.SIGKILL)
-                    await inj.wait()
+                    assert inj.proc is not None
+                    os.kill(inj.proc.pid, signal.SIGKILL)
+                    await inj.proc.wait()
                     killed = True
                     inj = await start_injector(st, r, faults_dir, start)
-        inj.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(inj.wait(), 10)
+        await inj.stop(10.0)
     assert killed and final is not None and final.state == final.STATE_SUCCEEDED
     injected = [e["index"] for e in read_log(faults_dir) if e["action"] == "inject"]
     assert len(injected) > 2 and sorted(set(injected)) == list(range(max(injected) + 1))

@@ -44,7 +44,7 @@ from gigacluster.faults.journal import Active, Journal
 from gigacluster.faults.table import RateTable, load_table
 from gigacluster.runtime import clock as clock_mod
 from gigacluster.runtime.auth import call_metadata
-from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.channels import ChannelPool, open_channel
 from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.config import CommonConfig, ConfigError, _f
 from gigacluster.runtime.coordinator_client import ClockAgent
@@ -113,19 +113,15 @@ class Injector:
         self.table = cfg.rate_table()
         self.md = call_metadata(api_key=cfg.admin_key)
         self.mesh: MeshMap | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.channels = ChannelPool()
         self.injected = 0
         self.cleared = 0
 
     def channel(self, ep: str) -> grpc.aio.Channel:
-        if ep not in self._channels:
-            self._channels[ep] = open_channel(ep)
-        return self._channels[ep]
+        return self.channels.get(ep)
 
     async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
+        await self.channels.close()
 
     async def discover(self) -> MeshMap:
         """The mesh from the broker's inventory and the fabric's NIC links."""

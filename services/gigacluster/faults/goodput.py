@@ -28,13 +28,15 @@ def young_daly_interval_s(checkpoint_pause_s: float, mtbf_s: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class GoodputResult:
+    """Where a job's wall time went: useful steps, lost work, restarts, checkpoint pauses; causes counted."""
+
     wall_s: float
     useful_s: float
     interruptions: int
     lost_s: float
     restart_s: float
     checkpoint_pause_s: float
-    causes: dict[str, int]
+    causes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def goodput(self) -> float:

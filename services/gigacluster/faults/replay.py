@@ -11,12 +11,10 @@ measures it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import os
 import pathlib
-import signal
 import sys
 import tempfile
 import time
@@ -36,7 +34,7 @@ from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.spec import split_job_file
-from gigacluster.stack import Stack, StackConfig
+from gigacluster.stack import Proc, Stack, StackConfig
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 
@@ -83,8 +81,9 @@ def offline(r: Replay, spec: TrainSpec, wall_s: float, interval: int, domain: in
         mesh=Mesh(r.chips + r.spare_chips, domain))
 
 
-async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: float) -> asyncio.subprocess.Process:
-    """``gigacluster faults run`` on the mesh's event clock (keys passed in the environment, not argv)."""
+async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: float) -> Proc:
+    """``gigacluster faults run`` on the mesh's event clock, started (keys in the environment, not argv; its log
+    in ``state/faults.log``); ``Proc.stop`` ends it."""
     env = dict(os.environ)
     env.update(GIGACLUSTER_ADMIN_KEY=st.admin_key, GIGACLUSTER_SERVICE_KEY=st.service_key,
                GIGACLUSTER_BROKER=st.endpoint_of("broker"), GIGACLUSTER_CLOCK="event",
@@ -92,19 +91,9 @@ async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: flo
     argv = [sys.executable, "-m", "gigacluster.cli.main", "faults", "run", "--table", r.table, "--scale",
             repr(r.scale), "--seed", str(r.seed), "--start-s", repr(start_s), "--state-dir", str(state),
             "--duration-s", repr(r.hours * 3600 * 1.5)]
-    with (state / "faults.log").open("ab") as log:  # the child keeps its own descriptor
-        return await asyncio.create_subprocess_exec(*argv, env=env, stdout=log, stderr=log)
-
-
-async def stop_injector(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM, then SIGKILL after 5 s (this process started it)."""
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 5)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+    proc = Proc("faults", argv, env, state / "faults.log")
+    await proc.start()
+    return proc
 
 
 async def mesh_time(st: Stack) -> float:
@@ -141,7 +130,7 @@ async def replay(r: Replay) -> dict[str, Any]:
                     wall = time.monotonic() - t0
                     final = await gc.get_job(sub.name)
             finally:
-                await stop_injector(inj)
+                await inj.stop(5.0)
     assert final is not None
     return report(r, spec, job, final, events, read_log(faults_dir), wall, int(get_system(spec.system).chips))
 

@@ -63,28 +63,19 @@ def pause_s(plan: StepPlan) -> float:
     return (m.weights_bytes + m.optimizer_bytes) / storage().host_copy_Bps
 
 
-@dataclasses.dataclass(frozen=True)
-class Relaunch:
-    """The catalog's ``relaunch`` section."""
-
-    process_start_s: float
-    data_loader_s: float
-    collective_init_s_ref: float
-    collective_init_ref_chips: float
-
-
 @functools.cache
-def relaunch() -> Relaunch:
+def _relaunch_terms() -> tuple[float, float]:
+    """(seconds independent of size, collective-init seconds per chip) from the catalog's ``relaunch``."""
     r = _raw()["relaunch"]
-    return Relaunch(float(r["process_start_s"]), float(r["data_loader_s"]), float(r["collective_init_s_ref"]),
-                    float(r["collective_init_ref_chips"]))
+    return (float(r["process_start_s"]) + float(r["data_loader_s"]),
+            float(r["collective_init_s_ref"]) / float(r["collective_init_ref_chips"]))
 
 
 def relaunch_s(chips: int) -> float:
     """Seconds to relaunch a job of ``chips`` before its checkpoint is read: process start and data loading,
     plus collective initialisation scaled linearly from the published 265 s at 96k GPUs (NCCLX)."""
-    r = relaunch()
-    return r.process_start_s + r.data_loader_s + r.collective_init_s_ref * chips / r.collective_init_ref_chips
+    fixed, per_chip = _relaunch_terms()
+    return fixed + per_chip * chips
 
 
 def restart_s(spec: TrainSpec) -> float:

@@ -26,7 +26,7 @@ from gigacluster.model.power import host_overhead_w, link_energy_j
 from gigacluster.model.training import StepBreakdown, compose_step, link_bytes
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
-from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.channels import ChannelPool
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
@@ -118,7 +118,7 @@ class JobRunner:
         self.devices = devices  # global ids in rank order
         self.clock = clock
         self.capability = capability
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.channels = ChannelPool()
         self.fabric_ep = fabric
         # (endpoint, device ranges on that shard) for the job's devices
         self.shard_ranges: list[tuple[str, list[tuple[int, int]]]] = []
@@ -132,14 +132,10 @@ class JobRunner:
         self.memory_per_chip_bytes = int(job.plan.memory.total_bytes)
 
     def channel(self, ep: str) -> grpc.aio.Channel:
-        if ep not in self._channels:
-            self._channels[ep] = open_channel(ep)
-        return self._channels[ep]
+        return self.channels.get(ep)
 
     async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
+        await self.channels.close()
 
     def _collective_calls(self) -> list[tuple[str, fabric_pb2.StartCollectiveRequest]]:
         spec = self.job.spec
