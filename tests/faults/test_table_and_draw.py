@@ -132,3 +132,17 @@ def test_collective_groups_of_a_gang_with_a_hole_stay_inside_it() -> None:
     runs = device_runs(gang, (0, 4, 8), 1, 8)
     expanded = sorted(int(d) for ranks, n, s in runs for k in range(n) for d in ranks + k * s)
     assert expanded == sorted(gang.tolist()) and len(runs) == 2
+
+
+def test_the_injector_config_refuses_a_bad_table_naming_the_field(tmp_path: pathlib.Path) -> None:
+    """FaultsConfig fails at load on an unknown table name (listing the built-in ones) or a bad row (naming it)."""
+    from gigacluster.faults.driver import FaultsConfig
+    from gigacluster.runtime.config import ConfigError, load
+    with pytest.raises(ConfigError, match="allowed: llama3"):
+        load(FaultsConfig, flags={"table": "chaos"}, env={})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("failures:\n  - {component: gpu, repair_s: 5}\n")
+    with pytest.raises(ConfigError, match=r"failures\[0\]\.rate_per_chip_hour"):
+        load(FaultsConfig, flags={"table": str(bad)}, env={})
+    with pytest.raises(ConfigError, match="scale"):
+        FaultsConfig(scale=-1.0)

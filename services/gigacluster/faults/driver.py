@@ -77,7 +77,7 @@ class FaultsConfig(CommonConfig):
         try:
             self.rate_table()
         except InvalidArgument as exc:
-            raise ConfigError(f"table: {exc}") from None
+            raise ConfigError(str(exc) if exc.field == "table" else f"table: {exc}") from None
 
     def rate_table(self) -> RateTable:
         return load_table(self.table).scaled(self.scale)
