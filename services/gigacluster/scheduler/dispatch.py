@@ -76,30 +76,23 @@ class Dispatcher:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(kick.wait(), timeout=self.config.dispatch_interval_s)
-            # A kicked pass holds the event clock (a no-op on the wall clock): a job requeued after a fault
-            # restarts at the virtual time it was requeued, not after whatever event the idle mesh jumps to.
-            with clock_busy() if kick.is_set() else contextlib.nullcontext():
-                # A burst of submissions is one pass, not one each: let the burst land first.
-                await asyncio.sleep(self.config.dispatch_debounce_s)
-                kick.clear()
-                started = time.monotonic()
-                await self.pass_once()
+            # A burst of submissions is one pass, not one each: let the burst land first.
+            await asyncio.sleep(self.config.dispatch_debounce_s)
+            kick.clear()
+            started = time.monotonic()
+            try:
+                await self.dispatch()
+            except Unavailable as exc:  # the broker is restarting: wait, do not spam tracebacks
+                log.warning("dispatch pass waits for a peer", error=str(exc)[:200])
+                await asyncio.sleep(1.0)
+                kick.set()
+            except Exception:
+                log.exception("dispatch failed")
+                await asyncio.sleep(0.5)
+                kick.set()
             # Passes take at most about a third of the scheduler's time (and of the GIL its RPCs
             # need), however fast changes arrive.
             await asyncio.sleep(2 * (time.monotonic() - started))
-
-    async def pass_once(self) -> None:
-        """One pass; a peer that is away or an error is logged and the pass kicked again."""
-        try:
-            await self.dispatch()
-        except Unavailable as exc:  # the broker is restarting: wait, do not spam tracebacks
-            log.warning("dispatch pass waits for a peer", error=str(exc)[:200])
-            await asyncio.sleep(1.0)
-            self.book.kick.set()
-        except Exception:
-            log.exception("dispatch failed")
-            await asyncio.sleep(0.5)
-            self.book.kick.set()
 
     async def dispatch(self) -> None:
         """One pass: release what a previous run held, snapshot, decide off the loop, apply."""
