@@ -8,25 +8,27 @@ import pathlib
 import numpy as np
 import yaml
 
+from gigacluster.faults.draw import mean_time_between_s
+from gigacluster.faults.goodput import simulate_goodput, young_daly_interval_s
+from gigacluster.faults.table import llama3
 from gigacluster.model.training import TrainSpec, plan_step
 from gigacluster.planning import estimate_train
 from gigacluster.scheduler import checkpoint
-from gigacluster.scheduler.failures import FailureModel, simulate_goodput, young_daly_interval_s
 from gigacluster.scheduler.spec import split_job_file
 
 spec_d, _ = split_job_file(yaml.safe_load((pathlib.Path(__file__).parent / "llama3-405b-8k.yaml").read_text()))
 spec_d["hardware"]["count"] = 16_384
 spec = TrainSpec.from_dict(spec_d)
 step, plan = estimate_train(spec).step_time_s, plan_step(spec)
-fm = FailureModel.llama3()
-mtbf = 1 / (fm.rate_per_chip_s * spec.count)
+table = llama3()
+mtbf = mean_time_between_s(table, spec.count)
 pause, write, restart = checkpoint.pause_s(plan), checkpoint.write_s(spec), checkpoint.restart_s(spec)
 WALL = 54 * 86_400.0
 
 
 def row(label: str, steps: int, pause_s: float, restart_s: float) -> None:
     rr = [simulate_goodput(chips=spec.count, wall_s=WALL, step_s=step, checkpoint_interval_steps=steps,
-                           checkpoint_pause_s=pause_s, checkpoint_write_s=write, restart_s=restart_s, model=fm,
+                           checkpoint_pause_s=pause_s, checkpoint_write_s=write, restart_s=restart_s, table=table,
                            seed=s) for s in range(5)]
     g = np.array([r.goodput for r in rr])
     print(f"| {label} | {steps} ({steps * step / 60:.1f} min) | {np.mean([r.interruptions for r in rr]):.0f} | "

@@ -6,7 +6,7 @@ Families (each a :class:`Registry` defined next to its base class):
 family (entry-point group)  registry                                    chosen by
 ==========================  ==========================================  ============================
 ``gigacluster.placement``   ``scheduler.placement.PLACEMENTS``          scheduler config ``placement``
-``gigacluster.failures``    ``scheduler.failures.FAILURE_MODELS``       scheduler ``failure_model``
+``gigacluster.failures``    ``faults.table.TABLES``                     fault injector ``table``
 ``gigacluster.routing``     ``inference.policies.POLICIES``             a deployment's ``policy``
 ``gigacluster.collectives`` ``fabric.collectives.ALGORITHMS``           a collective's ``algo``
 ``gigacluster.collective_policies``  ``fabric.collectives.POLICIES``    ``plan_collective(policy=)``
@@ -156,7 +156,7 @@ class Registry(Mapping[str, T], Generic[T]):
 
 FAMILIES: dict[str, str] = {
     "placement": "gigacluster.scheduler.placement:PLACEMENTS",
-    "failures": "gigacluster.scheduler.failures:FAILURE_MODELS",
+    "failures": "gigacluster.faults.table:TABLES",
     "routing": "gigacluster.inference.policies:POLICIES",
     "collectives": "gigacluster.fabric.collectives:ALGORITHMS",
     "collective_policies": "gigacluster.fabric.collectives:POLICIES",

@@ -109,7 +109,7 @@ def test_a_request_cannot_import_by_path() -> None:
 
 def test_unknown_names_are_one_error_listing_the_allowed_names() -> None:
     """Every family refuses an unknown name with UnknownName (InvalidArgument and SpecError) naming its field."""
-    for key, field in (("placement", "placement"), ("failures", "failure_model"), ("routing", "policy"),
+    for key, field in (("placement", "placement"), ("failures", "table"), ("routing", "policy"),
                        ("collectives", "algo"), ("collective_policies", "policy"), ("fabric_routing", "routing")):
         reg = registry.family(key)
         assert reg.group == f"gigacluster.{key}"
@@ -122,11 +122,10 @@ def test_unknown_names_are_one_error_listing_the_allowed_names() -> None:
 
 
 def test_names_are_checked_when_the_config_loads() -> None:
-    """Bad placement, failure model and fabric routing names fail at config load, listing the choices."""
+    """Bad placement and fabric routing names fail at config load, listing the choices (failure tables are the
+    fault injector's, tests/faults)."""
     with pytest.raises(ConfigError, match="allowed: binpack, spread, topology"):
         SchedulerConfig(placement="random")
-    with pytest.raises(ConfigError, match="allowed: llama3, off"):
-        load(SchedulerConfig, env={"GIGACLUSTER_FAILURE_MODEL": "chaos"})
     with pytest.raises(ConfigError, match="allowed: adaptive, ecmp, spray"):
         load(FabricConfig, flags={"routing": "valiant"}, env={})
     with pytest.raises(ConfigError, match="cannot import"):

@@ -16,6 +16,7 @@ from gigacluster.cli import (
     estimate_collective,
     estimate_infer,
     estimate_train,
+    faults_cmd,
     health,
     loadtest_cmd,
     mqtt_files,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     preset_files.register(sub)
     loadtest_cmd.register(sub)
     scenario_cmd.register(sub)
+    faults_cmd.register(sub)
     protos_cmd.register(sub)
     return parser
 

@@ -82,6 +82,24 @@ def open_channel(endpoint: str, tls: Tls | None = None, *, metered: bool = True)
                                    interceptors=interceptors or None)
 
 
+class ChannelPool:
+    """One channel per endpoint, opened on first use (``open_channel``), all closed together."""
+
+    def __init__(self, tls: Tls | None = None) -> None:
+        self.tls = tls
+        self.open: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, endpoint: str) -> grpc.aio.Channel:
+        if endpoint not in self.open:
+            self.open[endpoint] = open_channel(endpoint, self.tls)
+        return self.open[endpoint]
+
+    async def close(self) -> None:
+        for ch in self.open.values():
+            await ch.close()
+        self.open.clear()
+
+
 def add_port(server: grpc.aio.Server, address: str, tls: Tls | None = None) -> int:
     """Bind ``address``: with TLS requiring client certificates when configured."""
     tls = tls or Tls.from_env()

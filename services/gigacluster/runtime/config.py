@@ -245,10 +245,8 @@ class SchedulerConfig(CommonConfig):
     progress_interval_steps: int = _f(1, "publish job progress every N steps")
     preemption: bool = _f(True, "higher-priority gangs evict lower-priority ones")
     backfill: bool = _f(True, "small jobs start in holes that do not delay the head job's reserved start")
-    failure_model: str = _f("off", "injected interruptions: off, or llama3 (the Llama 3 405B cause mix)")
-    failure_rate_scale: float = _f(1.0, "multiplier on the failure model's published rate per chip")
-    failure_seed: int = _f(0, "random seed of the failure model")
-    repair_s: float = _f(3600.0, "virtual seconds a chip or host taken out by the failure model stays out")
+    repair_s: float = _f(3600.0, "virtual seconds a chip or host taken out by a modelled fault (StepFailed.modelled) "
+                                 "stays out; faults injected through the chips are out until the chip is healthy")
     max_queued_per_tenant: int = _f(10_000, "queued jobs one tenant may have; more is RESOURCE_EXHAUSTED")
     max_job_chips: int = _f(1 << 20, "largest spec.hardware.count a job may ask for")
     max_global_batch: int = _f(1 << 24, "largest spec.batch.global_batch (sequences)")
@@ -269,7 +267,6 @@ class SchedulerConfig(CommonConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _registered("placement", self.placement)
-        _registered("failures", self.failure_model)
         if self.max_window_steps < 0:
             raise ConfigError(f"max_window_steps must be >= 0 (0 = no windows), got {self.max_window_steps}")
 

@@ -6,8 +6,9 @@ bytes do not grow with DP. Checkpoints are asynchronous (as PyTorch DCP ``async_
 Llama 3 run do): training pauses only for each chip's device-to-host copy of its shard
 (:func:`pause_s`), and the checkpoint becomes durable when the write to storage, at the job's
 share of the storage bandwidth, finishes (:func:`write_s`). A preempted job must finish the
-write before it gives its chips back. A restart pays ``restart_init_s`` plus reading the
-checkpoint back at the same bandwidth.
+write before it gives its chips back. A restart pays the relaunch (:func:`relaunch_s`: process start,
+data loading, and collective initialisation that grows with the job, from the NCCLX paper's figure;
+catalog section ``relaunch``) plus reading the checkpoint back at the same bandwidth.
 """
 
 from __future__ import annotations
@@ -62,9 +63,24 @@ def pause_s(plan: StepPlan) -> float:
     return (m.weights_bytes + m.optimizer_bytes) / storage().host_copy_Bps
 
 
+@functools.cache
+def _relaunch_terms() -> tuple[float, float]:
+    """(seconds independent of size, collective-init seconds per chip) from the catalog's ``relaunch``."""
+    r = _raw()["relaunch"]
+    return (float(r["process_start_s"]) + float(r["data_loader_s"]),
+            float(r["collective_init_s_ref"]) / float(r["collective_init_ref_chips"]))
+
+
+def relaunch_s(chips: int) -> float:
+    """Seconds to relaunch a job of ``chips`` before its checkpoint is read: process start and data loading,
+    plus collective initialisation scaled linearly from the published 265 s at 96k GPUs (NCCLX)."""
+    fixed, per_chip = _relaunch_terms()
+    return fixed + per_chip * chips
+
+
 def restart_s(spec: TrainSpec) -> float:
     """Seconds from placement to the first step after a restart: relaunch plus checkpoint read."""
-    return storage().restart_init_s + write_s(spec)
+    return relaunch_s(spec.count) + write_s(spec)
 
 
 @dataclasses.dataclass

@@ -214,6 +214,8 @@ class Dispatcher:
                             f"{st.domains} domains, {st.leaf_groups} leaf groups, {st.dp_spine_crossings} DP spine "
                             f"crossings{' (borrowed quota)' if borrowing else ''}")
         if not job.started_s:
-            job.started_s = self.clock.now()
+            # 0 means "never started" (JobRecord): a job placed at virtual time 0 (an event-clock mesh starts
+            # there) records 1 ns, or a restart would move its start and goodput would read 0.
+            job.started_s = max(self.clock.now(), 1e-9)
         self.supervisor.start(job, devices, resp.capability, resp.capability_expires_s)
         return True

@@ -26,7 +26,7 @@ from gigacluster.model.power import host_overhead_w, link_energy_j
 from gigacluster.model.training import StepBreakdown, compose_step, link_bytes
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
-from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.channels import ChannelPool
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
 from gigacluster.scheduler.core import JobRecord, rank_groups
@@ -90,6 +90,29 @@ def arithmetic_runs(offsets: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
+def device_runs(devices: np.ndarray, run: tuple[int, int, int], stride: int,
+                size: int) -> list[tuple[np.ndarray, int, int]]:
+    """A run of rank groups (first offset, count, offset stride) as (device ids of its first group, count,
+    stride in device ids) pieces whose groups are translates of each other in device-id space, as the
+    fabric expands ``groups`` x ``group_stride``. A gang with a hole (chips excluded after a fault) is not
+    evenly spaced, so one run of offsets may become several pieces."""
+    first, count, gstride = run
+    ids = devices[first + gstride * np.arange(count)[:, None] + stride * np.arange(size)[None, :]]
+    if count == 1:
+        return [(ids[0], 1, 1)]
+    step = ids[1:] - ids[:-1]
+    even = (step == step[:, :1]).all(axis=1) & (step[:, 0] > 0)
+    out: list[tuple[np.ndarray, int, int]] = []
+    i = 0
+    while i < count:
+        j = i
+        while j < count - 1 and even[j] and step[j, 0] == step[i, 0]:
+            j += 1
+        out.append((ids[i], j - i + 1, int(step[i, 0]) if j > i else 1))
+        i = j + 1
+    return out
+
+
 class JobRunner:
     """The mesh side of one running job: devices, endpoints and the capability to use them."""
 
@@ -99,7 +122,7 @@ class JobRunner:
         self.devices = devices  # global ids in rank order
         self.clock = clock
         self.capability = capability
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.channels = ChannelPool()
         self.fabric_ep = fabric
         # (endpoint, device ranges on that shard) for the job's devices
         self.shard_ranges: list[tuple[str, list[tuple[int, int]]]] = []
@@ -113,27 +136,23 @@ class JobRunner:
         self.memory_per_chip_bytes = int(job.plan.memory.total_bytes)
 
     def channel(self, ep: str) -> grpc.aio.Channel:
-        if ep not in self._channels:
-            self._channels[ep] = open_channel(ep)
-        return self._channels[ep]
+        return self.channels.get(ep)
 
     async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
+        await self.channels.close()
 
     def _collective_calls(self) -> list[tuple[str, fabric_pb2.StartCollectiveRequest]]:
         spec = self.job.spec
         calls = []
         for d in self.job.plan.collectives:
             size, stride, _copies, offsets = rank_groups(spec, d.name)
-            for first, count, group_stride in arithmetic_runs(offsets):
-                ranks = self.devices[first + stride * np.arange(size)]
-                calls.append((d.name, fabric_pb2.StartCollectiveRequest(
-                    op=OPS[d.op], ranks=convert.range_msgs(_ranges(ranks, keep_order=True)), bytes=d.bytes_,
-                    traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING, groups=count, group_stride=group_stride,
-                    tag=self.job.name,
-                )))
+            for run in arithmetic_runs(offsets):
+                for ranks, count, group_stride in device_runs(self.devices, run, stride, size):
+                    calls.append((d.name, fabric_pb2.StartCollectiveRequest(
+                        op=OPS[d.op], ranks=convert.range_msgs(_ranges(ranks, keep_order=True)), bytes=d.bytes_,
+                        traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING, groups=count, group_stride=group_stride,
+                        tag=self.job.name,
+                    )))
         return calls
 
     def _md(self) -> tuple[tuple[str, str], ...]:

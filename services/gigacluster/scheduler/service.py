@@ -8,7 +8,7 @@ The parts (no gRPC server code in any of them):
   worker thread and applies the decision: gangs allocated as exactly the devices the configured
   placement policy chose (all chips or none), evictions checkpoint and requeue, waiting jobs say why;
 - :mod:`scheduler.supervise`: each placed job's step loop (:mod:`scheduler.runner` for a step),
-  checkpoints, failures and restarts (:mod:`scheduler.checkpoint`, :mod:`scheduler.failures`);
+  checkpoints, failures and restarts (:mod:`scheduler.checkpoint`; failures come from the mesh, :mod:`faults`);
 - :mod:`scheduler.messages`: every message the servicer answers with.
 """
 
@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-import numpy as np
 import structlog
 
 from gigacluster.errors import InvalidArgument, PermissionDenied
@@ -37,7 +36,6 @@ from gigacluster.scheduler.cluster import ClusterView
 from gigacluster.scheduler.core import JobRecord, State, cached_estimate, validate_submission
 from gigacluster.scheduler.diagnose import CAUSES, Expected
 from gigacluster.scheduler.dispatch import Dispatcher
-from gigacluster.scheduler.failures import FAILURE_MODELS
 from gigacluster.scheduler.placement import get_policy
 from gigacluster.scheduler.policy import QueueSpec
 from gigacluster.scheduler.spec import SpecBounds, check_bounds, proto_to_spec, show
@@ -66,9 +64,7 @@ class SchedulerService(Service[SchedulerConfig]):
         self.cluster = ClusterView(config, self.auth, self.book)
         policy = get_policy(config.placement)
         # The config load checked the name; a model installed as an entry point is built the same way.
-        failure_model = FAILURE_MODELS.lookup(config.failure_model)(config.failure_rate_scale)
-        self.supervisor = JobSupervisor(config, self.clock, self.telemetry, self.book, self.cluster, failure_model,
-                                        np.random.default_rng(config.failure_seed))
+        self.supervisor = JobSupervisor(config, self.clock, self.telemetry, self.book, self.cluster)
         self.dispatcher = Dispatcher(config, self.clock, self.book, self.cluster, self.supervisor, policy)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:

@@ -1,11 +1,12 @@
 """A placed job's life on its gang: the step loop around :class:`scheduler.runner.JobRunner`.
 
 Per step: wait out a peer's outage (never charged as a restart), refresh the capability, account the
-step, check it against the model (performance-loss diagnosis), settle asynchronous checkpoints, draw
-from the failure model, and take checkpoints when due. Around the loop: eviction for preemption
-(synchronous checkpoint, then requeue), a chip or link fault (quarantine, restart from the durable
-checkpoint, charged against ``max_restarts``), a lost peer (requeue, not charged), and the release of
-the gang's instance when the runner ends.
+step, check it against the model (performance-loss diagnosis), settle asynchronous checkpoints, and
+take checkpoints when due (the scheduler draws no failures: they reach a job through the mesh, where the
+fault injector ``gigacluster.faults`` breaks chips and links and the step fails). Around the loop:
+eviction for preemption (synchronous checkpoint, then requeue), a chip or link fault (quarantine, restart
+from the durable checkpoint, charged against ``max_restarts``), a lost peer (requeue, not charged), and
+the release of the gang's instance when the runner ends.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from gigacluster.scheduler.cluster import ClusterView
 from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
-from gigacluster.scheduler.failures import FailureModel
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
 from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_steps
 
@@ -59,8 +59,6 @@ class JobSupervisor:
     telemetry: Telemetry
     book: JobBook
     cluster: ClusterView
-    failure_model: FailureModel | None
-    rng: np.random.Generator
     gangs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, init=False)
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict, init=False)
     loss_events: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
@@ -146,7 +144,7 @@ class JobSupervisor:
                          pause: float, write: float, *, runner: JobRunner | None = None,
                          last_of_window: bool | None = None) -> float:
         """Account a finished step, check it against the model (per-step path: ``runner`` given), settle
-        checkpoint writes, draw from the failure model, tell watchers and take a checkpoint when due; returns
+        checkpoint writes, tell watchers and take a checkpoint when due; returns
         the virtual time the next step starts. A window's steps come here one by one when it ends: watchers
         get a copy of the job per step, MQTT and the job book the window's last (or a checkpoint's) step."""
         book = self.book
@@ -158,7 +156,6 @@ class JobSupervisor:
         if ckpt.settle(t):
             job.last_checkpoint_step = ckpt.durable_step
             book.save(job)
-        self.maybe_fail(job, devices, res.breakdown.step_time_s)
         durable = last_of_window is None or last_of_window or job.step == job.steps_total
         if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
             book.notify(job, "progress", publish=durable, snapshot=last_of_window is not None)
@@ -180,7 +177,7 @@ class JobSupervisor:
         """The next steps as one steady-state window (scheduler/window.py) when the last two steps were the
         same and the fabric grants it; None to run the next step through the per-step path. The job book
         saves a window's steps when it ends: a crash mid-window loses only steps never accounted."""
-        if len(recent) < 2 or self.failure_model is not None or not same_step(recent[0], recent[1]):
+        if len(recent) < 2 or not same_step(recent[0], recent[1]):
             return None
         if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
             return None
@@ -241,15 +238,6 @@ class JobSupervisor:
         self.telemetry.publish(f"tenants/{tenant}/jobs/{job.job_id}/alerts", {
             "job": job.name, "event": "performance_loss", "cause": d.cause, "detail": d.detail,
             "slowdown": d.slowdown, "step": job.step, "t_s": self.clock.now()})
-
-    def maybe_fail(self, job: JobRecord, devices: np.ndarray, step_s: float) -> None:
-        """The failure model: interrupt this step with the probability of its chip-seconds."""
-        fm = self.failure_model
-        if fm is None or self.rng.random() >= fm.p_interrupt(job.spec.count, step_s):
-            return
-        cause, effect = fm.draw_cause(self.rng)
-        dev = int(devices[int(self.rng.integers(devices.size))])
-        raise StepFailed(f"{cause} on device {dev} (failure model)", [dev], effect, modelled=True)
 
     async def on_failure(self, job: JobRecord, devices: np.ndarray, exc: StepFailed,
                          ckpt: checkpoint.AsyncCheckpoints | None = None) -> None:
