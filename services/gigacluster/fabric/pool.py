@@ -3,8 +3,8 @@
 A pool *flow* is what the max-min solver sees (one per lockstep phase copy, or per independent
 sub-flow); a *sub-flow* is one src -> dst route of it, kept so a fault can reroute it. Rates are
 recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed: from scratch
-after a change of capacities or routes (or with mixed priorities), otherwise incrementally, only for
-the flows a start or finish can reach (:mod:`gigacluster.fabric.maxmin_incr`).
+after a change of capacities or routes (or with mixed priorities), otherwise incrementally, replaying
+the filling only on the links and flows a start or finish changes (:mod:`gigacluster.fabric.maxmin_incr`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from gigacluster.fabric import maxmin_incr
-from gigacluster.fabric.maxmin import compact, maxmin_rates
+from gigacluster.fabric.maxmin import maxmin_rates
 from gigacluster.fabric.routing import Routes
 
 _FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
-_KEEP_REL = 1e-9  # an old flow is kept only if its level is below the change's level by more than this
+_REL_TOL = 1e-9  # links within this of the lowest level fill together (as in the solve from scratch)
+_EQ_REL = 1e-10  # a flow whose new level is within this of its old one keeps its old rate (stops round-off spreading)
+_FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
 
@@ -48,8 +50,10 @@ class FlowPool:
         self.incremental = True
         self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
         self._full = True  # next solve from scratch (capacities or routes changed)
-        self._tau = np.inf  # lowest old level of a flow removed since the last solve
-        self._seeds: list[np.ndarray] = []  # links of flows removed since the last solve
+        self._link_lvl = np.full(n_links, np.inf)  # level at which each link filled in the last solve
+        self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
+        self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
+        self._seeds: list[tuple[np.ndarray, np.ndarray]] = []  # (links, old levels) of flows removed since
         self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
         self._n_pending = 0
 
@@ -94,9 +98,10 @@ class FlowPool:
         solved = remove & ~self.new
         if solved.any() and not self._full:
             gone = ~ek & solved[self.e_pos]
-            self._seeds.append(self.e_link[gone])
-            np.subtract.at(self.link_rate, self.e_link[gone], self.e_coef[gone] * self.rate[self.e_pos[gone]])
-            self._tau = min(self._tau, float((self.rate[solved] / self.w[solved]).min()))
+            pos = self.e_pos[gone]
+            self._seeds.append((self.e_link[gone], self.rate[pos] / self.w[pos]))
+        if self._lix is not None:
+            self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
         self.e_pos = newpos[self.e_pos[ek]]
@@ -116,6 +121,7 @@ class FlowPool:
         """Capacities or routes changed: the next solve starts from scratch."""
         self.dirty = True
         self._full = True
+        self._lix = None
 
     def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
         """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
@@ -126,15 +132,19 @@ class FlowPool:
         prio = self.prio if n and self.prio.min() != self.prio.max() else None
         if self._full or prio is not None or not self.incremental or not self._resolve(capacity_Bps):
             rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
-            self.rate = rate
+            self.rate, self.tracked = rate, -1
             fin = np.isfinite(rate[self.e_pos])
             self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
                                          minlength=self.n_links).astype(np.float64)
+            full = (self.link_rate >= capacity_Bps * (1 - _FULL_REL)) & (self.link_rate > 0)
+            maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, full, self._link_lvl)
+            if self.incremental and prio is None:  # built here, so the next start pays only for its own flows
+                self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         else:
             rate = self.rate
         self.new[:] = False
-        # rates under strict priority are not one water-filling: the level cut does not apply to them
-        self._full, self._tau, self._seeds = prio is not None, np.inf, []
+        # rates under strict priority are not one water-filling: the incremental replay does not apply to them
+        self._full, self._seeds = prio is not None, []
         with np.errstate(divide="ignore", invalid="ignore"):
             dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self.rem / rate, np.inf))
         self.drain = t_ref + dt
@@ -148,42 +158,28 @@ class FlowPool:
         self.dirty = False
 
     def _resolve(self, cap: np.ndarray) -> bool:
-        """Incremental solve: re-solve only the flows the starts and finishes since the last solve can reach.
+        """Incremental solve: replay progressive filling only where the starts and finishes since the last
+        solve change it (:func:`gigacluster.fabric.maxmin_incr.replay`).
 
-        Returns False, having changed nothing, when the change reaches more than half of the pool (then a
-        solve from scratch is cheaper)."""
-        old, n = ~self.new, self.size
+        Returns False, having changed nothing, when most of the pool is new (a solve from scratch is cheaper)."""
+        n = self.size
         if 2 * int(self.new.sum()) > n:
             return False
-        tau = min(self._tau, maxmin_incr.add_level(self.e_link, self.e_coef, self.e_pos, self.new, self.rate, self.w,
-                                                   cap, self.n_links))
         has = np.zeros(n, dtype=bool)
         has[self.e_pos] = True
-        keep = ~has | (old & (self.rate < self.w * tau * (1 - _KEEP_REL)))
-        seeds = np.concatenate([self.e_link[self.new[self.e_pos]], *self._seeds])
-        moved = maxmin_incr.affected(self.e_pos, self.e_link, n, keep, seeds, self.n_links)
-        sub = np.flatnonzero(moved)
-        if 2 * sub.size > n:
-            return False
         self.rate[self.new & ~has] = np.inf
-        if sub.size == 0:
+        new_links = self.e_link[self.new[self.e_pos]]
+        links = np.concatenate([new_links, *(lk for lk, _ in self._seeds)])
+        levels = np.concatenate([np.zeros(new_links.size), *(lv for _, lv in self._seeds)])
+        if links.size == 0:
             return True
-        me = moved[self.e_pos]
-        links = self.e_link[me]
-        on = np.zeros(self.n_links, dtype=bool)
-        on[links] = True
-        other = on[self.e_link] & ~me  # kept flows on the re-solved links: their use is fixed
-        local = np.full(n, -1, dtype=np.int64)
-        local[sub] = np.arange(sub.size)
-        # the kept flows' links are all among ``links``, so one compaction indexes both
-        used, idx = compact(np.concatenate([links, self.e_link[other]]), self.n_links)
-        fixed = np.bincount(idx[links.size:], weights=self.e_coef[other] * self.rate[self.e_pos[other]],
-                            minlength=used.size)
-        ep = self.e_pos[me]
-        old_part = np.where(self.new[ep], 0.0, self.e_coef[me] * self.rate[ep])
-        self.rate[sub] = maxmin_rates(sub.size, local[ep], idx[:links.size], self.e_coef[me], cap[used] - fixed,
-                                      weight=self.w[sub])
-        np.add.at(self.link_rate, links, self.e_coef[me] * self.rate[ep] - old_part)
+        order = np.argsort(levels, kind="stable")
+        if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
+            self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
+        lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
+        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._lix.scratch, self.w,
+                                          self.rate, self.new, cap, self._link_lvl, self.link_rate, links[order],
+                                          levels[order], _REL_TOL, _EQ_REL)
         return True
 
     def move(self, dt: float) -> np.ndarray:
