@@ -31,7 +31,7 @@ from gigacluster.fabric.maxmin_kernel import _csr, _pop, _push
 
 _LINK, _CAP, _DIVERGE = 0, 1, 2  # event kinds, in the low 2 bits of a heap value
 # flow float state columns: old level, clean bound c_f, new rate; flow int state: 0 untouched, 1 tracked, 2 frozen
-_OLD, _BOUND, _NEW = 0, 1, 2
+_OLD, _BOUND, _NEW, _RAW = 0, 1, 2, 3  # _RAW: the clean bound before clamping to the frontier
 # link float state columns: frozen use, unfrozen weighted load, current fill level, fill level reached
 _FROZEN, _SLOPE, _CUR, _FILL = 0, 1, 2, 3
 
@@ -49,17 +49,35 @@ def _fill_at(lk: int, t: float, lf: np.ndarray, lcount: np.ndarray, cap: np.ndar
 
 
 @maxmin_kernel.jit
-def _rebound(f: int, t: float, f_ptr: np.ndarray, f_ord: np.ndarray, e_link: np.ndarray, dirty: np.ndarray,
-             link_lvl: np.ndarray, ff: np.ndarray, fdiv: np.ndarray, new: np.ndarray, eq_tol: float,
-             hk: np.ndarray, hv: np.ndarray, hn: int) -> int:
-    """A tracked flow's clean bound after one of its links became dirty: push its cap and divergence events."""
+def _rebound(f: int, t: float, lk: int, fresh: bool, st: tuple, hn: int) -> int:  # type: ignore[type-arg]
+    """A tracked flow's clean bound after its link ``lk`` became dirty (``fresh``: it just became tracked):
+    push its cap and divergence events. The bound is the lowest fill level of its clean links; it is
+    rescanned only when ``lk`` held the last entry at that level (a count of them is kept), so a flow
+    with many links (a ring sprayed over many paths) costs its entries a few times, not once per join."""
+    f_ptr, f_ord, e_link, new, link_lvl, eq_tol = st[0], st[1], st[4], st[8], st[10], st[11]
+    ff, fdiv, dirty, hk, hv, fi = st[12], st[14], st[17], st[21], st[22], st[23]
     if fdiv[f] > 0:
         return hn
+    if not fresh:
+        if fi[f, 1] == lk or link_lvl[lk] > ff[f, _RAW]:
+            return hn  # already excluded by the scan at this join, or not at the minimum: bound unchanged
+        fi[f, 0] -= 1
+        if fi[f, 0] > 0:
+            return hn
     b = np.inf
+    c = 0
     for q in range(f_ptr[f], f_ptr[f + 1]):
-        m = e_link[f_ord[q]]
-        if not dirty[m] and link_lvl[m] < b:
-            b = link_lvl[m]
+        m = e_link[q if f_ord.size == 0 else f_ord[q]]
+        if not dirty[m]:
+            v = link_lvl[m]
+            if v < b:
+                b = v
+                c = 1
+            elif v == b:
+                c += 1
+    ff[f, _RAW] = b
+    fi[f, 0] = c
+    fi[f, 1] = lk
     b = max(b, t)
     if b != ff[f, _BOUND]:
         ff[f, _BOUND] = b
@@ -74,8 +92,9 @@ def _rebound(f: int, t: float, f_ptr: np.ndarray, f_ord: np.ndarray, e_link: np.
 @maxmin_kernel.jit
 def _join(lk: int, t: float, st: tuple, hn: int) -> int:  # type: ignore[type-arg]
     """Make link ``lk`` dirty at level ``t`` with its exact state there; track its flows not yet frozen."""
-    (f_ptr, f_ord, lix, _, e_link, _, w, rate, new, cap, link_lvl, eq_tol,
-     ff, fstate, fdiv, lf, lcount, dirty, tracked, dirty_list, counts, hk, hv) = st
+    lix, w, rate, new, cap, eq_tol = st[2], st[6], st[7], st[8], st[9], st[11]
+    ff, fstate, lf, lcount, dirty = st[12], st[13], st[15], st[16], st[17]
+    tracked, dirty_list, counts, hk, hv = st[18], st[19], st[20], st[21], st[22]
     l_ptr, l_flow, l_coef, x_link, x_flow, x_coef = lix
     dirty[lk] = True
     dirty_list[counts[1]] = lk
@@ -86,6 +105,7 @@ def _join(lk: int, t: float, st: tuple, hn: int) -> int:  # type: ignore[type-ar
     a0, n_a = l_ptr[lk], l_ptr[lk + 1] - l_ptr[lk]
     b0 = np.searchsorted(x_link, lk)
     n_b = np.searchsorted(x_link, lk + 1) - b0
+    counts[2] += n_a + n_b
     for j in range(n_a + n_b):
         if j < n_a:
             f, c = l_flow[a0 + j], l_coef[a0 + j]
@@ -105,7 +125,7 @@ def _join(lk: int, t: float, st: tuple, hn: int) -> int:  # type: ignore[type-ar
                 ff[f, _BOUND] = -1.0
                 tracked[counts[0]] = f
                 counts[0] += 1
-            hn = _rebound(f, t, f_ptr, f_ord, e_link, dirty, link_lvl, ff, fdiv, new, eq_tol, hk, hv, hn)
+            hn = _rebound(f, t, lk, s == 0, st, hn)
     lf[lk, _FROZEN] = frozen
     lf[lk, _SLOPE] = slope
     lf[lk, _FILL] = np.inf
@@ -120,12 +140,13 @@ def _freeze(f: int, s: float, st: tuple, hn: int) -> int:  # type: ignore[type-a
     new, cap, eq_tol = st[8], st[9], st[11]
     ff, fstate, lf, lcount, dirty, hk, hv = st[12], st[13], st[15], st[16], st[17], st[21], st[22]
     fstate[f] = 2
+    st[20][2] += f_ptr[f + 1] - f_ptr[f]
     old = ff[f, _OLD]
     moved = new[f] or abs(s - old) > eq_tol * old
     r = w[f] * s if moved else rate[f]
     ff[f, _NEW] = r
     for q in range(f_ptr[f], f_ptr[f + 1]):
-        e = f_ord[q]
+        e = q if f_ord.size == 0 else f_ord[q]
         m = e_link[e]
         if dirty[m]:
             lf[m, _FROZEN] += e_coef[e] * r
@@ -135,7 +156,7 @@ def _freeze(f: int, s: float, st: tuple, hn: int) -> int:  # type: ignore[type-a
                 hn = _fill_at(m, s, lf, lcount, cap, hk, hv, hn)
     if moved:
         for q in range(f_ptr[f], f_ptr[f + 1]):
-            m = e_link[f_ord[q]]
+            m = e_link[q if f_ord.size == 0 else f_ord[q]]
             if not dirty[m]:
                 hn = _join(m, s, st, hn)
     return hn
@@ -170,29 +191,36 @@ def _fill_round(t: float, lk: int, st: tuple, rel_tol: float, hn: int) -> int:  
 def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, lix: tuple,  # type: ignore[type-arg]
            scratch: tuple, w: np.ndarray, rate: np.ndarray, new: np.ndarray,  # type: ignore[type-arg]
            cap: np.ndarray, link_lvl: np.ndarray, link_rate: np.ndarray,
-           seed_links: np.ndarray, seed_lvl: np.ndarray, rel_tol: float, eq_tol: float) -> int:
+           seed_links: np.ndarray, seed_lvl: np.ndarray, rel_tol: float, eq_tol: float, budget: int) -> int:
     """Re-solve after a change (see the module docstring), updating ``rate``, ``link_lvl`` and ``link_rate``
     in place. ``lix`` is the link-major view of the incidence and ``scratch`` per-link work arrays
     (:meth:`LinkIndex.view`, :attr:`LinkIndex.scratch`: ``dirty`` all False, left so on return).
-    ``seed_links`` become dirty at ``seed_lvl`` (sorted ascending). Returns the number of flows tracked."""
+    ``seed_links`` become dirty at ``seed_lvl`` (sorted ascending). Returns the number of flows tracked, or
+    -1, having changed nothing, once the replay has visited more than ``budget`` incidence entries (a
+    change that reaches most of the pool: a solve from scratch is cheaper)."""
     n_links = cap.size
     n_e = e_pos.size
     f_ptr, f_ord = _flow_csr(e_pos, n_flows)
-    ff = np.empty((n_flows, 3))
+    ff = np.empty((n_flows, 4))
+    fi = np.empty((n_flows, 2), dtype=np.int64)  # per tracked flow: entries at its clean minimum, last scan's link
     fstate = np.zeros(n_flows, dtype=np.int8)
     fdiv = np.zeros(n_flows, dtype=np.int8)
     lf, lcount, dirty = scratch
     tracked = np.empty(n_flows, dtype=np.int64)
     dirty_list = np.empty(n_links, dtype=np.int64)
-    counts = np.zeros(2, dtype=np.int64)
+    counts = np.zeros(3, dtype=np.int64)  # flows tracked, links dirty, entries visited
     size = 4 * n_e + 2 * n_flows + 16
     hk = np.empty(size)
     hv = np.empty(size, dtype=np.int64)
     st = (f_ptr, f_ord, lix, e_pos, e_link, e_coef, w, rate, new, cap, link_lvl, eq_tol,
-          ff, fstate, fdiv, lf, lcount, dirty, tracked, dirty_list, counts, hk, hv)
+          ff, fstate, fdiv, lf, lcount, dirty, tracked, dirty_list, counts, hk, hv, fi)
     hn = 0
     si = 0  # seeds join before any event at or above their level (ties first: a finished flow's links together)
     while hn > 0 or si < seed_links.size:
+        if counts[2] > budget:
+            for i in range(counts[1]):
+                dirty[dirty_list[i]] = False
+            return -1
         if si < seed_links.size and (hn == 0 or seed_lvl[si] <= hk[0]):
             if not dirty[seed_links[si]]:
                 hn = _join(seed_links[si], seed_lvl[si], st, hn)
@@ -211,8 +239,9 @@ def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarr
             fdiv[x] = 1
             ff[x, _BOUND] = np.inf
             for q in range(f_ptr[x], f_ptr[x + 1]):
-                if not dirty[e_link[f_ord[q]]]:
-                    hn = _join(e_link[f_ord[q]], t, st, hn)
+                m = e_link[q if f_ord.size == 0 else f_ord[q]]
+                if not dirty[m]:
+                    hn = _join(m, t, st, hn)
     for i in range(counts[0]):
         f = tracked[i]
         rate[f] = ff[f, _NEW] if fstate[f] == 2 else w[f] * ff[f, _BOUND]
@@ -226,7 +255,8 @@ def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarr
 
 @maxmin_kernel.jit
 def _flow_csr(e_pos: np.ndarray, n_flows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flow-major view of the incidence: two sequential passes when ``e_pos`` is sorted (as a pool appends)."""
+    """Flow-major view of the incidence (ptr, order); when ``e_pos`` is sorted (as a pool appends) the order
+    is the identity and comes back empty (readers use the entry index itself)."""
     for i in range(1, e_pos.size):
         if e_pos[i] < e_pos[i - 1]:
             return _csr(e_pos, n_flows)  # type: ignore[no-any-return]
@@ -236,7 +266,7 @@ def _flow_csr(e_pos: np.ndarray, n_flows: int) -> tuple[np.ndarray, np.ndarray]:
     for f in range(n_flows):
         if ptr[f + 1] < ptr[f]:
             ptr[f + 1] = ptr[f]
-    return ptr, np.arange(e_pos.size)
+    return ptr, np.zeros(0, dtype=np.int64)
 
 
 @maxmin_kernel.jit
@@ -312,7 +342,7 @@ def warm_up() -> None:
     lix.drop(np.zeros(1, dtype=np.int64), 1)
     replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1)), lix.scratch, np.ones(1), np.zeros(1),
            np.ones(1, dtype=np.bool_), np.ones(1), lvl,
-           np.zeros(1), one, np.zeros(1), 1e-9, 1e-10)
+           np.zeros(1), one, np.zeros(1), 1e-9, 1e-10, 1 << 40)
     link_levels(one, one, np.ones(1), np.ones(1, dtype=np.bool_), lvl)
 
 

@@ -18,6 +18,9 @@ from gigacluster.fabric.routing import Routes
 _FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
 _REL_TOL = 1e-9  # links within this of the lowest level fill together (as in the solve from scratch)
 _EQ_REL = 1e-10  # a flow whose new level is within this of its old one keeps its old rate (stops round-off spreading)
+_BUDGET_DIV = 8  # an incremental solve gives up (for one from scratch) after visiting 1/8 of the incidence
+_BUDGET_MIN = 200_000  # ... but never below this many entries (a small pool's solve from scratch is cheap anyway)
+_BACKOFF_MAX = 64  # longest run of solves from scratch between two replays that gave up
 _FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
@@ -53,6 +56,8 @@ class FlowPool:
         self._link_lvl = np.full(n_links, np.inf)  # level at which each link filled in the last solve
         self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
         self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
+        self._skip = 0  # solves from scratch to run before trying a replay again
+        self._backoff = 1
         self._seeds: list[tuple[np.ndarray, np.ndarray]] = []  # (links, old levels) of flows removed since
         self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
         self._n_pending = 0
@@ -138,7 +143,7 @@ class FlowPool:
                                          minlength=self.n_links).astype(np.float64)
             full = (self.link_rate >= capacity_Bps * (1 - _FULL_REL)) & (self.link_rate > 0)
             maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, full, self._link_lvl)
-            if self.incremental and prio is None:  # built here, so the next start pays only for its own flows
+            if self.incremental and prio is None and self._skip == 0:  # so the next start pays only for its flows
                 self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         else:
             rate = self.rate
@@ -161,9 +166,13 @@ class FlowPool:
         """Incremental solve: replay progressive filling only where the starts and finishes since the last
         solve change it (:func:`gigacluster.fabric.maxmin_incr.replay`).
 
-        Returns False, having changed nothing, when most of the pool is new (a solve from scratch is cheaper)."""
+        Returns False, having changed nothing, when most of the pool is new or the replay reaches too much of it
+        (a solve from scratch is cheaper)."""
         n = self.size
         if 2 * int(self.new.sum()) > n:
+            return False
+        if self._skip:  # the last replays reached most of the pool: skip some, with exponential backoff
+            self._skip -= 1
             return False
         has = np.zeros(n, dtype=bool)
         has[self.e_pos] = True
@@ -179,7 +188,13 @@ class FlowPool:
         lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
         self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._lix.scratch, self.w,
                                           self.rate, self.new, cap, self._link_lvl, self.link_rate, links[order],
-                                          levels[order], _REL_TOL, _EQ_REL)
+                                          levels[order], _REL_TOL, _EQ_REL,
+                                          max(self.e_pos.size // _BUDGET_DIV, _BUDGET_MIN))
+        if self.tracked < 0:
+            self._backoff = min(2 * self._backoff, _BACKOFF_MAX)
+            self._skip, self._lix = self._backoff, None
+            return False
+        self._backoff = 1
         return True
 
     def move(self, dt: float) -> np.ndarray:
