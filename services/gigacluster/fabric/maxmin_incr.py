@@ -305,11 +305,15 @@ class LinkIndex:
     def __init__(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, n_links: int) -> None:
         self.base = _link_index(e_pos, e_link, e_coef, n_links)
         self.n_base = int(e_pos.size)
+        self.n_flows = int(e_pos.max()) + 1 if e_pos.size else 0  # flows the base covers: 0 .. n_flows-1
         self.scratch = (np.empty((n_links, 4)), np.zeros(n_links, dtype=np.int64), np.zeros(n_links, dtype=bool))
 
     def drop(self, newpos: np.ndarray, kept_base: int) -> None:
         """Flows were removed (``newpos``: new position of each old flow, -1 if removed)."""
-        self.base = _drop_flows(*self.base, newpos)
+        first = int(np.argmin(newpos >= 0)) if (newpos < 0).any() else newpos.size
+        if first < self.n_flows:  # else only flows added since the build went: the base is unchanged
+            self.base = _drop_flows(*self.base, newpos)
+            self.n_flows = int((newpos[:self.n_flows] >= 0).sum())
         self.n_base = kept_base
 
     def view(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> tuple:  # type: ignore[type-arg]
