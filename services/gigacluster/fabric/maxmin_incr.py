@@ -194,7 +194,7 @@ def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarr
            seed_links: np.ndarray, seed_lvl: np.ndarray, rel_tol: float, eq_tol: float, budget: int) -> int:
     """Re-solve after a change (see the module docstring), updating ``rate``, ``link_lvl`` and ``link_rate``
     in place. ``lix`` is the link-major view of the incidence and ``scratch`` per-link work arrays
-    (:meth:`LinkIndex.view`, :attr:`LinkIndex.scratch`: ``dirty`` all False, left so on return).
+    (:meth:`LinkIndex.view`, :func:`scratch`: ``dirty`` all False, left so on return).
     ``seed_links`` become dirty at ``seed_lvl`` (sorted ascending). Returns the number of flows tracked, or
     -1, having changed nothing, once the replay has visited more than ``budget`` incidence entries (a
     change that reaches most of the pool: a solve from scratch is cheaper)."""
@@ -295,6 +295,12 @@ def _drop_flows(l_ptr: np.ndarray, l_flow: np.ndarray, l_coef: np.ndarray,
     return ptr, flow[:k], coef[:k]
 
 
+def scratch(n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-link work arrays of :func:`replay`, allocated once per pool: only the dirty links' entries are
+    touched (and ``dirty`` is left all False), so a replay costs nothing per link of the topology."""
+    return np.empty((n_links, 4)), np.empty(n_links, dtype=np.int64), np.zeros(n_links, dtype=bool)
+
+
 class LinkIndex:
     """Link-major view of a pool's incidence (flows and coefficients per link), kept across solves.
 
@@ -306,7 +312,6 @@ class LinkIndex:
         self.base = _link_index(e_pos, e_link, e_coef, n_links)
         self.n_base = int(e_pos.size)
         self.n_flows = int(e_pos.max()) + 1 if e_pos.size else 0  # flows the base covers: 0 .. n_flows-1
-        self.scratch = (np.empty((n_links, 4)), np.zeros(n_links, dtype=np.int64), np.zeros(n_links, dtype=bool))
 
     def drop(self, newpos: np.ndarray, kept_base: int) -> None:
         """Flows were removed (``newpos``: new position of each old flow, -1 if removed)."""
@@ -324,16 +329,22 @@ class LinkIndex:
 
 
 @maxmin_kernel.jit
-def link_levels(e_pos: np.ndarray, e_link: np.ndarray, level: np.ndarray, full: np.ndarray,
-                out: np.ndarray) -> None:
-    """Fill level of each full link (the highest level of its flows; ``inf`` elsewhere), into ``out``."""
-    out[:] = np.inf
+def link_levels(e_pos: np.ndarray, e_link: np.ndarray, level: np.ndarray, link_rate: np.ndarray, cap: np.ndarray,
+                full_rel: float, out: np.ndarray) -> None:
+    """Fill level of each link in use: the highest level of its flows if it carries within ``full_rel`` of its
+    capacity, else ``inf``. Work over the entries only (a link out of use keeps a stale level, which is never read:
+    a flow that comes to use it makes it dirty first)."""
+    for i in range(e_pos.size):
+        out[e_link[i]] = -1.0
     for i in range(e_pos.size):
         lk = e_link[i]
-        if full[lk]:
+        if link_rate[lk] > 0 and link_rate[lk] >= cap[lk] * (1.0 - full_rel):
             v = level[e_pos[i]]
-            if out[lk] == np.inf or v > out[lk]:
+            if v > out[lk]:
                 out[lk] = v
+    for i in range(e_pos.size):
+        if out[e_link[i]] < 0:
+            out[e_link[i]] = np.inf
 
 
 def warm_up() -> None:
@@ -344,10 +355,10 @@ def warm_up() -> None:
     lvl = np.full(1, np.inf)
     lix = LinkIndex(one, one, np.ones(1), 1)
     lix.drop(np.zeros(1, dtype=np.int64), 1)
-    replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1)), lix.scratch, np.ones(1), np.zeros(1),
+    replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1)), scratch(1), np.ones(1), np.zeros(1),
            np.ones(1, dtype=np.bool_), np.ones(1), lvl,
            np.zeros(1), one, np.zeros(1), 1e-9, 1e-10, 1 << 40)
-    link_levels(one, one, np.ones(1), np.ones(1, dtype=np.bool_), lvl)
+    link_levels(one, one, np.ones(1), np.ones(1), np.ones(1), 1e-8, lvl)
 
 
-__all__ = ["LinkIndex", "link_levels", "replay", "warm_up"]
+__all__ = ["LinkIndex", "link_levels", "replay", "scratch", "warm_up"]

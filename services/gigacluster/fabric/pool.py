@@ -54,6 +54,7 @@ class FlowPool:
         self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
         self._full = True  # next solve from scratch (capacities or routes changed)
         self._link_lvl = np.full(n_links, np.inf)  # level at which each link filled in the last solve
+        self._scratch: tuple[np.ndarray, ...] | None = None  # the replay's per-link work arrays (allocated once)
         self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
         self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
         self._skip = 0  # solves from scratch to run before trying a replay again
@@ -141,10 +142,11 @@ class FlowPool:
             fin = np.isfinite(rate[self.e_pos])
             self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
                                          minlength=self.n_links).astype(np.float64)
-            full = (self.link_rate >= capacity_Bps * (1 - _FULL_REL)) & (self.link_rate > 0)
-            maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, full, self._link_lvl)
-            if self.incremental and prio is None and self._skip == 0:  # so the next start pays only for its flows
-                self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
+            if self.incremental and prio is None:
+                maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, self.link_rate,
+                                        np.asarray(capacity_Bps, dtype=np.float64), _FULL_REL, self._link_lvl)
+                if self._skip == 0 and self._backoff == 1:  # replays pay off here: the next start skips the sort
+                    self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         else:
             rate = self.rate
         self.new[:] = False
@@ -186,7 +188,9 @@ class FlowPool:
         if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
             self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
-        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._lix.scratch, self.w,
+        if self._scratch is None:
+            self._scratch = maxmin_incr.scratch(self.n_links)
+        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._scratch, self.w,
                                           self.rate, self.new, cap, self._link_lvl, self.link_rate, links[order],
                                           levels[order], _REL_TOL, _EQ_REL,
                                           max(self.e_pos.size // _BUDGET_DIV, _BUDGET_MIN))
