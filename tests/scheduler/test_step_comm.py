@@ -11,18 +11,19 @@ from gigacluster.scheduler import step_comm
 
 
 def _plan() -> StepPlan:
-    """Llama 3 70B on 1,024 Trainium3, TP 8 (inside a domain) and PP 4 (across domains)."""
+    """Llama 3 70B on 1,024 Trainium3, TP 8 and PP 4."""
     spec = {"model": {"preset": "llama3-70b"}, "batch": {"global_batch_tokens": 8192 * 2 * 32 * 4},
             "parallelism": {"tp": 8, "pp": 4, "microbatch_size": 1, "recompute": "selective"},
             "hardware": {"chip": "trainium3", "count": 1024}, "precision": "bf16", "steps": 1}
     return estimate_train(TrainSpec.from_dict(spec)).plan
 
 
-def test_only_inline_collectives_that_leave_their_domain_get_several_samples() -> None:
-    """PP crosses domains: INLINE_SAMPLES calls; TP inside a domain and the DP windows: one call each."""
+def test_inline_collectives_that_run_many_times_get_several_samples() -> None:
+    """TP and PP (many calls per step): INLINE_SAMPLES calls each; the DP windows (one call per step): one."""
     plan = _plan()
     n = {d.name: step_comm.samples(d) for d in plan.collectives}
-    assert n == {"tp": 1, "pp": step_comm.INLINE_SAMPLES, "dp_grad": 1, "dp_param": 1}
+    k = step_comm.INLINE_SAMPLES
+    assert n == {"tp": k, "pp": k, "dp_grad": 1, "dp_param": 1}
     calls, index = step_comm.expand(plan, [(d.name, [d.name]) for d in plan.collectives], list)
     assert [c[0] for c in calls].count("pp") == step_comm.INLINE_SAMPLES
     assert index[[c[0] for c in calls].index("pp"):][:step_comm.INLINE_SAMPLES] == list(range(step_comm.INLINE_SAMPLES))
@@ -38,7 +39,7 @@ def test_samples_sit_evenly_over_the_pipelined_window_with_the_middle_among_them
     got = [step_comm.offset_s(plan, "pp", i, 10.0) for i in range(k)]
     assert got == pytest.approx([pipe * (i + 0.5) / k for i in range(k)])
     assert k % 2 == 1 and got[k // 2] == pytest.approx(0.5 * pipe)
-    assert step_comm.offset_s(plan, "tp", 0, 10.0) == pytest.approx(0.5 * pipe)
+    assert step_comm.offset_s(plan, "tp", k // 2, 10.0) == pytest.approx(0.5 * pipe)
     assert step_comm.offset_s(plan, "dp_param", 0, 10.0) == 0.0
 
 

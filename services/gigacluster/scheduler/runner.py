@@ -104,7 +104,7 @@ class JobRunner:
             sel = devices[(devices >= start) & (devices < end)]
             if sel.size:
                 self.shard_ranges.append((ep, _ranges(np.sort(sel))))
-        # inline collectives that leave their domain: several calls spread over the window (scheduler/step_comm.py)
+        # inline collectives (many per step): several calls spread over the window (scheduler/step_comm.py)
         self.collective_calls, self.call_samples = step_comm.expand(job.plan, self._collective_calls(), _copy_req)
         # HBM per chip of the plan's most loaded pipeline stage (weights, grads, optimizer state,
         # activations): the chips show it in use while the job holds them.
