@@ -21,6 +21,8 @@ _EQ_REL = 1e-10  # a flow whose new level is within this of its old one keeps it
 _BUDGET_DIV = 8  # an incremental solve gives up (for one from scratch) after visiting 1/8 of the incidence
 _BUDGET_MIN = 200_000  # ... but never below this many entries (a small pool's solve from scratch is cheap anyway)
 _BACKOFF_MAX = 64  # longest run of solves from scratch between two replays that gave up
+_INDEX_LINKS_PER_ENTRY = 4  # build the link index only when the topology has at most this many links per entry
+_INDEX_ALWAYS_LINKS = 1 << 18  # ... or when the topology is this small anyway (a pass over it is well under 1 ms)
 _FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
@@ -145,7 +147,7 @@ class FlowPool:
             if self.incremental and prio is None:
                 maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, self.link_rate,
                                         np.asarray(capacity_Bps, dtype=np.float64), _FULL_REL, self._link_lvl)
-                if self._skip == 0 and self._backoff == 1:  # replays pay off here: the next start skips the sort
+                if self._skip == 0 and self._backoff == 1 and self._index_pays():  # the next start skips the sort
                     self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         else:
             rate = self.rate
@@ -186,6 +188,8 @@ class FlowPool:
             return True
         order = np.argsort(levels, kind="stable")
         if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
+            if not self._index_pays():
+                return False
             self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
         if self._scratch is None:
@@ -200,6 +204,11 @@ class FlowPool:
             return False
         self._backoff = 1
         return True
+
+    def _index_pays(self) -> bool:
+        """A link index costs a pass over every link of the topology: worth it only when the pool is not tiny
+        beside the topology (a small pool on a 10M-link site solves from scratch in less)."""
+        return self.n_links <= max(_INDEX_LINKS_PER_ENTRY * self.e_pos.size, _INDEX_ALWAYS_LINKS)
 
     def move(self, dt: float) -> np.ndarray:
         """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""
