@@ -29,7 +29,7 @@ from gigacluster.model.step import CollectiveDemand, StepPlan
 
 log = structlog.get_logger()
 
-INLINE_SAMPLES = 5  # points of the window at which an inline collective is timed (odd: mid-window is one of them)
+INLINE_SAMPLES = 3  # points of the window at which an inline collective is timed (odd: mid-window is one of them)
 
 R = TypeVar("R")
 
