@@ -11,7 +11,15 @@ Measured, on the real processes (the same ``Stack`` as ``up``):
   CPU seconds over the run, from /proc);
 - **a mix** (``--mix``): ``--jobs`` jobs of 1k to ``--big-chips`` chips (Llama 3 8B/70B/405B) from
   four tenants at once, each against its own estimate on an idle cluster (the slowdown a job
-  suffers from its neighbours).
+  suffers from its neighbours) and against its *modelled contended time*: what the fabric's own
+  max-min solve says a job's collectives take beside its neighbours. On the presets' fabric (1:1,
+  packet spraying) every flow's bottleneck is its own NIC or scale-up link, which no other job
+  shares, so the solve gives each job its solo times (tests/fabric/test_neighbours.py: a 16k-chip
+  neighbour's DP burst leaves a 2k-chip job's PP transfers at their solo time): the contended time
+  is the idle estimate. With ECMP (hash collisions between jobs) it is not modelled ("-"). The mix
+  also samples the fabric's per-tier utilisation as a check that no shared tier runs full.
+  ``--trace`` prints each job's per-collective samples (scheduler/step_comm.py) against the
+  model's time per call.
 
     python benchmarks/bench_gigawatt.py                      # 2gw-trainium3, the 100k job, 5 steps
     python benchmarks/bench_gigawatt.py --mix --jobs 20      # and 20 concurrent jobs
@@ -22,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import pathlib
 import statistics
@@ -33,6 +43,7 @@ from typing import Any
 from _table import print_rows
 
 from gigacluster.client import DEFAULT_PORTS, Client
+from gigacluster.fabric.v1 import fabric_pb2
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 from gigacluster.scheduler.v1 import scheduler_pb2
@@ -116,12 +127,60 @@ async def run_jobs(gc: Client, specs: list[tuple[str, dict[str, Any]]], timeout_
                   f"{est.breakdown.bubble_s:.3f}", flush=True)
             for k in sorted(set(last.comm_s) | set(est.comm_s)):
                 print(f"  {k:12s} live {last.comm_s.get(k, 0.0):8.4f} s  model {est.comm_s.get(k, 0.0):8.4f} s")
-        rows.append({"job": label, "chips": spec["hardware"]["count"], "state": J.State.Name(j.state),
+        rows.append({"job": label, "name": name, "chips": spec["hardware"]["count"], "state": J.State.Name(j.state),
                      "steps": len(steps), "model_step_s": model, "live_step_s": live, "err": live / model - 1,
                      "first_step_s": steps[0] if steps else float("nan")})
         if j.state not in (J.STATE_SUCCEEDED, J.STATE_FAILED, J.STATE_CANCELLED):
             await gc.cancel_job(name)
     return rows
+
+
+SHARED_TIERS = ("leaf-spine", "spine-core")  # tiers whose links jobs on different nodes can share
+
+
+async def poll_tiers(gc: Client, stop: asyncio.Event, every_s: float = 2.0) -> list[dict[str, float]]:
+    """Mean utilisation per tier, sampled from the fabric every ``every_s`` wall seconds until ``stop``."""
+    out: list[dict[str, float]] = []
+    while not stop.is_set():
+        r = await gc.fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=gc.md, timeout=30)
+        out.append({t.tier: t.mean_utilization for t in r.tiers})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+    return out
+
+
+def contended_step_s(spec: dict[str, Any], routing: str) -> float:
+    """The modelled step beside the neighbours: the idle estimate on a sprayed non-blocking fabric (see the
+    module docstring), not modelled (nan) with ECMP."""
+    return estimate_train(TrainSpec.from_dict(spec)).step_time_s if routing == "spray" else float("nan")
+
+
+def trace_samples(log_path: pathlib.Path, specs: list[tuple[str, dict[str, Any]]], labels: dict[str, str]) -> None:
+    """Per job and multi-sample collective: its samples' seconds per call (mid-window, mean) against the model's."""
+    seen: dict[str, list[dict[str, list[list[float]]]]] = {}
+    for line in log_path.read_text().splitlines() if log_path.exists() else []:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == "step collective samples":
+            seen.setdefault(str(rec["job"]), []).append(rec["samples"])
+    by_label = dict(specs)
+    for job, steps in sorted(seen.items()):
+        label = labels.get(job, job)
+        est = estimate_train(TrainSpec.from_dict(by_label[label])) if label in by_label else None
+        for step_no, samples in enumerate(steps):
+            for name, calls in samples.items():
+                durs = sorted(calls)  # (offset, seconds) by offset: sample order
+                secs = [d for _, d in durs]
+                d = next((x for x in est.plan.collectives if x.name == name), None) if est else None
+                model = est.comm_s[name] / d.count if est and d and d.count else float("nan")
+                mid = secs[len(secs) // 2]
+                print(f"  trace {label} step {step_no} {name}: per call model {model * 1e3:.3f} ms; samples "
+                      + " ".join(f"{x * 1e3:.3f}" for x in secs)
+                      + f" ms; mid {mid / model:.2f}x, mean {statistics.fmean(secs) / model:.2f}x model"
+                      + (f"; {d.bytes_ / 1e6:.1f} MB, mean {d.bytes_ / statistics.fmean(secs) / 1e9:.1f} GB/s"
+                         if d else ""), flush=True)
 
 
 def mix(chip: str, big: int, n: int, steps: int) -> list[tuple[str, dict[str, Any]]]:
@@ -148,6 +207,7 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--routing", default="", help="fabric routing mode (ecmp, spray; default: the preset's)")
     ap.add_argument("--backdate-s", type=float, default=0.0, help="fabric backdate window, wall s (default: its own)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="print the mix's per-collective samples")
     args = ap.parse_args(argv)
     site = get_preset(args.preset).resolve()
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,13 +236,32 @@ async def main(argv: list[str]) -> int:
                       f"{time.monotonic() - w0:.1f} s wall, {fabric_cpu / max(rows[0]['steps'], 1):.2f} s per step",
                       flush=True)
                 if args.mix:
-                    rows += await run_jobs(gc, mix(site["chip"], args.big_chips, args.jobs, args.steps),
-                                           args.timeout_s)
+                    specs = mix(site["chip"], args.big_chips, args.jobs, args.steps)
+                    stop = asyncio.Event()
+                    poller = asyncio.create_task(poll_tiers(gc, stop))
+                    mixed = await run_jobs(gc, specs, args.timeout_s)
+                    stop.set()
+                    polls = await poller
+                    if polls:
+                        print(f"mix: {len(polls)} samples of tier utilisation; mean per tier "
+                              + ", ".join(f"{t} {statistics.fmean(p.get(t, 0.0) for p in polls) * 100:.2f}%"
+                                          for t in SHARED_TIERS), flush=True)
+                    routing = args.routing or site["routing"]
+                    for r, (_, spec) in zip(mixed, specs, strict=True):
+                        r["contended_s"] = contended_step_s(spec, routing)
+                        r["err_c"] = r["live_step_s"] / r["contended_s"] - 1
+                    rows += mixed
+                    if args.trace:
+                        trace_samples(pathlib.Path(tmp) / "logs" / "scheduler.log", specs,
+                                      {r["name"]: r["job"] for r in mixed})
     print_rows(rows, [
         ("job", lambda r: r["job"]), ("chips", lambda r: f"{r['chips']:,}"), ("state", lambda r: r["state"]),
         ("steps", lambda r: str(r["steps"])), ("model step (s)", lambda r: f"{r['model_step_s']:.3f}"),
         ("live step (s)", lambda r: f"{r['live_step_s']:.3f}"), ("error", lambda r: f"{r['err'] * 100:+.2f}%"),
-        ("first step (s)", lambda r: f"{r['first_step_s']:.3f}")], markdown=args.markdown)
+        ("first step (s)", lambda r: f"{r['first_step_s']:.3f}"),
+        ("contended model (s)", lambda r: f"{r['contended_s']:.3f}" if "contended_s" in r else "-"),
+        ("error vs contended", lambda r: f"{r['err_c'] * 100:+.2f}%" if "err_c" in r else "-")],
+        markdown=args.markdown)
     return 0
 
 

@@ -80,3 +80,46 @@ def test_level_cut_keeps_only_flows_below_the_change(two_groups: Topology) -> No
         paths[f].append((lk, c))
     ref = progressive_filling_py(paths, cap.tolist(), pool.w.tolist())
     np.testing.assert_allclose(pool.rate, ref, rtol=1e-9)
+
+
+def test_replay_touches_only_what_a_cross_group_ring_changes(two_groups: Topology) -> None:
+    """A ring across both leaf groups among 3,000 random flows: rates equal a full solve, and the replay
+    re-solves a small part of the pool (the connected component of the change is most of it)."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    src = rng.integers(0, two_groups.n_chips, n)
+    dst = (src + 1 + rng.integers(0, two_groups.n_chips - 1, n)) % two_groups.n_chips
+    r = route(two_groups, src, dst, np.arange(n))
+    cap = two_groups.link_capacity_Bps
+    pool = FlowPool(two_groups.n_links)
+    pool.add(1, n, 1e9, 1.0, 0, np.arange(n), r, src, dst, np.arange(n))
+    pool.solve(cap, 0.0)
+    ranks = np.arange(8) * 128 + 5
+    lab = np.arange(8) + 10**6
+    pool.add(2, 1, 1e9, 1.0, 0, np.zeros(8, dtype=np.int64), route(two_groups, ranks, np.roll(ranks, -1), lab),
+             ranks, np.roll(ranks, -1), lab)
+    pool.solve(cap, 0.0)
+    np.testing.assert_allclose(pool.rate, _full(pool, cap), rtol=1e-9)
+    assert 0 < pool.tracked < n // 4
+    pool.remove(pool.gseq == 2)
+    pool.solve(cap, 0.0)
+    np.testing.assert_allclose(pool.rate, _full(pool, cap), rtol=1e-9)
+    assert 0 < pool.tracked < n // 4
+
+
+def test_finish_of_a_flow_tied_at_its_bottleneck_frees_its_partner(two_groups: Topology) -> None:
+    """Two flows co-bottlenecked on one link at one level: when one finishes, the other rises to a full solve's rate
+    (the finished flow's links join together, before its partner's freeze at the old level is taken)."""
+    cap = two_groups.link_capacity_Bps
+    pool = FlowPool(two_groups.n_links)
+    a, b = np.array([0, 0]), np.array([8, 16])  # chip 0's NIC is the shared bottleneck
+    for i in range(2):
+        r = route(two_groups, a[i:i + 1], b[i:i + 1], np.array([i]))
+        pool.add(i, 1, 1e9, 1.0, 0, np.zeros(1, dtype=np.int64), r, a[i:i + 1], b[i:i + 1], np.array([i]))
+    pool.solve(cap, 0.0)
+    shared = float(pool.rate[1])
+    assert pool.rate[0] == pytest.approx(shared)
+    pool.remove(pool.gseq == 0)
+    pool.solve(cap, 0.0)
+    np.testing.assert_allclose(pool.rate, _full(pool, cap), rtol=1e-9)
+    assert pool.rate[0] == pytest.approx(2 * shared) and pool.tracked == 1

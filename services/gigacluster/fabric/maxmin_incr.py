@@ -1,20 +1,25 @@
-"""Incremental max-min: after flows start or finish, re-solve only the flows the change can reach.
+"""Incremental max-min: after flows start or finish, replay progressive filling only where it changes.
 
-Two cuts, both exact:
+Progressive filling raises one level ``t``; a flow freezes at the lowest level at which one of its
+links fills. After a change, the new filling equals the old one except where the change reaches,
+and it reaches a link only through a flow whose level moved. So the new process is replayed, in
+level order, on *dirty* links only:
 
-1. **Level.** Progressive filling processes bottleneck levels in increasing order. Let ``tau`` be
-   the lowest level at which the new process can differ from the old one: for a link that gained
-   flows, the level where its load under the old rates plus the new flows' load first reaches its
-   capacity (its old load at level ``t`` is ``sum min(rate_f, w_f t)``, known from the old rates);
-   for a flow that left, its own old level (a link it crossed cannot have filled below it). Below
-   ``tau`` both processes freeze the same flows at the same levels, so every old flow whose level
-   ``rate / weight`` is below ``tau`` keeps its rate.
-2. **Component.** Among the flows not kept, only those connected to the change (through links they
-   share, in the flow-link graph of the flows not kept) can move; the others keep their rates too.
+- a link becomes dirty when the change touches it (a new flow: at level 0; a finished flow: at that
+  flow's old level, below which the link could not fill either way) or when a flow on it freezes at a
+  level different from its old one (at the lower of the two levels, where the difference starts);
+- a clean link fills at its old level ``T_l`` (its flows behave as before), so a flow on dirty links
+  freezes at ``min(c_f, fill of its dirty links)``, where ``c_f`` is the lowest ``T_l`` of its clean
+  links; a flow whose ``c_f`` rose above its old level (its old bottleneck became dirty) *diverges*
+  at its old level, and its clean links become dirty there;
+- a dirty link joins with its exact state at the level it joins: flows whose old level is below it
+  are frozen at their old rates, the rest are tracked (their freezing drives the link's fill level).
 
-The flows left are solved from scratch on what the kept flows leave of their links' capacity. When
-one collective starts among 100k flows, that is usually its own domain or its own links, not the
-whole pool. Checked against a full solve in tests (equal to 1e-9).
+Every flow not tracked keeps its rate; every clean link keeps its fill level and carried rate. The
+work is proportional to the links and flows whose state changes (a few hundred for one collective
+among 100k random flows), not to the component the change is connected to (most of a random pool).
+A level within ``eq_tol`` of the old one counts as unchanged, which stops round-off from spreading.
+Checked against a full solve and the plain-Python reference in tests (equal to 1e-9).
 """
 
 from __future__ import annotations
@@ -22,90 +27,324 @@ from __future__ import annotations
 import numpy as np
 
 from gigacluster.fabric import maxmin_kernel
-from gigacluster.fabric.maxmin import compact
+from gigacluster.fabric.maxmin_kernel import _csr, _pop, _push
 
-_KEEP_REL = 1e-9  # a flow is kept only if its level is below tau by more than this (rounding margin)
-
-
-@maxmin_kernel.jit
-def _find(parent: np.ndarray, x: int) -> int:
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:
-        parent[x], x = root, parent[x]
-    return root
+_LINK, _CAP, _DIVERGE = 0, 1, 2  # event kinds, in the low 2 bits of a heap value
+# flow float state columns: old level, clean bound c_f, new rate; flow int state: 0 untouched, 1 tracked, 2 frozen
+_OLD, _BOUND, _NEW, _RAW = 0, 1, 2, 3  # _RAW: the clean bound before clamping to the frontier
+# link float state columns: frozen use, unfrozen weighted load, current fill level, fill level reached
+_FROZEN, _SLOPE, _CUR, _FILL = 0, 1, 2, 3
 
 
 @maxmin_kernel.jit
-def _reached(e_flow: np.ndarray, e_l: np.ndarray, n_flows: int, n_links: int, seeds: np.ndarray) -> np.ndarray:
-    """Flows (of ``0..n_flows-1``) connected to any link in ``seeds`` through shared links (union-find)."""
-    parent = np.arange(n_links)
-    first = np.full(n_flows, -1, dtype=np.int64)
-    for i in range(e_flow.size):
-        f = e_flow[i]
-        if first[f] < 0:
-            first[f] = e_l[i]
+def _fill_at(lk: int, t: float, lf: np.ndarray, lcount: np.ndarray, cap: np.ndarray, hk: np.ndarray,
+             hv: np.ndarray, hn: int) -> int:
+    """Recompute a dirty link's fill level (never below the frontier ``t``) and push it."""
+    if lcount[lk] > 0 and lf[lk, _SLOPE] > 0:
+        lev = max(max(cap[lk] - lf[lk, _FROZEN], 0.0) / lf[lk, _SLOPE], t)
+        lf[lk, _CUR] = lev
+        return _push(hk, hv, hn, lev, lk * 4 + _LINK)  # type: ignore[no-any-return]
+    lf[lk, _CUR] = np.inf
+    return hn
+
+
+@maxmin_kernel.jit
+def _rebound(f: int, t: float, lk: int, fresh: bool, st: tuple, hn: int) -> int:  # type: ignore[type-arg]
+    """A tracked flow's clean bound after its link ``lk`` became dirty (``fresh``: it just became tracked):
+    push its cap and divergence events. The bound is the lowest fill level of its clean links; it is
+    rescanned only when ``lk`` held the last entry at that level (a count of them is kept), so a flow
+    with many links (a ring sprayed over many paths) costs its entries a few times, not once per join."""
+    f_ptr, f_ord, e_link, new, link_lvl, eq_tol = st[0], st[1], st[4], st[8], st[10], st[11]
+    ff, fdiv, dirty, hk, hv, fi = st[12], st[14], st[17], st[21], st[22], st[23]
+    if fdiv[f] > 0:
+        return hn
+    if not fresh:
+        if fi[f, 1] == lk or link_lvl[lk] > ff[f, _RAW]:
+            return hn  # already excluded by the scan at this join, or not at the minimum: bound unchanged
+        fi[f, 0] -= 1
+        if fi[f, 0] > 0:
+            return hn
+    b = np.inf
+    c = 0
+    for q in range(f_ptr[f], f_ptr[f + 1]):
+        m = e_link[q if f_ord.size == 0 else f_ord[q]]
+        if not dirty[m]:
+            v = link_lvl[m]
+            if v < b:
+                b = v
+                c = 1
+            elif v == b:
+                c += 1
+    ff[f, _RAW] = b
+    fi[f, 0] = c
+    fi[f, 1] = lk
+    b = max(b, t)
+    if b != ff[f, _BOUND]:
+        ff[f, _BOUND] = b
+        if b < np.inf:
+            hn = _push(hk, hv, hn, b, f * 4 + _CAP)
+    if not new[f] and fdiv[f] == 0 and b > ff[f, _OLD] * (1.0 + eq_tol):
+        fdiv[f] = -1  # divergence pending at its old level
+        hn = _push(hk, hv, hn, max(ff[f, _OLD], t), f * 4 + _DIVERGE)
+    return hn
+
+
+@maxmin_kernel.jit
+def _join(lk: int, t: float, st: tuple, hn: int) -> int:  # type: ignore[type-arg]
+    """Make link ``lk`` dirty at level ``t`` with its exact state there; track its flows not yet frozen."""
+    lix, w, rate, new, cap, eq_tol = st[2], st[6], st[7], st[8], st[9], st[11]
+    ff, fstate, lf, lcount, dirty = st[12], st[13], st[15], st[16], st[17]
+    tracked, dirty_list, counts, hk, hv = st[18], st[19], st[20], st[21], st[22]
+    l_ptr, l_flow, l_coef, x_link, x_flow, x_coef = lix
+    dirty[lk] = True
+    dirty_list[counts[1]] = lk
+    counts[1] += 1
+    frozen = 0.0
+    slope = 0.0
+    cnt = 0
+    a0, n_a = l_ptr[lk], l_ptr[lk + 1] - l_ptr[lk]
+    b0 = np.searchsorted(x_link, lk)
+    n_b = np.searchsorted(x_link, lk + 1) - b0
+    counts[2] += n_a + n_b
+    for j in range(n_a + n_b):
+        if j < n_a:
+            f, c = l_flow[a0 + j], l_coef[a0 + j]
         else:
-            a, b = _find(parent, first[f]), _find(parent, e_l[i])
-            if a != b:
-                parent[a] = b
-    hit = np.zeros(n_links, dtype=np.bool_)
-    for s in seeds:
-        hit[_find(parent, s)] = True
-    out = np.zeros(n_flows, dtype=np.bool_)
+            f, c = x_flow[b0 + j - n_a], x_coef[b0 + j - n_a]
+        s = fstate[f]
+        if s == 2:
+            frozen += c * ff[f, _NEW]
+        elif s == 0 and not new[f] and rate[f] < w[f] * t * (1.0 - eq_tol):  # a tie at ``t`` stays tracked
+            frozen += c * rate[f]
+        else:
+            slope += c * w[f]
+            cnt += 1
+            if s == 0:
+                fstate[f] = 1
+                ff[f, _OLD] = rate[f] / w[f]
+                ff[f, _BOUND] = -1.0
+                tracked[counts[0]] = f
+                counts[0] += 1
+            hn = _rebound(f, t, lk, s == 0, st, hn)
+    lf[lk, _FROZEN] = frozen
+    lf[lk, _SLOPE] = slope
+    lf[lk, _FILL] = np.inf
+    lcount[lk] = cnt
+    return _fill_at(lk, t, lf, lcount, cap, hk, hv, hn)  # type: ignore[no-any-return]
+
+
+@maxmin_kernel.jit
+def _freeze(f: int, s: float, st: tuple, hn: int) -> int:  # type: ignore[type-arg]
+    """Freeze tracked flow ``f`` at level ``s``; if that is not its old level, its clean links join at ``s``."""
+    f_ptr, f_ord, e_link, e_coef, w, rate = st[0], st[1], st[4], st[5], st[6], st[7]
+    new, cap, eq_tol = st[8], st[9], st[11]
+    ff, fstate, lf, lcount, dirty, hk, hv = st[12], st[13], st[15], st[16], st[17], st[21], st[22]
+    fstate[f] = 2
+    st[20][2] += f_ptr[f + 1] - f_ptr[f]
+    old = ff[f, _OLD]
+    moved = new[f] or abs(s - old) > eq_tol * old
+    r = w[f] * s if moved else rate[f]
+    ff[f, _NEW] = r
+    for q in range(f_ptr[f], f_ptr[f + 1]):
+        e = q if f_ord.size == 0 else f_ord[q]
+        m = e_link[e]
+        if dirty[m]:
+            lf[m, _FROZEN] += e_coef[e] * r
+            lf[m, _SLOPE] -= e_coef[e] * w[f]
+            lcount[m] -= 1
+            if lf[m, _CUR] < np.inf:
+                hn = _fill_at(m, s, lf, lcount, cap, hk, hv, hn)
+    if moved:
+        for q in range(f_ptr[f], f_ptr[f + 1]):
+            m = e_link[q if f_ord.size == 0 else f_ord[q]]
+            if not dirty[m]:
+                hn = _join(m, s, st, hn)
+    return hn
+
+
+@maxmin_kernel.jit
+def _fill_round(t: float, lk: int, st: tuple, rel_tol: float, hn: int) -> int:  # type: ignore[type-arg]
+    """One bottleneck level: ``lk`` and every dirty link within ``rel_tol`` of ``t`` fill; their flows freeze."""
+    l_ptr, l_flow, _, x_link, x_flow, _ = st[2]
+    fstate, lf, lcount, hk, hv = st[13], st[15], st[16], st[21], st[22]
+    sat = [lk]
+    lim = t * (1.0 + rel_tol)
+    while hn > 0 and hk[0] <= lim and (hv[0] & 3) == _LINK:
+        k2, l2 = hk[0], hv[0] >> 2
+        hn = _pop(hk, hv, hn)
+        if lf[l2, _CUR] == k2 and lcount[l2] > 0:
+            sat.append(l2)
+    for m in sat:
+        lf[m, _CUR] = np.inf
+        lf[m, _FILL] = t
+    for m in sat:
+        for j in range(l_ptr[m], l_ptr[m + 1]):
+            if fstate[l_flow[j]] == 1:
+                hn = _freeze(l_flow[j], t, st, hn)
+        for j in range(np.searchsorted(x_link, m), np.searchsorted(x_link, m + 1)):
+            if fstate[x_flow[j]] == 1:
+                hn = _freeze(x_flow[j], t, st, hn)
+    return hn
+
+
+@maxmin_kernel.jit
+def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, lix: tuple,  # type: ignore[type-arg]
+           scratch: tuple, w: np.ndarray, rate: np.ndarray, new: np.ndarray,  # type: ignore[type-arg]
+           cap: np.ndarray, link_lvl: np.ndarray, link_rate: np.ndarray,
+           seed_links: np.ndarray, seed_lvl: np.ndarray, rel_tol: float, eq_tol: float, budget: int) -> int:
+    """Re-solve after a change (see the module docstring), updating ``rate``, ``link_lvl`` and ``link_rate``
+    in place. ``lix`` is the link-major view of the incidence and ``scratch`` per-link work arrays
+    (:meth:`LinkIndex.view`, :func:`scratch`: ``dirty`` all False, left so on return).
+    ``seed_links`` become dirty at ``seed_lvl`` (sorted ascending). Returns the number of flows tracked, or
+    -1, having changed nothing, once the replay has visited more than ``budget`` incidence entries (a
+    change that reaches most of the pool: a solve from scratch is cheaper)."""
+    n_links = cap.size
+    n_e = e_pos.size
+    f_ptr, f_ord = _flow_csr(e_pos, n_flows)
+    ff = np.empty((n_flows, 4))
+    fi = np.empty((n_flows, 2), dtype=np.int64)  # per tracked flow: entries at its clean minimum, last scan's link
+    fstate = np.zeros(n_flows, dtype=np.int8)
+    fdiv = np.zeros(n_flows, dtype=np.int8)
+    lf, lcount, dirty = scratch
+    tracked = np.empty(n_flows, dtype=np.int64)
+    dirty_list = np.empty(n_links, dtype=np.int64)
+    counts = np.zeros(3, dtype=np.int64)  # flows tracked, links dirty, entries visited
+    size = 4 * n_e + 2 * n_flows + 16
+    hk = np.empty(size)
+    hv = np.empty(size, dtype=np.int64)
+    st = (f_ptr, f_ord, lix, e_pos, e_link, e_coef, w, rate, new, cap, link_lvl, eq_tol,
+          ff, fstate, fdiv, lf, lcount, dirty, tracked, dirty_list, counts, hk, hv, fi)
+    hn = 0
+    si = 0  # seeds join before any event at or above their level (ties first: a finished flow's links together)
+    while hn > 0 or si < seed_links.size:
+        if counts[2] > budget:
+            for i in range(counts[1]):
+                dirty[dirty_list[i]] = False
+            return -1
+        if si < seed_links.size and (hn == 0 or seed_lvl[si] <= hk[0]):
+            if not dirty[seed_links[si]]:
+                hn = _join(seed_links[si], seed_lvl[si], st, hn)
+            si += 1
+            continue
+        t, code = hk[0], hv[0]
+        hn = _pop(hk, hv, hn)
+        kind, x = code & 3, code >> 2
+        if kind == _LINK:
+            if lf[x, _CUR] == t and lcount[x] > 0:
+                hn = _fill_round(t, x, st, rel_tol, hn)
+        elif kind == _CAP:
+            if fstate[x] == 1 and ff[x, _BOUND] == t:
+                hn = _freeze(x, t, st, hn)
+        elif fstate[x] == 1 and fdiv[x] < 0:  # divergence: its clean links join at its old level
+            fdiv[x] = 1
+            ff[x, _BOUND] = np.inf
+            for q in range(f_ptr[x], f_ptr[x + 1]):
+                m = e_link[q if f_ord.size == 0 else f_ord[q]]
+                if not dirty[m]:
+                    hn = _join(m, t, st, hn)
+    for i in range(counts[0]):
+        f = tracked[i]
+        rate[f] = ff[f, _NEW] if fstate[f] == 2 else w[f] * ff[f, _BOUND]
+    for i in range(counts[1]):
+        lk = dirty_list[i]
+        link_lvl[lk] = lf[lk, _FILL]
+        link_rate[lk] = lf[lk, _FROZEN]
+        dirty[lk] = False
+    return counts[0]  # type: ignore[no-any-return]
+
+
+@maxmin_kernel.jit
+def _flow_csr(e_pos: np.ndarray, n_flows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flow-major view of the incidence (ptr, order); when ``e_pos`` is sorted (as a pool appends) the order
+    is the identity and comes back empty (readers use the entry index itself)."""
+    for i in range(1, e_pos.size):
+        if e_pos[i] < e_pos[i - 1]:
+            return _csr(e_pos, n_flows)  # type: ignore[no-any-return]
+    ptr = np.zeros(n_flows + 1, dtype=np.int64)
+    for i in range(e_pos.size):
+        ptr[e_pos[i] + 1] = i + 1
     for f in range(n_flows):
-        if first[f] >= 0 and hit[_find(parent, first[f])]:
-            out[f] = True
-    return out
+        if ptr[f + 1] < ptr[f]:
+            ptr[f + 1] = ptr[f]
+    return ptr, np.zeros(0, dtype=np.int64)
 
 
-def add_level(e_link: np.ndarray, e_coef: np.ndarray, e_pos: np.ndarray, is_new: np.ndarray, rate: np.ndarray,
-              w: np.ndarray, cap: np.ndarray, n_links: int) -> float:
-    """The lowest level at which a link that gained flows can fill (``inf`` if none gained any).
+@maxmin_kernel.jit
+def _link_index(e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray,
+                n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    l_ptr, l_ord = _csr(e_link, n_links)
+    return l_ptr, e_pos[l_ord], e_coef[l_ord]
 
-    Per link, entries sorted by their old level (new flows last): between two knees the load is
-    linear in the level, so each segment gives one candidate; the link's level is the candidate that
-    falls inside its own segment (every link here has a new flow, so its last segment rises).
-    """
-    new_e = is_new[e_pos]
-    links = np.unique(e_link[new_e])
-    if links.size == 0:
-        return float("inf")
-    mark = np.zeros(n_links, dtype=bool)
-    mark[links] = True
-    on = mark[e_link]
-    el, ep, ec, en = e_link[on], e_pos[on], e_coef[on], new_e[on]
-    slope = ec * w[ep]  # usage per unit of level while the flow is unfrozen
-    knee = np.where(en, np.inf, rate[ep] / w[ep])  # old level; new flows never freeze below tau
-    order = np.lexsort((knee, el))
-    el, slope, knee = el[order], slope[order], knee[order]
-    frozen_use = np.where(np.isfinite(knee), slope * knee, 0.0)
-    starts = np.flatnonzero(np.r_[True, el[1:] != el[:-1]])
-    grp = np.cumsum(np.r_[True, el[1:] != el[:-1]]) - 1
-    # before the i-th knee of a link: the flows before it are frozen, the rest still rise
-    frozen_before = np.cumsum(frozen_use) - frozen_use
-    frozen_before -= frozen_before[starts][grp]
-    tot_slope = np.add.reduceat(slope, starts)[grp]
-    slope_before = np.cumsum(slope) - slope
-    slope_before -= slope_before[starts][grp]
-    rising = tot_slope - slope_before
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(rising > 0, (cap[el] - frozen_before) / rising, np.inf)
-    # the segment's solution counts if it lies between the previous knee and this one (with a rounding
-    # margin: a candidate a hair off only lowers tau, which keeps more flows in the re-solve)
-    prev_knee = np.r_[0.0, knee[:-1]]
-    prev_knee[starts] = 0.0
-    valid = (t <= knee * (1 + 1e-9)) & (t >= prev_knee * (1 - 1e-9))
-    return float(np.where(valid, np.maximum(t, 0.0), np.inf).min(initial=np.inf))
 
-def affected(e_pos: np.ndarray, e_link: np.ndarray, n_flows: int, keep: np.ndarray, seeds: np.ndarray,
-             n_links: int) -> np.ndarray:
-    """Flows not in ``keep`` connected to a link in ``seeds`` through links shared by flows not kept."""
-    free_e = ~keep[e_pos]
-    ep, el = e_pos[free_e], e_link[free_e]
-    used, el_c = compact(np.concatenate([el, seeds]), n_links)
-    return _reached(ep, el_c[:ep.size], n_flows, used.size, el_c[ep.size:]) & ~keep
+@maxmin_kernel.jit
+def _drop_flows(l_ptr: np.ndarray, l_flow: np.ndarray, l_coef: np.ndarray,
+                newpos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ptr = np.empty_like(l_ptr)
+    flow = np.empty_like(l_flow)
+    coef = np.empty_like(l_coef)
+    k = 0
+    ptr[0] = 0
+    for lk in range(l_ptr.size - 1):
+        for j in range(l_ptr[lk], l_ptr[lk + 1]):
+            p = newpos[l_flow[j]]
+            if p >= 0:
+                flow[k] = p
+                coef[k] = l_coef[j]
+                k += 1
+        ptr[lk + 1] = k
+    return ptr, flow[:k], coef[:k]
+
+
+def scratch(n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-link work arrays of :func:`replay`, allocated once per pool: only the dirty links' entries are
+    touched (and ``dirty`` is left all False), so a replay costs nothing per link of the topology."""
+    return np.empty((n_links, 4)), np.empty(n_links, dtype=np.int64), np.zeros(n_links, dtype=bool)
+
+
+class LinkIndex:
+    """Link-major view of a pool's incidence (flows and coefficients per link), kept across solves.
+
+    Built once (a counting sort over every link, the costly part) for the entries ``[0, n_base)``;
+    entries appended later are *extras*, sorted by link at each replay (few: the flows started since);
+    a removal drops the removed flows' entries in one sequential pass instead of a rebuild."""
+
+    def __init__(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray, n_links: int) -> None:
+        self.base = _link_index(e_pos, e_link, e_coef, n_links)
+        self.n_base = int(e_pos.size)
+        self.n_flows = int(e_pos.max()) + 1 if e_pos.size else 0  # flows the base covers: 0 .. n_flows-1
+
+    def drop(self, newpos: np.ndarray, kept_base: int) -> None:
+        """Flows were removed (``newpos``: new position of each old flow, -1 if removed)."""
+        first = int(np.argmin(newpos >= 0)) if (newpos < 0).any() else newpos.size
+        if first < self.n_flows:  # else only flows added since the build went: the base is unchanged
+            self.base = _drop_flows(*self.base, newpos)
+            self.n_flows = int((newpos[:self.n_flows] >= 0).sum())
+        self.n_base = kept_base
+
+    def view(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> tuple:  # type: ignore[type-arg]
+        """The tuple :func:`replay` reads: the base plus the extras (entries from ``n_base`` on) sorted by link."""
+        xl = e_link[self.n_base:]
+        order = np.argsort(xl, kind="stable")
+        return (*self.base, xl[order], e_pos[self.n_base:][order], e_coef[self.n_base:][order])
+
+
+@maxmin_kernel.jit
+def link_levels(e_pos: np.ndarray, e_link: np.ndarray, level: np.ndarray, link_rate: np.ndarray, cap: np.ndarray,
+                full_rel: float, out: np.ndarray) -> None:
+    """Fill level of each link in use: the highest level of its flows if it carries within ``full_rel`` of its
+    capacity, else ``inf``. Work over the entries only (a link out of use keeps a stale level, which is never read:
+    a flow that comes to use it makes it dirty first)."""
+    for i in range(e_pos.size):
+        out[e_link[i]] = -1.0
+    for i in range(e_pos.size):
+        lk = e_link[i]
+        if link_rate[lk] > 0 and link_rate[lk] >= cap[lk] * (1.0 - full_rel):
+            v = level[e_pos[i]]
+            if v > out[lk]:
+                out[lk] = v
+    for i in range(e_pos.size):
+        if out[e_link[i]] < 0:
+            out[e_link[i]] = np.inf
 
 
 def warm_up() -> None:
@@ -113,7 +352,13 @@ def warm_up() -> None:
     answers, so its first solve does not stall the event loop for the seconds a compile takes."""
     one = np.zeros(1, dtype=np.int64)
     maxmin_kernel.fill(1, one, one, np.ones(1), np.ones(1), np.ones(1), np.zeros(1), 1e-9)
-    _reached(one, one, 1, 1, one)
+    lvl = np.full(1, np.inf)
+    lix = LinkIndex(one, one, np.ones(1), 1)
+    lix.drop(np.zeros(1, dtype=np.int64), 1)
+    replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1)), scratch(1), np.ones(1), np.zeros(1),
+           np.ones(1, dtype=np.bool_), np.ones(1), lvl,
+           np.zeros(1), one, np.zeros(1), 1e-9, 1e-10, 1 << 40)
+    link_levels(one, one, np.ones(1), np.ones(1), np.ones(1), 1e-8, lvl)
 
 
-__all__ = ["add_level", "affected", "warm_up"]
+__all__ = ["LinkIndex", "link_levels", "replay", "scratch", "warm_up"]

@@ -3,8 +3,8 @@
 A pool *flow* is what the max-min solver sees (one per lockstep phase copy, or per independent
 sub-flow); a *sub-flow* is one src -> dst route of it, kept so a fault can reroute it. Rates are
 recomputed lazily (:meth:`FlowPool.solve`) after the pool or the capacities changed: from scratch
-after a change of capacities or routes (or with mixed priorities), otherwise incrementally, only for
-the flows a start or finish can reach (:mod:`gigacluster.fabric.maxmin_incr`).
+after a change of capacities or routes (or with mixed priorities), otherwise incrementally, replaying
+the filling only on the links and flows a start or finish changes (:mod:`gigacluster.fabric.maxmin_incr`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 from gigacluster.fabric import maxmin_incr
-from gigacluster.fabric.maxmin import compact, maxmin_rates
+from gigacluster.fabric.maxmin import maxmin_rates
 from gigacluster.fabric.routing import Routes
 
 _FLOW_FIELDS = ("gseq", "rem", "bytes_", "w", "prio", "rate", "drain", "new")
-_KEEP_REL = 1e-9  # an old flow is kept only if its level is below the change's level by more than this
+_REL_TOL = 1e-9  # links within this of the lowest level fill together (as in the solve from scratch)
+_EQ_REL = 1e-10  # a flow whose new level is within this of its old one keeps its old rate (stops round-off spreading)
+_BUDGET_DIV = 8  # an incremental solve gives up (for one from scratch) after visiting 1/8 of the incidence
+_BUDGET_MIN = 200_000  # ... but never below this many entries (a small pool's solve from scratch is cheap anyway)
+_BACKOFF_MAX = 64  # longest run of solves from scratch between two replays that gave up
+_INDEX_LINKS_PER_ENTRY = 4  # build the link index only when the topology has at most this many links per entry
+_INDEX_ALWAYS_LINKS = 1 << 18  # ... or when the topology is this small anyway (a pass over it is well under 1 ms)
+_FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
 
@@ -48,8 +55,13 @@ class FlowPool:
         self.incremental = True
         self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
         self._full = True  # next solve from scratch (capacities or routes changed)
-        self._tau = np.inf  # lowest old level of a flow removed since the last solve
-        self._seeds: list[np.ndarray] = []  # links of flows removed since the last solve
+        self._link_lvl = np.full(n_links, np.inf)  # level at which each link filled in the last solve
+        self._scratch: tuple[np.ndarray, ...] | None = None  # the replay's per-link work arrays (allocated once)
+        self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
+        self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
+        self._skip = 0  # solves from scratch to run before trying a replay again
+        self._backoff = 1
+        self._seeds: list[tuple[np.ndarray, np.ndarray]] = []  # (links, old levels) of flows removed since
         self._chunks: list[tuple[np.ndarray, ...]] = []  # added since the last flush, in _ALL order
         self._n_pending = 0
 
@@ -94,9 +106,10 @@ class FlowPool:
         solved = remove & ~self.new
         if solved.any() and not self._full:
             gone = ~ek & solved[self.e_pos]
-            self._seeds.append(self.e_link[gone])
-            np.subtract.at(self.link_rate, self.e_link[gone], self.e_coef[gone] * self.rate[self.e_pos[gone]])
-            self._tau = min(self._tau, float((self.rate[solved] / self.w[solved]).min()))
+            pos = self.e_pos[gone]
+            self._seeds.append((self.e_link[gone], self.rate[pos] / self.w[pos]))
+        if self._lix is not None:
+            self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
         self.e_pos = newpos[self.e_pos[ek]]
@@ -116,6 +129,7 @@ class FlowPool:
         """Capacities or routes changed: the next solve starts from scratch."""
         self.dirty = True
         self._full = True
+        self._lix = None
 
     def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
         """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
@@ -126,15 +140,20 @@ class FlowPool:
         prio = self.prio if n and self.prio.min() != self.prio.max() else None
         if self._full or prio is not None or not self.incremental or not self._resolve(capacity_Bps):
             rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
-            self.rate = rate
+            self.rate, self.tracked = rate, -1
             fin = np.isfinite(rate[self.e_pos])
             self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
                                          minlength=self.n_links).astype(np.float64)
+            if self.incremental and prio is None:
+                maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, self.link_rate,
+                                        np.asarray(capacity_Bps, dtype=np.float64), _FULL_REL, self._link_lvl)
+                if self._skip == 0 and self._backoff == 1 and self._index_pays():  # the next start skips the sort
+                    self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
         else:
             rate = self.rate
         self.new[:] = False
-        # rates under strict priority are not one water-filling: the level cut does not apply to them
-        self._full, self._tau, self._seeds = prio is not None, np.inf, []
+        # rates under strict priority are not one water-filling: the incremental replay does not apply to them
+        self._full, self._seeds = prio is not None, []
         with np.errstate(divide="ignore", invalid="ignore"):
             dt = np.where(np.isinf(rate), 0.0, np.where(rate > 0, self.rem / rate, np.inf))
         self.drain = t_ref + dt
@@ -148,43 +167,48 @@ class FlowPool:
         self.dirty = False
 
     def _resolve(self, cap: np.ndarray) -> bool:
-        """Incremental solve: re-solve only the flows the starts and finishes since the last solve can reach.
+        """Incremental solve: replay progressive filling only where the starts and finishes since the last
+        solve change it (:func:`gigacluster.fabric.maxmin_incr.replay`).
 
-        Returns False, having changed nothing, when the change reaches more than half of the pool (then a
-        solve from scratch is cheaper)."""
-        old, n = ~self.new, self.size
+        Returns False, having changed nothing, when most of the pool is new or the replay reaches too much of it
+        (a solve from scratch is cheaper)."""
+        n = self.size
         if 2 * int(self.new.sum()) > n:
             return False
-        tau = min(self._tau, maxmin_incr.add_level(self.e_link, self.e_coef, self.e_pos, self.new, self.rate, self.w,
-                                                   cap, self.n_links))
+        if self._skip:  # the last replays reached most of the pool: skip some, with exponential backoff
+            self._skip -= 1
+            return False
         has = np.zeros(n, dtype=bool)
         has[self.e_pos] = True
-        keep = ~has | (old & (self.rate < self.w * tau * (1 - _KEEP_REL)))
-        seeds = np.concatenate([self.e_link[self.new[self.e_pos]], *self._seeds])
-        moved = maxmin_incr.affected(self.e_pos, self.e_link, n, keep, seeds, self.n_links)
-        sub = np.flatnonzero(moved)
-        if 2 * sub.size > n:
-            return False
         self.rate[self.new & ~has] = np.inf
-        if sub.size == 0:
+        new_links = self.e_link[self.new[self.e_pos]]
+        links = np.concatenate([new_links, *(lk for lk, _ in self._seeds)])
+        levels = np.concatenate([np.zeros(new_links.size), *(lv for _, lv in self._seeds)])
+        if links.size == 0:
             return True
-        me = moved[self.e_pos]
-        links = self.e_link[me]
-        on = np.zeros(self.n_links, dtype=bool)
-        on[links] = True
-        other = on[self.e_link] & ~me  # kept flows on the re-solved links: their use is fixed
-        local = np.full(n, -1, dtype=np.int64)
-        local[sub] = np.arange(sub.size)
-        # the kept flows' links are all among ``links``, so one compaction indexes both
-        used, idx = compact(np.concatenate([links, self.e_link[other]]), self.n_links)
-        fixed = np.bincount(idx[links.size:], weights=self.e_coef[other] * self.rate[self.e_pos[other]],
-                            minlength=used.size)
-        ep = self.e_pos[me]
-        old_part = np.where(self.new[ep], 0.0, self.e_coef[me] * self.rate[ep])
-        self.rate[sub] = maxmin_rates(sub.size, local[ep], idx[:links.size], self.e_coef[me], cap[used] - fixed,
-                                      weight=self.w[sub])
-        np.add.at(self.link_rate, links, self.e_coef[me] * self.rate[ep] - old_part)
+        order = np.argsort(levels, kind="stable")
+        if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
+            if not self._index_pays():
+                return False
+            self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
+        lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
+        if self._scratch is None:
+            self._scratch = maxmin_incr.scratch(self.n_links)
+        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._scratch, self.w,
+                                          self.rate, self.new, cap, self._link_lvl, self.link_rate, links[order],
+                                          levels[order], _REL_TOL, _EQ_REL,
+                                          max(self.e_pos.size // _BUDGET_DIV, _BUDGET_MIN))
+        if self.tracked < 0:
+            self._backoff = min(2 * self._backoff, _BACKOFF_MAX)
+            self._skip, self._lix = self._backoff, None
+            return False
+        self._backoff = 1
         return True
+
+    def _index_pays(self) -> bool:
+        """A link index costs a pass over every link of the topology: worth it only when the pool is not tiny
+        beside the topology (a small pool on a 10M-link site solves from scratch in less)."""
+        return self.n_links <= max(_INDEX_LINKS_PER_ENTRY * self.e_pos.size, _INDEX_ALWAYS_LINKS)
 
     def move(self, dt: float) -> np.ndarray:
         """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""

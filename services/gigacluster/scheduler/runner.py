@@ -29,6 +29,7 @@ from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import ChannelPool
 from gigacluster.runtime.clock import VirtualClock
 from gigacluster.runtime.errors import error_info
+from gigacluster.scheduler import step_comm
 from gigacluster.scheduler.core import JobRecord, rank_groups
 from gigacluster.wire import chip as chip_wire
 from gigacluster.wire import fabric as fabric_wire
@@ -130,7 +131,8 @@ class JobRunner:
             sel = devices[(devices >= start) & (devices < end)]
             if sel.size:
                 self.shard_ranges.append((ep, _ranges(np.sort(sel))))
-        self.collective_calls = self._collective_calls()
+        # inline collectives (many per step): several calls spread over the window (scheduler/step_comm.py)
+        self.collective_calls, self.call_samples = step_comm.expand(job.plan, self._collective_calls(), _copy_req)
         # HBM per chip of the plan's most loaded pipeline stage (weights, grads, optimizer state,
         # activations): the chips show it in use while the job holds them.
         self.memory_per_chip_bytes = int(job.plan.memory.total_bytes)
@@ -188,61 +190,36 @@ class JobRunner:
             compute_s = max(r.end_s for r in chip_res) - start_s
             fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))
             fab_calls = []
-            for name, req in self.collective_calls:
-                req.not_before_s = start_s + self._offset_s(name, compute_s)
+            for (name, req), k in zip(self.collective_calls, self.call_samples, strict=True):
+                req.not_before_s = start_s + step_comm.offset_s(job.plan, name, k, compute_s)
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
             fab_res = await gather_or_cancel(fab_calls)
         except grpc.aio.AioRpcError as err:
             raise step_error(err) from err
         above = float(sum(r.energy_j for r in chip_res))
         # Collectives: wait for the actual ends (other traffic may slow them after the prediction).
-        ends: dict[str, float] = {}
-        starts: dict[str, float] = {}
         names = [n for n, _ in self.collective_calls]
         preds = [r.predicted_end_s for r in fab_res]
         first_bd = self._compose(compute_s, names, fab_res, [r.predicted_end_s for r in fab_res], start_s)
         await self.clock.sleep_until(start_s + first_bd.step_time_s)
+        finals: list[float] = []
         if fab_res:
             try:
                 finals = await self._wait_flows([r.name for r in fab_res], preds)
             except grpc.aio.AioRpcError as err:
                 raise step_error(err) from err
-            for (name, _), r, end in zip(self.collective_calls, fab_res, finals, strict=True):
-                starts[name] = min(starts.get(name, r.start_s), r.start_s)
-                ends[name] = max(ends.get(name, end), end)
-        bd = self._compose(compute_s, names, fab_res, [ends[n] for n in names], start_s)
+        step_comm.log_samples(job.name, start_s, names, self.call_samples, [r.start_s for r in fab_res], finals)
+        bd = self._compose(compute_s, names, fab_res, finals, start_s)
         await self.clock.sleep_until(start_s + bd.step_time_s)
-        comm = {d.name: 0.0 for d in job.plan.collectives}
-        for d in job.plan.collectives:
-            if d.name in ends:
-                comm[d.name] = (ends[d.name] - starts[d.name]) * d.count
+        comm = step_comm.demand_s(job.plan, step_comm.per_call_s(names, self.call_samples,
+                                                                  [r.start_s for r in fab_res], finals))
         calls = tuple((r.start_s, end) for r, end in zip(fab_res, finals, strict=True)) if fab_res else ()
         return StepResult(start_s, bd, above, comm, calls, compute_s)
 
-    def _offset_s(self, name: str, compute_s: float) -> float:
-        """When in the step a demand's collective runs (its window in ``compose_step``).
-
-        The parameter all-gather overlaps the first forward (step start); the gradient
-        reduce-scatter the last backward; inline collectives (TP, CP, PP) are spread over the
-        microbatches and sampled at mid-step. Staggering them as the real step does keeps a job's
-        own collectives from contending with each other when they would not.
-        """
-        plan = self.job.plan
-        window = next(d.window for d in plan.collectives if d.name == name)
-        if window == "param":
-            return 0.0
-        pipe = compute_s * plan.pipelined_fraction
-        if window == "grad":
-            return max(0.0, pipe - plan.bwd_fraction * pipe / plan.microbatches)
-        return 0.5 * pipe
-
     def _compose(self, compute_s: float, names: list[str], fab_res: Sequence[fabric_pb2.StartCollectiveResponse],
                  ends: list[float], start_s: float) -> StepBreakdown:
-        per: dict[str, float] = {}
-        for name, r, end in zip(names, fab_res, ends, strict=True):
-            per[name] = max(per.get(name, 0.0), end - r.start_s)
-        comm = {d.name: per.get(d.name, 0.0) * d.count for d in self.job.plan.collectives}
-        return compose_step(self.job.plan, compute_s, comm)
+        per = step_comm.per_call_s(names, self.call_samples, [r.start_s for r in fab_res], ends)
+        return compose_step(self.job.plan, compute_s, step_comm.demand_s(self.job.plan, per))
 
     async def _wait_flows(self, names: list[str], preds: list[float]) -> list[float]:
         """Actual end times of flow groups (watching those still running)."""
@@ -314,6 +291,12 @@ async def gather_or_cancel(calls: list[Any]) -> list[Any]:
         for c in calls:
             c.cancel()
         raise
+
+
+def _copy_req(req: fabric_pb2.StartCollectiveRequest) -> fabric_pb2.StartCollectiveRequest:
+    out = fabric_pb2.StartCollectiveRequest()
+    out.CopyFrom(req)
+    return out
 
 
 def _ranges(ids: np.ndarray, *, keep_order: bool = False) -> list[tuple[int, int]]:

@@ -39,6 +39,7 @@ from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.model.training import compose_step
 from gigacluster.runtime import convert
+from gigacluster.scheduler import step_comm
 from gigacluster.scheduler.checkpoint import AsyncCheckpoints
 from gigacluster.scheduler.core import JobRecord
 from gigacluster.scheduler.runner import JobRunner, StepFailed, StepResult, gather_or_cancel, step_error
@@ -232,11 +233,11 @@ async def _finish_step(runner: JobRunner, ref: StepResult, start_s: float,
     live = [i for i, f in enumerate(flows) if f.flow]
     for i, end in zip(live, await runner.flow_ends([flows[i].flow for i in live]), strict=True):
         ends[i] = end
-    per: dict[str, float] = {}
-    for f, a, b in zip(flows, starts, ends, strict=True):
-        per[names[f.index]] = max(per.get(names[f.index], 0.0), b - a)
     plan = runner.job.plan
-    comm = {d.name: per.get(d.name, 0.0) * d.count for d in plan.collectives}
+    # timed as the per-step path does (scheduler/step_comm.py): each demand's samples, longest call per sample
+    sel = [f.index for f in flows]
+    comm = step_comm.demand_s(plan, step_comm.per_call_s([names[i] for i in sel],
+                                                         [runner.call_samples[i] for i in sel], starts, ends))
     bd = compose_step(plan, ref.chip_s, comm)
     await runner.clock.sleep_until(start_s + bd.step_time_s)
     calls = tuple(zip(starts, ends, strict=True))
