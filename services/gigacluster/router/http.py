@@ -63,6 +63,7 @@ from gigacluster.router.openai_body import (  # noqa: F401  (check_fields, json_
 
 if TYPE_CHECKING:
     from gigacluster.router.deployment import LiveDeployment
+    from gigacluster.router.frontend import FrontendService, RemoteDeployment, RemoteGeneration
     from gigacluster.router.generation import Chunk, Generation
     from gigacluster.router.service import RouterService
 
@@ -124,7 +125,7 @@ class _Headers:
 
 
 class OpenAIServer:
-    def __init__(self, svc: RouterService) -> None:
+    def __init__(self, svc: RouterService | FrontendService) -> None:
         self.svc = svc
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -145,10 +146,11 @@ class OpenAIServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen on ``host:port`` (``reuse_port``: beside the router's other front ends, SO_REUSEPORT)."""
         self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
+        site = web.TCPSite(self.runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
@@ -193,7 +195,7 @@ class OpenAIServer:
         return web.Response(status=200 if self.svc.reconciled.is_set() else 503)
 
     @staticmethod
-    def _model_obj(d: LiveDeployment) -> dict[str, Any]:
+    def _model_obj(d: LiveDeployment | RemoteDeployment) -> dict[str, Any]:
         return {"id": d.deployment_id, "object": "model", "created": int(d.created_s), "owned_by": d.tenant,
                 "max_model_len": d.cfg.arch.seq_len}
 
@@ -309,7 +311,7 @@ class OpenAIServer:
 class _Format:
     """OpenAI response objects for completions and chat completions."""
 
-    def __init__(self, kind: str, gen: Generation, model: str) -> None:
+    def __init__(self, kind: str, gen: Generation | RemoteGeneration, model: str) -> None:
         self.kind = kind
         self.gen = gen
         self.model = model

@@ -1,0 +1,202 @@
+"""The link between the router's front-end processes and its core (``frontends`` > 0).
+
+One Unix-socket stream per front end carries every request it forwards: length-prefixed
+``LinkUp`` frames (front end -> core: new Generate calls, cancellations) and ``LinkDown`` frames
+(core -> front end: token chunks and errors of many requests, and the deployments' state). Each
+side gathers what it has to send during one event-loop pass and writes it as one frame, so the
+cost per token is a share of one write, never a write (or an RPC) of its own.
+
+This module holds the framing and the conversions shared by both ends; the core's side is
+:class:`CoreLink`, the front end's is :mod:`.frontend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from gigacluster.errors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from gigacluster.router.generation import Generation
+from gigacluster.router.messages import generate_response
+from gigacluster.router.v1 import frontend_pb2
+from gigacluster.runtime.auth import Principal
+
+log = structlog.get_logger()
+_LEN = struct.Struct("!I")
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # a frame of one pass's events; far above any real one
+DOMAIN_ERRORS: dict[str, type[DomainError]] = {c.code: c for c in (
+    InvalidArgument, NotFound, AlreadyExists, PermissionDenied, Unauthenticated, ResourceExhausted, FailedPrecondition,
+    Unavailable)}
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """The next frame, or None at the end of the stream."""
+    try:
+        head = await reader.readexactly(_LEN.size)
+        (n,) = _LEN.unpack(head)
+        if n > MAX_FRAME_BYTES:
+            raise ValueError(f"link frame of {n} bytes")
+        return await reader.readexactly(n)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+class Outbox:
+    """Messages gathered during one event-loop pass, written as one frame at its end."""
+
+    def __init__(self, writer: asyncio.StreamWriter, frame: Callable[[list[Any]], bytes]) -> None:
+        self.writer = writer
+        self.frame = frame
+        self.items: list[Any] = []
+        self._scheduled = False
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def write(self, body: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(_LEN.pack(len(body)) + body)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self.items:
+            items, self.items = self.items, []
+            self.write(self.frame(items))
+
+
+def error_event(stream: int, exc: DomainError) -> frontend_pb2.LinkEvent:
+    """A request's domain error as the front end needs it to answer exactly as the core would."""
+    ev = frontend_pb2.LinkEvent(stream=stream, error_code=exc.code, error_message=exc.message,
+                                error_reason=exc.reason, error_field=getattr(exc, "field", "") or "",
+                                error_metadata=exc.metadata)
+    retry = getattr(exc, "retry_after_s", None)
+    if retry is not None:
+        ev.retry_after_s = retry
+    return ev
+
+
+def domain_error(ev: frontend_pb2.LinkEvent) -> DomainError:
+    """The domain error an error event carries (its class by code; message, reason and metadata as sent)."""
+    cls = DOMAIN_ERRORS.get(ev.error_code, DomainError)
+    exc = cls.__new__(cls)
+    DomainError.__init__(exc, ev.error_message, reason=ev.error_reason or None)
+    exc.metadata = dict(ev.error_metadata)
+    if ev.error_field:
+        exc.field = ev.error_field  # type: ignore[attr-defined]
+    if isinstance(exc, ResourceExhausted):
+        exc.retry_after_s = ev.retry_after_s if ev.HasField("retry_after_s") else None
+    return exc
+
+
+class CoreLink:
+    """The core's side of the links: admits each front end's calls, streams their chunks back.
+
+    ``generate`` is :meth:`Admission.generate` (bounds, routing and admission stay in the core);
+    ``state`` gives the ``LinkDown`` the front ends need besides tokens (readiness, deployments),
+    sent to each link when it connects and whenever it changes.
+    """
+
+    def __init__(self, secret: str, generate: Callable[..., Generation],
+                 state: Callable[[], frontend_pb2.LinkDown]) -> None:
+        self.secret = secret
+        self.generate = generate
+        self.state = state
+        self._last_state = b""
+        self.links: set[Outbox] = set()
+        self.calls = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One front end's link, until it closes: every request it still has open is dropped then."""
+        hello_raw = await read_frame(reader)
+        hello = frontend_pb2.LinkUp.FromString(hello_raw) if hello_raw is not None else None
+        if hello is None or not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):
+            log.warning("router link refused: wrong secret")
+            writer.close()
+            return
+        out = Outbox(writer, lambda evs: frontend_pb2.LinkDown(events=evs).SerializeToString())
+        self.links.add(out)
+        out.write(self.state().SerializeToString())
+        tasks: dict[int, asyncio.Task[None]] = {}
+        log.info("front end linked", frontend=hello.frontend)
+        try:
+            self._calls(out, tasks, hello.calls)
+            while (raw := await read_frame(reader)) is not None:
+                self._calls(out, tasks, frontend_pb2.LinkUp.FromString(raw).calls)
+        finally:
+            self.links.discard(out)
+            for t in list(tasks.values()):
+                t.cancel()
+            writer.close()
+            log.info("front end unlinked", frontend=hello.frontend, dropped=len(tasks))
+
+    def _calls(self, out: Outbox, tasks: dict[int, asyncio.Task[None]], calls: Iterable[Any]) -> None:
+        for call in calls:
+            if call.cancel:
+                t = tasks.pop(call.stream, None)
+                if t is not None:
+                    t.cancel()
+                continue
+            self.calls += 1
+            r = call.request
+            which = r.WhichOneof("prompt")
+            try:
+                gen = self.generate(
+                    Principal(call.principal_kind, call.principal_tenant), r.model,
+                    text=r.text if which == "text" else None,
+                    token_ids=list(r.token_ids.ids) if which == "token_ids" else None,
+                    max_tokens=call.max_tokens if call.HasField("max_tokens") else None, priority=call.priority,
+                    request_id=r.request_id, stop=list(r.stop), ignore_eos=r.ignore_eos,
+                    open_to_context=call.open_to_context)
+            except DomainError as exc:
+                out.push(error_event(call.stream, exc))
+                continue
+            task = asyncio.ensure_future(self._pump(out, call.stream, gen))
+            tasks[call.stream] = task
+            task.add_done_callback(lambda _t, s=call.stream: tasks.pop(s, None))
+
+    @staticmethod
+    async def _pump(out: Outbox, stream: int, gen: Generation) -> None:
+        first = True
+        try:
+            async for c in gen.chunks():
+                ev = frontend_pb2.LinkEvent(stream=stream, chunk=generate_response(c))
+                if first:
+                    ev.prompt_tokens, first = gen.prompt_tokens, False
+                out.push(ev)
+        except DomainError as exc:
+            out.push(error_event(stream, exc))
+        finally:
+            gen.close()
+
+    def publish_state(self) -> None:
+        """Send the state to every link if it changed since the last time."""
+        raw = self.state().SerializeToString()
+        if raw != self._last_state:
+            self._last_state = raw
+            for out in list(self.links):
+                out.write(raw)
+
+    async def watch_state(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            with contextlib.suppress(ConnectionError):
+                self.publish_state()
