@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import json
 import os
@@ -68,6 +69,10 @@ class RemoteDeployment:
     created_s: float
     cfg: _Cfg
     state: str
+
+    @property
+    def name(self) -> str:
+        return f"deployments/{self.deployment_id}"
 
     @property
     def qualified_name(self) -> str:
@@ -323,6 +328,12 @@ async def run(settings: dict[str, Any]) -> None:
 
 def main() -> None:
     settings = json.loads(os.environ.pop(FRONTEND_ENV))
+    # SIGTERM when the core dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), as stack.py's launcher does for the
+    # services; the closed link stops a front end too, this also covers one stuck before it linked.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    if os.getppid() != int(settings["core_pid"]):
+        return  # the core is gone already
     configure("router-frontend", fmt=settings["config"]["log_format"], level=settings["config"]["log_level"])
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(settings))

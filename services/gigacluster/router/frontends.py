@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import shutil
 import socket
 import sys
@@ -70,7 +69,7 @@ class FrontendPool:
         cfg = dataclasses.replace(self.config, port=self.port, http_port=self.http_port, frontends=0, mqtt="",
                                   metrics_port=-1, clock="wall", clock_coordinator="")
         return json.dumps({"config": dataclasses.asdict(cfg), "link": self.path, "secret": self.link.secret,
-                           "index": index, "core": core_address})
+                           "index": index, "core": core_address, "core_pid": os.getpid()})
 
     async def start(self, core_address: str) -> None:
         self._server = await asyncio.start_unix_server(self.link.serve, path=self.path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import struct
 from collections.abc import Callable, Iterable
@@ -39,7 +40,8 @@ from gigacluster.runtime.auth import Principal
 
 log = structlog.get_logger()
 _LEN = struct.Struct("!I")
-MAX_FRAME_BYTES = 64 * 1024 * 1024  # a frame of one pass's events; far above any real one
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # far above FRAME_ITEMS prompts of max_prompt_bytes (128 KiB by default)
+FRAME_ITEMS = 256
 DOMAIN_ERRORS: dict[str, type[DomainError]] = {c.code: c for c in (
     InvalidArgument, NotFound, AlreadyExists, PermissionDenied, Unauthenticated, ResourceExhausted, FailedPrecondition,
     Unavailable)}
@@ -78,9 +80,9 @@ class Outbox:
 
     def flush(self) -> None:
         self._scheduled = False
-        if self.items:
-            items, self.items = self.items, []
-            self.write(self.frame(items))
+        items, self.items = self.items, []
+        for i in range(0, len(items), FRAME_ITEMS):  # bounded frames: at most FRAME_ITEMS prompts or chunks
+            self.write(self.frame(items[i:i + FRAME_ITEMS]))
 
 
 def error_event(stream: int, exc: DomainError) -> frontend_pb2.LinkEvent:
@@ -105,6 +107,10 @@ def domain_error(ev: frontend_pb2.LinkEvent) -> DomainError:
     if isinstance(exc, ResourceExhausted):
         exc.retry_after_s = ev.retry_after_s if ev.HasField("retry_after_s") else None
     return exc
+
+
+def _forget(tasks: dict[int, asyncio.Task[None]], stream: int, _task: asyncio.Task[None]) -> None:
+    tasks.pop(stream, None)
 
 
 class CoreLink:
@@ -169,9 +175,13 @@ class CoreLink:
             except DomainError as exc:
                 out.push(error_event(call.stream, exc))
                 continue
+            except Exception as exc:  # a bug: answer INTERNAL, keep the link (and the other requests) going
+                log.exception("router link: admission failed", stream=call.stream)
+                out.push(error_event(call.stream, DomainError(f"internal error ({type(exc).__name__})")))
+                continue
             task = asyncio.ensure_future(self._pump(out, call.stream, gen))
             tasks[call.stream] = task
-            task.add_done_callback(lambda _t, s=call.stream: tasks.pop(s, None))
+            task.add_done_callback(functools.partial(_forget, tasks, call.stream))
 
     @staticmethod
     async def _pump(out: Outbox, stream: int, gen: Generation) -> None:
@@ -184,6 +194,9 @@ class CoreLink:
                 out.push(ev)
         except DomainError as exc:
             out.push(error_event(stream, exc))
+        except Exception as exc:  # a bug: the client still gets an answer (INTERNAL), never a stream left open
+            log.exception("router link: request failed", stream=stream)
+            out.push(error_event(stream, DomainError(f"internal error ({type(exc).__name__}); see the router log")))
         finally:
             gen.close()
 

@@ -133,10 +133,21 @@ class RouterService(Service[RouterConfig]):
     # The domain calls of the router, as the servicer and the HTTP API use them.
 
     async def deploy(self, p: Principal, request: router_pb2.DeployModelRequest) -> LiveDeployment:
-        return await self.manager.deploy(p, request)
+        try:
+            return await self.manager.deploy(p, request)
+        finally:
+            self._state_changed()
 
     async def undeploy(self, dep: LiveDeployment) -> None:
-        await self.manager.undeploy(dep)
+        try:
+            await self.manager.undeploy(dep)
+        finally:
+            self._state_changed()
+
+    def _state_changed(self) -> None:
+        """Tell the front ends now (before the caller hears back through one of them), not at the next tick."""
+        if self.link is not None:
+            self.link.publish_state()
 
     def visible(self, p: Principal, name: str) -> LiveDeployment:
         return self.manager.visible(p, name)
