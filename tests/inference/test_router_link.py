@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import types
 from typing import Any
 
 import pytest
 
 from gigacluster.errors import DomainError, InvalidArgument, NotFound, ResourceExhausted
-from gigacluster.router.frontend import chunk_of, merged
-from gigacluster.router.generation import Chunk
+from gigacluster.inference.errors import AdmissionError
+from gigacluster.inference.request import TokenEvent
+from gigacluster.inference.tokenizer import Tokenizer
+from gigacluster.router.generation import Generation
 from gigacluster.router.link import CoreLink, Outbox, domain_error, error_event, read_frame
+from gigacluster.router.messages import chunk_of, merged
 from gigacluster.router.v1 import frontend_pb2, router_pb2
 
 
@@ -54,34 +58,36 @@ def test_chunk_of_a_response_has_the_usage_timings() -> None:
     assert chunk_of(router_pb2.GenerateResponse(token_ids=[1])).summary is None
 
 
-class _Gen:
-    """A Generation's surface for CoreLink: two chunks, or an error after the first."""
+class _Stream:
+    """A replica stream's surface for Generation: the queue the replica fills, and close (client gone)."""
 
-    def __init__(self, fail: bool) -> None:
-        self.prompt_tokens = 3
-        self.fail = fail
+    def __init__(self, rid: str) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.req = types.SimpleNamespace(id=rid)
+        self.owner = types.SimpleNamespace(index=0)
+        self.prefill_replica = -1
+        self.kv_transfer_bytes = 0.0
         self.closed = False
-
-    async def chunks(self) -> Any:
-        yield Chunk("r", 0, [1], "a", 1.0, "deployments/x/replicas/0")
-        if self.fail:
-            raise ResourceExhausted("shed by a higher-priority request", retry_after_s=0.5)
-        yield Chunk("r", 1, [2], "b", 2.0, "deployments/x/replicas/0", finish_reason="length")
 
     def close(self) -> None:
         self.closed = True
 
 
 async def test_core_link_refuses_a_wrong_secret_and_streams_chunks_and_errors() -> None:
-    """A front end without the secret gets nothing; one with it gets its state, then each request's chunks
-    (the first with the prompt's size) or its error, many per frame."""
-    gens: list[_Gen] = []
+    """A front end without the secret gets nothing; one with it gets its state, then each request's tokens
+    (those of one pass as one chunk, the first with the prompt's size) or its error, many per frame; a
+    cancelled request is dropped in the core."""
+    gens: dict[str, Generation] = {}
 
-    def generate(p: Any, model: str, **kw: Any) -> _Gen:
+    def generate(p: Any, model: str, **kw: Any) -> Generation:
         if model == "none":
             raise NotFound("deployments/none")
-        gens.append(_Gen(fail=model == "shed"))
-        return gens[-1]
+        stream = _Stream(model)
+        if model == "shed":  # shed before the link took the stream: the queued error still goes out
+            stream.queue.put_nowait(AdmissionError(0.5, reason="shed", detail="by priority 5"))
+        gens[model] = Generation(types.SimpleNamespace(name="deployments/x"), stream,  # type: ignore[arg-type]
+                                 Tokenizer(256), 3)
+        return gens[model]
 
     link = CoreLink("s3cret", generate, lambda: frontend_pb2.LinkDown(has_state=True, reconciled=True))
 
@@ -93,22 +99,35 @@ async def test_core_link_refuses_a_wrong_secret_and_streams_chunks_and_errors() 
         out.write(frontend_pb2.LinkUp(secret=secret).SerializeToString())
         return b_r, out, task
 
+    async def events(r: asyncio.StreamReader, n: int) -> list[Any]:
+        got: list[Any] = []
+        while len(got) < n:
+            got += frontend_pb2.LinkDown.FromString(await read_frame(r) or b"").events
+        return got
+
     r, _, task = await connect("wrong")
     await task
     assert await read_frame(r) is None
     r, out, task = await connect("s3cret")
     assert frontend_pb2.LinkDown.FromString(await read_frame(r) or b"").reconciled
-    for i, model in enumerate(("ok", "none", "shed"), 1):
+    for i, model in enumerate(("ok", "none", "shed", "gone"), 1):
         out.push(frontend_pb2.LinkCall(stream=i, principal_kind="tenant", principal_tenant="tenants/a",
                                        request=router_pb2.GenerateRequest(model=model, text="hi")))
-    events: list[Any] = []
-    while len([e for e in events if e.error_code or e.chunk.finish_reason]) < 3:
-        events += frontend_pb2.LinkDown.FromString(await read_frame(r) or b"").events
-    by = {s: [e for e in events if e.stream == s] for s in (1, 2, 3)}
-    assert [list(e.chunk.token_ids) for e in by[1]] == [[1], [2]] and by[1][0].prompt_tokens == 3
-    assert [e.error_code for e in by[2]] == ["NOT_FOUND"]
-    assert by[3][-1].error_code == "RESOURCE_EXHAUSTED" and by[3][-1].retry_after_s == 0.5
-    assert all(g.closed for g in gens)
+    by = {e.stream: e for e in await events(r, 2)}
+    assert by[2].error_code == "NOT_FOUND" and by[3].error_code == "RESOURCE_EXHAUSTED"
+    assert by[3].retry_after_s == 0.5
+    q = gens["ok"].stream.queue
+    q.put_nowait(TokenEvent("ok", 0, 65, 1.0, False))
+    q.put_nowait(TokenEvent("ok", 1, 66, 1.1, False))
+    (ev,) = await events(r, 1)
+    assert (ev.stream, list(ev.chunk.token_ids), ev.chunk.text, ev.prompt_tokens) == (1, [65, 66], "AB", 3)
+    q.put_nowait(TokenEvent("ok", 2, 67, 1.2, True, "length"))
+    (ev,) = await events(r, 1)
+    assert ev.chunk.finish_reason == "length" and ev.prompt_tokens == 0 and gens["ok"].done
+    out.push(frontend_pb2.LinkCall(stream=4, cancel=True))
+    while not gens["gone"].stream.closed:  # type: ignore[attr-defined]
+        await asyncio.sleep(0.001)
+    assert not gens["ok"].stream.closed  # type: ignore[attr-defined]
     out.writer.close()
     await task
     _close_pipes()

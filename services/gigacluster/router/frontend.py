@@ -30,12 +30,12 @@ import structlog
 from grpc_health.v1 import health_pb2
 
 from gigacluster.errors import InvalidArgument, Unavailable
-from gigacluster.inference.request import RequestSummary
 from gigacluster.router.frontends import FRONTEND_ENV
 from gigacluster.router.generation import Chunk
 from gigacluster.router.http import OpenAIServer
 from gigacluster.router.link import Outbox, domain_error, read_frame
 from gigacluster.router.manager import find_visible
+from gigacluster.router.messages import chunk_of, generate_request, merged
 from gigacluster.router.overload import Overload
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
@@ -80,36 +80,6 @@ class RemoteDeployment:
 
     def health(self) -> tuple[str, str]:
         return self.state, ""
-
-
-def merged(chunks: Sequence[router_pb2.GenerateResponse]) -> router_pb2.GenerateResponse:
-    """Chunks of one request that piled up, as one message (their tokens and text; the last one's time,
-    finish and usage)."""
-    if len(chunks) == 1:
-        return chunks[0]
-    out = router_pb2.GenerateResponse()
-    out.CopyFrom(chunks[-1])
-    out.index = chunks[0].index
-    del out.token_ids[:]
-    for c in chunks:
-        out.token_ids.extend(c.token_ids)
-    out.text = "".join(c.text for c in chunks)
-    return out
-
-
-def chunk_of(r: router_pb2.GenerateResponse) -> Chunk:
-    """A GenerateResponse as the HTTP API's :class:`Chunk` (its usage as a summary with the same timings)."""
-    summary = None
-    if r.HasField("usage"):
-        u = r.usage
-        summary = RequestSummary(
-            request_id=r.request_id, tenant="", priority=0, arrival_s=0.0, first_scheduled_s=u.queue_s,
-            first_token_s=u.ttft_s, finish_s=u.e2e_s, prompt_tokens=u.prompt_tokens,
-            output_tokens=u.completion_tokens, cached_tokens=u.cached_prompt_tokens, preemptions=0,
-            finish_reason=r.finish_reason, kv_transfer_s=u.kv_transfer_s, energy_j=u.energy_j)
-    return Chunk(request_id=r.request_id, index=r.index, token_ids=list(r.token_ids), text=r.text, time_s=r.time_s,
-                 replica=r.replica, finish_reason=r.finish_reason, summary=summary,
-                 prefill_replica=r.usage.prefill_replica, kv_transfer_bytes=r.usage.kv_transfer_bytes)
 
 
 class RemoteGeneration:
@@ -250,11 +220,7 @@ class FrontendService(Service[RouterConfig]):
             raise InvalidArgument("token_ids", "ids must be integers in [0, the model's vocab)")
         release = self.overload.admit()  # before any work on the prompt
         rid = request_id or uuid.uuid4().hex[:16]
-        req = router_pb2.GenerateRequest(model=model, request_id=rid, stop=stop, ignore_eos=ignore_eos)
-        if text is not None:
-            req.text = text
-        elif token_ids is not None:
-            req.token_ids.ids.extend(token_ids)  # the core checks them against the vocab
+        req = generate_request(model, text, token_ids, rid, stop, ignore_eos)  # the core checks the ids' vocab
         call = frontend_pb2.LinkCall(
             principal_kind=p.kind, principal_tenant=p.tenant, request=req, open_to_context=open_to_context,
             priority=max(-INT64, min(INT64, int(priority))))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import struct
 from collections.abc import Callable, Iterable
@@ -109,8 +108,73 @@ def domain_error(ev: frontend_pb2.LinkEvent) -> DomainError:
     return exc
 
 
-def _forget(tasks: dict[int, asyncio.Task[None]], stream: int, _task: asyncio.Task[None]) -> None:
-    tasks.pop(stream, None)
+class _Sink(asyncio.Queue):  # type: ignore[type-arg]
+    """Takes the place of a request's stream queue in the core: the replica's events go straight to the link's
+    next frame (:meth:`_Served.flush`), with no task per request and no wake-up per token."""
+
+    def __init__(self, served: _Served, stream: int) -> None:
+        super().__init__()
+        self.served, self.stream = served, stream
+
+    def put_nowait(self, item: Any) -> None:
+        self.served.event(self.stream, item)
+
+
+class _Served:
+    """One front end's requests in the core: their events gathered per pass, sent as one frame."""
+
+    def __init__(self, out: Outbox) -> None:
+        self.out = out
+        self.gens: dict[int, Generation] = {}
+        self._pending: dict[int, list[Any]] = {}
+        self._scheduled = False
+
+    def add(self, stream: int, gen: Generation) -> None:
+        """Serve ``gen``: events already queued for it (e.g. shed at admission) and every later one."""
+        old = gen.stream.queue
+        self.gens[stream] = gen
+        gen.stream.queue = _Sink(self, stream)
+        while not old.empty():
+            self.event(stream, old.get_nowait())
+
+    def event(self, stream: int, ev: Any) -> None:
+        self._pending.setdefault(stream, []).append(ev)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Each request's events of this pass as one chunk (or its error), all in the link's next frame."""
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        for stream, batch in pending.items():
+            gen = self.gens.get(stream)
+            if gen is None:
+                continue  # cancelled meanwhile
+            first = not gen.generated
+            try:
+                ev = frontend_pb2.LinkEvent(stream=stream, chunk=generate_response(gen.take(batch)))
+            except DomainError as exc:
+                ev = error_event(stream, exc)
+            except Exception as exc:  # a bug: the client still gets an answer (INTERNAL), never a stream left open
+                log.exception("router link: request failed", stream=stream)
+                ev = error_event(stream, DomainError(f"internal error ({type(exc).__name__}); see the router log"))
+            if first and not ev.error_code:
+                ev.prompt_tokens = gen.prompt_tokens
+            if gen.done or ev.error_code:
+                self.drop(stream)
+            self.out.push(ev)
+        self.out.flush()
+
+    def drop(self, stream: int) -> None:
+        """Stop serving ``stream`` (finished, failed, or its client went away: then it is cancelled)."""
+        gen = self.gens.pop(stream, None)
+        if gen is not None:
+            gen.close()
+
+    def close(self) -> None:
+        for stream in list(self.gens):
+            self.drop(stream)
 
 
 class CoreLink:
@@ -139,27 +203,24 @@ class CoreLink:
             writer.close()
             return
         out = Outbox(writer, lambda evs: frontend_pb2.LinkDown(events=evs).SerializeToString())
+        served = _Served(out)
         self.links.add(out)
         out.write(self.state().SerializeToString())
-        tasks: dict[int, asyncio.Task[None]] = {}
         log.info("front end linked", frontend=hello.frontend)
         try:
-            self._calls(out, tasks, hello.calls)
+            self._calls(served, hello.calls)
             while (raw := await read_frame(reader)) is not None:
-                self._calls(out, tasks, frontend_pb2.LinkUp.FromString(raw).calls)
+                self._calls(served, frontend_pb2.LinkUp.FromString(raw).calls)
         finally:
             self.links.discard(out)
-            for t in list(tasks.values()):
-                t.cancel()
+            log.info("front end unlinked", frontend=hello.frontend, dropped=len(served.gens))
+            served.close()
             writer.close()
-            log.info("front end unlinked", frontend=hello.frontend, dropped=len(tasks))
 
-    def _calls(self, out: Outbox, tasks: dict[int, asyncio.Task[None]], calls: Iterable[Any]) -> None:
+    def _calls(self, served: _Served, calls: Iterable[Any]) -> None:
         for call in calls:
             if call.cancel:
-                t = tasks.pop(call.stream, None)
-                if t is not None:
-                    t.cancel()
+                served.drop(call.stream)
                 continue
             self.calls += 1
             r = call.request
@@ -173,32 +234,13 @@ class CoreLink:
                     request_id=r.request_id, stop=list(r.stop), ignore_eos=r.ignore_eos,
                     open_to_context=call.open_to_context)
             except DomainError as exc:
-                out.push(error_event(call.stream, exc))
+                served.out.push(error_event(call.stream, exc))
                 continue
             except Exception as exc:  # a bug: answer INTERNAL, keep the link (and the other requests) going
                 log.exception("router link: admission failed", stream=call.stream)
-                out.push(error_event(call.stream, DomainError(f"internal error ({type(exc).__name__})")))
+                served.out.push(error_event(call.stream, DomainError(f"internal error ({type(exc).__name__})")))
                 continue
-            task = asyncio.ensure_future(self._pump(out, call.stream, gen))
-            tasks[call.stream] = task
-            task.add_done_callback(functools.partial(_forget, tasks, call.stream))
-
-    @staticmethod
-    async def _pump(out: Outbox, stream: int, gen: Generation) -> None:
-        first = True
-        try:
-            async for c in gen.chunks():
-                ev = frontend_pb2.LinkEvent(stream=stream, chunk=generate_response(c))
-                if first:
-                    ev.prompt_tokens, first = gen.prompt_tokens, False
-                out.push(ev)
-        except DomainError as exc:
-            out.push(error_event(stream, exc))
-        except Exception as exc:  # a bug: the client still gets an answer (INTERNAL), never a stream left open
-            log.exception("router link: request failed", stream=stream)
-            out.push(error_event(stream, DomainError(f"internal error ({type(exc).__name__}); see the router log")))
-        finally:
-            gen.close()
+            served.add(call.stream, gen)
 
     def publish_state(self) -> None:
         """Send the state to every link if it changed since the last time."""
