@@ -3,7 +3,10 @@
 A thin adapter: it authenticates ``Authorization: Bearer <api key>`` through the router's own
 ``BrokerAuth`` and calls :meth:`RouterService.generate` in-process, the same code path gRPC
 Generate takes (no loopback: one process, one event loop, no second serialisation, and the
-admission decision and its retry-after come back as the same domain error). Routes:
+admission decision and its retry-after come back as the same domain error). With front ends
+(``frontends`` > 0) the same server runs in every front-end process on the shared port, and its
+``generate`` is :meth:`.frontend.FrontendService.generate`: the core's answers, errors included,
+come back over the link unchanged. Routes:
 
 * ``GET /health`` and ``GET``/``POST /ping`` (as vLLM): 200 with an empty body once the router
   serves, 503 while it restores its deployments; no key, nothing said;
