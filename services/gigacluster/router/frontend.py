@@ -22,7 +22,7 @@ import json
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -30,12 +30,12 @@ import structlog
 from grpc_health.v1 import health_pb2
 
 from gigacluster.errors import InvalidArgument, Unavailable
-from gigacluster.router.frontends import FRONTEND_ENV
+from gigacluster.router.frontends import FRONTEND_ENV, set_router_health
 from gigacluster.router.generation import Chunk
 from gigacluster.router.http import OpenAIServer
 from gigacluster.router.link import Outbox, domain_error, read_frame
 from gigacluster.router.manager import find_visible
-from gigacluster.router.messages import chunk_of, generate_request, merged
+from gigacluster.router.messages import chunk_of, generate_args, generate_request, merged
 from gigacluster.router.overload import Overload
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
@@ -66,17 +66,14 @@ class RemoteDeployment:
 
     tenant: str
     deployment_id: str
+    qualified_name: str
     created_s: float
     cfg: _Cfg
     state: str
 
     @property
     def name(self) -> str:
-        return f"deployments/{self.deployment_id}"
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.tenant}/deployments/{self.deployment_id}"
+        return self.qualified_name.removeprefix(f"{self.tenant}/")
 
     def health(self) -> tuple[str, str]:
         return self.state, ""
@@ -157,7 +154,7 @@ class FrontendService(Service[RouterConfig]):
 
     async def start(self) -> None:
         await super().start()
-        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until the core says it serves
+        await set_router_health(self, health_pb2.HealthCheckResponse.NOT_SERVING)  # until the core says it serves
         reader, writer = await asyncio.open_unix_connection(self.link_path)
         self._out = Outbox(writer, lambda calls: frontend_pb2.LinkUp(calls=calls).SerializeToString())
         self._out.write(frontend_pb2.LinkUp(secret=self.secret, frontend=self.index).SerializeToString())
@@ -174,12 +171,6 @@ class FrontendService(Service[RouterConfig]):
         await self.auth.close()
         await self.core_channel.close()
 
-    async def _set_health(self, status: Any) -> None:
-        health = getattr(self, "health", None)
-        if health is not None:
-            for name in ("", router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name):
-                await health.set(name, status)
-
     async def _read(self, reader: asyncio.StreamReader) -> None:
         """The core's frames, until the link closes; then this front end stops (the core starts another)."""
         while (raw := await read_frame(reader)) is not None:
@@ -195,10 +186,11 @@ class FrontendService(Service[RouterConfig]):
 
     async def _state(self, down: frontend_pb2.LinkDown) -> None:
         self.deployments = {DeploymentStore.key(d.tenant, d.deployment_id): RemoteDeployment(
-            d.tenant, d.deployment_id, d.created_s, _Cfg(_Arch(d.seq_len)), d.state) for d in down.deployments}
+            d.tenant, d.deployment_id, d.qualified_name, d.created_s, _Cfg(_Arch(d.seq_len)), d.state)
+            for d in down.deployments}
         if down.reconciled and not self.reconciled.is_set():
             self.reconciled.set()
-            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+            await set_router_health(self, health_pb2.HealthCheckResponse.SERVING)
 
     def cancel(self, stream: int) -> None:
         if self._out is not None:
@@ -233,6 +225,16 @@ class FrontendService(Service[RouterConfig]):
         return gen
 
 
+def _forwarded(name: str) -> Callable[[FrontendServicer, Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """The servicer method of unary RPC ``name``: :meth:`FrontendServicer._forward` to the core."""
+
+    async def rpc(self: FrontendServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._forward(name, request, context)
+
+    rpc.__name__ = rpc.__qualname__ = name
+    return rpc
+
+
 @grpc_errors(router_pb2_grpc.RouterServiceServicer)
 class FrontendServicer(router_pb2_grpc.RouterServiceServicer):
     """Generate through the link; the other calls forwarded to the core with the caller's metadata."""
@@ -240,47 +242,26 @@ class FrontendServicer(router_pb2_grpc.RouterServiceServicer):
     def __init__(self, fe: FrontendService) -> None:
         self.fe = fe
 
-    async def _forward(self, method: Callable[..., Any], request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _forward(self, name: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Authenticate first, here too; then the core's answer (or its status, trailers included) unchanged."""
+        await self.fe.auth.principal(context)
         try:
-            return await method(request, metadata=tuple(context.invocation_metadata() or ()),
-                                timeout=context.time_remaining())
+            return await getattr(self.fe.core, name)(request, metadata=tuple(context.invocation_metadata() or ()),
+                                                     timeout=context.time_remaining())
         except grpc.aio.AioRpcError as err:
             await context.abort(err.code(), err.details() or "", tuple(err.trailing_metadata() or ()))
 
-    async def DeployModel(self, request: router_pb2.DeployModelRequest,
-                          context: grpc.aio.ServicerContext) -> router_pb2.DeployModelResponse:
-        await self.fe.auth.principal(context)  # authenticate first, here too
-        return await self._forward(self.fe.core.DeployModel, request, context)  # type: ignore[no-any-return]
-
-    async def GetDeployment(self, request: router_pb2.GetDeploymentRequest,
-                            context: grpc.aio.ServicerContext) -> router_pb2.GetDeploymentResponse:
-        await self.fe.auth.principal(context)
-        return await self._forward(self.fe.core.GetDeployment, request, context)  # type: ignore[no-any-return]
-
-    async def ListDeployments(self, request: router_pb2.ListDeploymentsRequest,
-                              context: grpc.aio.ServicerContext) -> router_pb2.ListDeploymentsResponse:
-        await self.fe.auth.principal(context)
-        return await self._forward(self.fe.core.ListDeployments, request, context)  # type: ignore[no-any-return]
-
-    async def DeleteDeployment(self, request: router_pb2.DeleteDeploymentRequest,
-                               context: grpc.aio.ServicerContext) -> router_pb2.DeleteDeploymentResponse:
-        await self.fe.auth.principal(context)
-        return await self._forward(self.fe.core.DeleteDeployment, request, context)  # type: ignore[no-any-return]
-
-    async def GetStats(self, request: router_pb2.GetStatsRequest,
-                       context: grpc.aio.ServicerContext) -> router_pb2.GetStatsResponse:
-        await self.fe.auth.principal(context)
-        return await self._forward(self.fe.core.GetStats, request, context)  # type: ignore[no-any-return]
+    # The unary calls, forwarded as they are (the core's servicer types them).
+    DeployModel = _forwarded("DeployModel")
+    GetDeployment = _forwarded("GetDeployment")
+    ListDeployments = _forwarded("ListDeployments")
+    DeleteDeployment = _forwarded("DeleteDeployment")
+    GetStats = _forwarded("GetStats")
 
     async def Generate(self, request: router_pb2.GenerateRequest,  # type: ignore[override]
                        context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.GenerateResponse]:
         p = await self.fe.auth.principal(context)
-        which = request.WhichOneof("prompt")
-        gen = self.fe.generate(
-            p, request.model, text=request.text if which == "text" else None,
-            token_ids=list(request.token_ids.ids) if which == "token_ids" else None,
-            max_tokens=int(request.max_tokens) or None, priority=int(request.priority), request_id=request.request_id,
-            stop=list(request.stop), ignore_eos=bool(request.ignore_eos))
+        gen = self.fe.generate(p, request.model, **generate_args(request))
         async for r in gen.responses():
             yield r
 

@@ -21,15 +21,25 @@ import shutil
 import socket
 import sys
 import tempfile
+from typing import Any
 
 import structlog
 
 from gigacluster.router.link import CoreLink
+from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.config import RouterConfig
 
 log = structlog.get_logger()
 FRONTEND_ENV = "GIGACLUSTER_ROUTER_FRONTEND"  # the front end's settings (JSON), set by the core for its child
 RESTART_BACKOFF_MAX_S = 5.0
+
+
+async def set_router_health(service: Any, status: Any) -> None:
+    """Set the gRPC health of ``service`` (the router, or a front end) for the server and RouterService."""
+    health = getattr(service, "health", None)  # set by create_server; absent in unit tests
+    if health is not None:
+        for name in ("", router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name):
+            await health.set(name, status)
 
 
 def reserve_port(host: str, port: int) -> socket.socket:

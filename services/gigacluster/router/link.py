@@ -33,7 +33,7 @@ from gigacluster.errors import (
     Unavailable,
 )
 from gigacluster.router.generation import Generation
-from gigacluster.router.messages import generate_response
+from gigacluster.router.messages import generate_args, generate_response
 from gigacluster.router.v1 import frontend_pb2
 from gigacluster.runtime.auth import Principal
 
@@ -223,16 +223,10 @@ class CoreLink:
                 served.drop(call.stream)
                 continue
             self.calls += 1
-            r = call.request
-            which = r.WhichOneof("prompt")
+            args = {**generate_args(call.request), "priority": call.priority, "open_to_context": call.open_to_context,
+                    "max_tokens": call.max_tokens if call.HasField("max_tokens") else None}
             try:
-                gen = self.generate(
-                    Principal(call.principal_kind, call.principal_tenant), r.model,
-                    text=r.text if which == "text" else None,
-                    token_ids=list(r.token_ids.ids) if which == "token_ids" else None,
-                    max_tokens=call.max_tokens if call.HasField("max_tokens") else None, priority=call.priority,
-                    request_id=r.request_id, stop=list(r.stop), ignore_eos=r.ignore_eos,
-                    open_to_context=call.open_to_context)
+                gen = self.generate(Principal(call.principal_kind, call.principal_tenant), call.request.model, **args)
             except DomainError as exc:
                 served.out.push(error_event(call.stream, exc))
                 continue

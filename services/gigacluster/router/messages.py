@@ -200,3 +200,12 @@ def generate_request(model: str, text: str | None, token_ids: Sequence[int] | No
     elif token_ids is not None:
         req.token_ids.ids.extend(token_ids)
     return req
+
+
+def generate_args(request: router_pb2.GenerateRequest) -> dict[str, Any]:
+    """A GenerateRequest as the keyword arguments of ``generate`` (max_tokens 0: no limit set)."""
+    which = request.WhichOneof("prompt")
+    return {"text": request.text if which == "text" else None,
+            "token_ids": list(request.token_ids.ids) if which == "token_ids" else None,
+            "max_tokens": int(request.max_tokens) or None, "priority": int(request.priority),
+            "request_id": request.request_id, "stop": list(request.stop), "ignore_eos": bool(request.ignore_eos)}

@@ -20,12 +20,12 @@ from prometheus_client.core import HistogramMetricFamily
 
 from gigacluster.errors import PermissionDenied, Unavailable
 from gigacluster.router.deployment import LiveDeployment
-from gigacluster.router.frontends import FrontendPool
+from gigacluster.router.frontends import FrontendPool, set_router_health
 from gigacluster.router.generation import Admission, Chunk, Generation
 from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
 from gigacluster.router.link import CoreLink
 from gigacluster.router.manager import DeploymentManager
-from gigacluster.router.messages import deployment_msg, generate_response, stats_msg
+from gigacluster.router.messages import deployment_msg, generate_args, generate_response, stats_msg
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
@@ -118,15 +118,13 @@ class RouterService(Service[RouterConfig]):
         self.store.close()
 
     async def _set_health(self, status: Any) -> None:
-        health = getattr(self, "health", None)  # set by create_server; absent in unit tests
-        if health is not None:
-            for name in ("", router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name):
-                await health.set(name, status)
+        await set_router_health(self, status)
 
     def _link_state(self) -> frontend_pb2.LinkDown:
         """What the front ends need besides tokens: whether this router serves, and its deployments."""
         return frontend_pb2.LinkDown(has_state=True, reconciled=self.reconciled.is_set(), deployments=[
-            frontend_pb2.LinkDeployment(tenant=d.tenant, deployment_id=d.deployment_id, created_s=d.created_s,
+            frontend_pb2.LinkDeployment(tenant=d.tenant, deployment_id=d.deployment_id,
+                                        qualified_name=d.qualified_name, created_s=d.created_s,
                                         seq_len=d.cfg.arch.seq_len, state=d.health()[0])
             for d in list(self.deployments.values())])
 
@@ -295,12 +293,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def Generate(self, request: router_pb2.GenerateRequest,  # type: ignore[override]
                        context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.GenerateResponse]:
         p = await self._tenant(context)
-        which = request.WhichOneof("prompt")
-        gen = self.svc.generate(
-            p, request.model, text=request.text if which == "text" else None,
-            token_ids=list(request.token_ids.ids) if which == "token_ids" else None,
-            max_tokens=int(request.max_tokens) or None, priority=int(request.priority), request_id=request.request_id,
-            stop=list(request.stop), ignore_eos=bool(request.ignore_eos))
+        gen = self.svc.generate(p, request.model, **generate_args(request))
         async for c in gen.chunks():
             yield generate_response(c)
 

@@ -79,15 +79,17 @@ class LinkEvent(_message.Message):
     def __init__(self, stream: _Optional[int] = ..., chunk: _Optional[_Union[_router_pb2.GenerateResponse, _Mapping]] = ..., prompt_tokens: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., error_reason: _Optional[str] = ..., error_field: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., error_metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LinkDeployment(_message.Message):
-    __slots__ = ("tenant", "deployment_id", "created_s", "seq_len", "state")
+    __slots__ = ("tenant", "deployment_id", "created_s", "seq_len", "state", "qualified_name")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_S_FIELD_NUMBER: _ClassVar[int]
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    QUALIFIED_NAME_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     deployment_id: str
     created_s: float
     seq_len: int
     state: str
-    def __init__(self, tenant: _Optional[str] = ..., deployment_id: _Optional[str] = ..., created_s: _Optional[float] = ..., seq_len: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+    qualified_name: str
+    def __init__(self, tenant: _Optional[str] = ..., deployment_id: _Optional[str] = ..., created_s: _Optional[float] = ..., seq_len: _Optional[int] = ..., state: _Optional[str] = ..., qualified_name: _Optional[str] = ...) -> None: ...
