@@ -13,6 +13,7 @@ from gigacluster.errors import DomainError, InvalidArgument, NotFound, ResourceE
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.request import TokenEvent
 from gigacluster.inference.tokenizer import Tokenizer
+from gigacluster.router.frontends import reserve_port
 from gigacluster.router.generation import Generation
 from gigacluster.router.link import CoreLink, Outbox, domain_error, error_event, read_frame
 from gigacluster.router.messages import chunk_of, merged
@@ -150,3 +151,32 @@ def _close_pipes() -> None:
     for w in _KEEP:
         w.close()
     _KEEP.clear()
+
+
+def test_reserved_port_takes_no_connection_and_lets_front_ends_listen() -> None:
+    """The core's reservation fixes a free port; front ends listen on it beside each other (SO_REUSEPORT) and
+    every connection goes to one of them, none to the reservation."""
+    held = reserve_port("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    fronts = []
+    for _ in range(2):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(64)
+        s.settimeout(5)
+        fronts.append(s)
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]
+    accepted = 0
+    for f in fronts:
+        f.setblocking(False)
+        while True:
+            try:
+                conn, _ = f.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            accepted += 1
+    assert accepted == 16
+    for s in (*clients, *fronts, held):
+        s.close()

@@ -45,7 +45,7 @@ async def set_router_health(service: Any, status: Any) -> None:
 def reserve_port(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` with SO_REUSEPORT that never listens: it fixes the port (0 = any free
     one) for the front ends without taking any of their connections."""
-    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    info = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     s = socket.socket(info[0], socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
