@@ -18,6 +18,7 @@ from gigacluster.router.generation import Generation
 from gigacluster.router.link import CoreLink, Outbox, domain_error, error_event, read_frame
 from gigacluster.router.messages import chunk_of, merged
 from gigacluster.router.v1 import frontend_pb2, router_pb2
+from gigacluster.runtime.config import ConfigError, RouterConfig
 
 
 def test_domain_errors_cross_the_link_unchanged() -> None:
@@ -180,3 +181,12 @@ def test_reserved_port_takes_no_connection_and_lets_front_ends_listen() -> None:
     assert accepted == 16
     for s in (*clients, *fronts, held):
         s.close()
+
+
+def test_frontends_config_bounds() -> None:
+    """``frontends`` is 0-64 and needs the wall clock (the event clock counts calls in flight in one process)."""
+    assert RouterConfig(frontends=4).frontends == 4
+    for bad in ({"frontends": -1}, {"frontends": 65},
+                {"frontends": 2, "clock": "event", "clock_coordinator": "127.0.0.1:1"}):
+        with pytest.raises(ConfigError):
+            RouterConfig(**bad)  # type: ignore[arg-type]

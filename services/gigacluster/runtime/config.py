@@ -316,6 +316,9 @@ class RouterConfig(CommonConfig):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
         if not 0 <= self.frontends <= 64:
             raise ConfigError(f"frontends must be in [0, 64], got {self.frontends}")
+        if self.frontends and self.clock == "event":
+            raise ConfigError("frontends needs the wall clock: the event clock counts a router's calls in flight in "
+                              "one process")
         _positive(self, "frontend_link_interval_s")
         for path in self.routing_policy_paths:
             if ":" not in path:
