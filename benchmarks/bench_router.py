@@ -13,12 +13,13 @@ processes (``--clients``), one phase per protocol and rate. For every successful
 
 Reported per phase: p50/p99 of both, the statuses (no CANCELLED is the target; overload must be
 RESOURCE_EXHAUSTED / HTTP 429), and over the arrival window the CPU share (of one core) of the
-router (all its processes), of the chip shard and of the load client (all its processes).
+router (all its processes; with ``--frontends``, also its front ends alone), of the chip shard and of
+the load client (all its processes), and the load average at the phase's end.
 Then the rate is raised (x1.5 a step) until the router no longer keeps up (served < 95% of
 offered, or p99 TTFT overhead above ``--sat-p99-ms``): the saturation point is the last rate
 that kept up.
 
-    python benchmarks/bench_router.py [--seconds 5] [--rates 200,500,1000] [--clients 2] [--workers N]
+    python benchmarks/bench_router.py [--seconds 5] [--rates 200,500,1000] [--clients 2] [--frontends 0,2]
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
     chip_pid = st.procs["chip"].proc.pid  # type: ignore[union-attr]
     for p in procs:
         p.start()
-    groups = {"router": family_pids(router_pid), "chip": [chip_pid], "client": [p.pid for p in procs if p.pid]}
+    family = family_pids(router_pid)
+    groups = {"router": family, "frontends": family[1:], "chip": [chip_pid], "client": [p.pid for p in procs if p.pid]}
     samples: list[tuple[float, dict[str, float]]] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample(groups, samples, stop))
@@ -149,7 +151,8 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
             "ttft_p50": _pct(ttft_over, 50), "ttft_p99": _pct(ttft_over, 99),
             "e2e_p50": _pct(e2e_over, 50), "e2e_p99": _pct(e2e_over, 99),
             "send_lag_p99": _pct([r[5] * 1e3 for r in rows], 99),
-            "router_cpu": _share(samples, "router", w0, w1), "chip_cpu": _share(samples, "chip", w0, w1),
+            "router_cpu": _share(samples, "router", w0, w1), "frontends_cpu": _share(samples, "frontends", w0, w1),
+            "load": os.getloadavg()[0], "chip_cpu": _share(samples, "chip", w0, w1),
             "client_cpu": _share(samples, "client", w0, w1),
             "details": dict(details.most_common(3))}
 
@@ -166,12 +169,20 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['build']} | {r['proto']} | {r['rate']:g} | {r['offered']} | {r['ok']} | {other} | "
             f"{r['ttft_p50']:.1f} | "
             f"{r['ttft_p99']:.1f} | {r['e2e_p50']:.1f} | {r['e2e_p99']:.1f} | {r['router_cpu']:.0%} | "
-            f"{r['chip_cpu']:.0%} | {r['client_cpu']:.0%} |")
+            f"{r['frontends_cpu']:.0%} | {cpu_per_request_ms(r):.2f} | {r['chip_cpu']:.0%} | {r['client_cpu']:.0%} | "
+            f"{r['load']:.1f} |")
+
+
+def cpu_per_request_ms(r: dict[str, Any]) -> float:
+    """Router CPU (all its processes) per request served, in ms: less sensitive to other load than latency."""
+    served_per_s = r["rate"] * r["ok"] / r["offered"] if r["offered"] else 0.0
+    return 1e3 * r["router_cpu"] / served_per_s if served_per_s else math.nan
 
 
 HEAD = ("| build | protocol | offered req/s | sent | ok | other statuses | TTFT overhead p50 ms | p99 ms | "
-        "latency overhead p50 ms | p99 ms | router CPU | chip CPU | load client CPU |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "latency overhead p50 ms | p99 ms | router CPU | of which front ends | router CPU ms/request | chip CPU | "
+        "load client CPU | load avg |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 async def start_stack(tmp: pathlib.Path, env: dict[str, str], replicas: int, max_queue: int) -> tuple[Stack, str]:
@@ -243,12 +254,17 @@ async def main() -> None:
     ap.add_argument("--sat-max", type=float, default=6000.0)
     ap.add_argument("--baseline", default="", help="also run the services of this source tree (its services/ "
                                                   "directory), alternating phases with this one: before/after")
+    ap.add_argument("--frontends", default="0", help="comma-separated router front-end process counts to run "
+                                                    "this tree with, side by side (0 = one router process)")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     env = {"GIGACLUSTER_ROUTER_RATE_OPS_PER_S": "100000"}  # measure the router, not the per-tenant limit
-    builds = {"this": env}
+    builds: dict[str, dict[str, str]] = {}
     if args.baseline:
-        builds = {"before": {**env, "PYTHONPATH": str(pathlib.Path(args.baseline) / "services")}, "after": env}
+        builds["before"] = {**env, "PYTHONPATH": str(pathlib.Path(args.baseline) / "services")}
+    for n in (int(x) for x in args.frontends.split(",")):
+        name = ("after" if args.baseline else "this") + (f" {n} front ends" if n else "")
+        builds[name] = {**env, "GIGACLUSTER_ROUTER_FRONTENDS": str(n)}
     stacks: dict[str, tuple[Stack, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:

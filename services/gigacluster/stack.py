@@ -82,6 +82,7 @@ class StackConfig:
     restart_backoff_s: float = 0.5  # first restart delay; doubles per quick death up to restart_backoff_max_s
     restart_backoff_max_s: float = 30.0
     healthy_reset_s: float = 60.0  # a service up this long restarts again after restart_backoff_s
+    router_frontends: int = 0  # router front-end processes sharing its ports (router.frontends; 0 = one process)
 
     def __post_init__(self) -> None:
         if self.chips < 1 or self.shards < 1 or self.chips % self.shards:
@@ -346,8 +347,9 @@ class Stack:
                                     env, lp("broker"))
         self.procs["scheduler"] = Proc("scheduler", self._argv("scheduler", "--port", str(self.ports["scheduler"])),
                                        env, lp("scheduler"))
+        fe = ["--frontends", str(cfg.router_frontends)] if cfg.router_frontends else []
         self.procs["router"] = Proc("router", self._argv("router", "--port", str(self.ports["router"]),
-                                                         "--http-port", str(self.http_port)), env, lp("router"))
+                                                         "--http-port", str(self.http_port), *fe), env, lp("router"))
         for p in self.procs.values():
             await p.start()
         await self.wait_healthy()

@@ -63,6 +63,10 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="first of five consecutive gRPC ports (default: chip 50051 ... router 50055)")
     p.add_argument("--http-port", type=int, default=None,
                    help="OpenAI-compatible HTTP endpoint of the router (up: 8000; demo: a free port; -1 = off)")
+    p.add_argument("--router-frontends", type=int, default=0, metavar="N",
+                   help="run the router as a core and N front-end processes sharing its gRPC and HTTP ports "
+                        "(client streams, auth and token streaming off the core's event loop; default 0 = one "
+                        "process)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="BASE",
                    help="Prometheus /metrics of every service on its own port from BASE: chip, fabric, broker, "
                         "scheduler, router on BASE..BASE+4, further chip shards after (up: 9464; demo: -1 = off; "
@@ -105,7 +109,8 @@ def stack_config(args: argparse.Namespace, *, state: pathlib.Path, log_format: s
                        mqtt_port=args.mqtt_port, ports=ports,
                        state_dir=state, log_format=log_format,
                        http_port=_http_port(args), tls=getattr(args, "tls", False),
-                       metrics=_metrics_port(args) >= 0, metrics_base_port=max(_metrics_port(args), 0))
+                       metrics=_metrics_port(args) >= 0, metrics_base_port=max(_metrics_port(args), 0),
+                       router_frontends=getattr(args, "router_frontends", 0))
 
 
 def _http_port(args: argparse.Namespace) -> int:

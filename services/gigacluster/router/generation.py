@@ -83,40 +83,46 @@ class Generation:
 
     async def chunks(self) -> AsyncIterator[Chunk]:
         """Token chunks until the last; raises ResourceExhausted (shed) or Unavailable (chips failed)."""
-        st, dep, done = self.stream, self.dep, False
+        st = self.stream
         try:
-            while not done:
+            while not self.done:
                 batch = [await st.queue.get()]
                 if self.generated and self.coalesce is not None:
                     await self.coalesce.hold(batch[0])
                 while not st.queue.empty():
                     batch.append(st.queue.get_nowait())
-                errs = [e for e in batch if isinstance(e, Exception)]
-                if errs:
-                    if isinstance(errs[0], AdmissionError):
-                        raise ResourceExhausted(f"shed by a higher-priority request: {errs[0]}",
-                                                retry_after_s=errs[0].retry_after_s)
-                    raise Unavailable(str(errs[0]))
-                toks = [e for e in batch if not isinstance(e, Exception)]
-                last = toks[-1]
-                done = self.done = last.finished
-                ids = [t.token_id for t in toks]
-                text = self.tok.decode(ids)
-                if self.stop_chars is not None:
-                    text = text[: max(0, self.stop_chars - self._chars)]
-                self._chars += len(text)
-                self.generated += len(ids)
-                yield Chunk(
-                    request_id=self.request_id, index=toks[0].index, token_ids=ids, text=text,
-                    time_s=last.time_s, replica=f"{dep.name}/replicas/{st.owner.index}",
-                    finish_reason=(last.finish_reason or "length") if done else "",
-                    summary=last.summary if done else None,
-                    prefill_replica=f"{dep.name}/replicas/{st.prefill_replica}" if st.prefill_replica >= 0 else "",
-                    kv_transfer_bytes=st.kv_transfer_bytes)
+                yield self.take(batch)
         finally:
             self._release()
-            if not done:
+            if not self.done:
                 st.close()
+
+    def take(self, batch: Sequence[TokenEvent | Exception]) -> Chunk:
+        """The chunk of events of this request taken together (tokens, or the error that ended it, raised as a
+        domain error: ResourceExhausted when shed, Unavailable when its chips failed)."""
+        st, dep = self.stream, self.dep
+        errs = [e for e in batch if isinstance(e, Exception)]
+        if errs:
+            if isinstance(errs[0], AdmissionError):
+                raise ResourceExhausted(f"shed by a higher-priority request: {errs[0]}",
+                                        retry_after_s=errs[0].retry_after_s)
+            raise Unavailable(str(errs[0]))
+        toks = [e for e in batch if not isinstance(e, Exception)]
+        last = toks[-1]
+        done = self.done = last.finished
+        ids = [t.token_id for t in toks]
+        text = self.tok.decode(ids)
+        if self.stop_chars is not None:
+            text = text[: max(0, self.stop_chars - self._chars)]
+        self._chars += len(text)
+        self.generated += len(ids)
+        return Chunk(
+            request_id=self.request_id, index=toks[0].index, token_ids=ids, text=text,
+            time_s=last.time_s, replica=f"{dep.name}/replicas/{st.owner.index}",
+            finish_reason=(last.finish_reason or "length") if done else "",
+            summary=last.summary if done else None,
+            prefill_replica=f"{dep.name}/replicas/{st.prefill_replica}" if st.prefill_replica >= 0 else "",
+            kv_transfer_bytes=st.kv_transfer_bytes)
 
     def close(self) -> None:
         """Drop the request if it has not finished (the client went away)."""

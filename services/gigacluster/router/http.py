@@ -3,7 +3,10 @@
 A thin adapter: it authenticates ``Authorization: Bearer <api key>`` through the router's own
 ``BrokerAuth`` and calls :meth:`RouterService.generate` in-process, the same code path gRPC
 Generate takes (no loopback: one process, one event loop, no second serialisation, and the
-admission decision and its retry-after come back as the same domain error). Routes:
+admission decision and its retry-after come back as the same domain error). With front ends
+(``frontends`` > 0) the same server runs in every front-end process on the shared port, and its
+``generate`` is :meth:`.frontend.FrontendService.generate`: the core's answers, errors included,
+come back over the link unchanged. Routes:
 
 * ``GET /health`` and ``GET``/``POST /ping`` (as vLLM): 200 with an empty body once the router
   serves, 503 while it restores its deployments; no key, nothing said;
@@ -64,6 +67,7 @@ from gigacluster.runtime import clock
 
 if TYPE_CHECKING:
     from gigacluster.router.deployment import LiveDeployment
+    from gigacluster.router.frontend import FrontendService, RemoteDeployment, RemoteGeneration
     from gigacluster.router.generation import Chunk, Generation
     from gigacluster.router.service import RouterService
 
@@ -125,7 +129,7 @@ class _Headers:
 
 
 class OpenAIServer:
-    def __init__(self, svc: RouterService) -> None:
+    def __init__(self, svc: RouterService | FrontendService) -> None:
         self.svc = svc
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -146,10 +150,11 @@ class OpenAIServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen on ``host:port`` (``reuse_port``: beside the router's other front ends, SO_REUSEPORT)."""
         self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
+        site = web.TCPSite(self.runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
@@ -203,7 +208,7 @@ class OpenAIServer:
         return web.Response(status=200 if self.svc.reconciled.is_set() else 503)
 
     @staticmethod
-    def _model_obj(d: LiveDeployment) -> dict[str, Any]:
+    def _model_obj(d: LiveDeployment | RemoteDeployment) -> dict[str, Any]:
         return {"id": d.deployment_id, "object": "model", "created": int(d.created_s), "owned_by": d.tenant,
                 "max_model_len": d.cfg.arch.seq_len}
 
@@ -319,7 +324,7 @@ class OpenAIServer:
 class _Format:
     """OpenAI response objects for completions and chat completions."""
 
-    def __init__(self, kind: str, gen: Generation, model: str) -> None:
+    def __init__(self, kind: str, gen: Generation | RemoteGeneration, model: str) -> None:
         self.kind = kind
         self.gen = gen
         self.model = model

@@ -14,8 +14,8 @@ import dataclasses
 import pathlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import structlog
@@ -47,6 +47,19 @@ RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grp
 HealthSetter = Callable[[Any], Awaitable[None]]
 
 
+class Named(Protocol):
+    """What :func:`find_visible` needs of a deployment (the core's, or a front end's view of one)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def deployment_id(self) -> str: ...
+    @property
+    def qualified_name(self) -> str: ...
+
+
+D = TypeVar("D", bound=Named)
+
 
 def _topology(cfg: ReplicaConfig) -> broker_pb2.TopologyConstraint:
     """One scale-up domain for a replica that fits in one; a wide-EP replica spans several (its
@@ -54,6 +67,38 @@ def _topology(cfg: ReplicaConfig) -> broker_pb2.TopologyConstraint:
     if cfg.chips <= get_system(default_system(cfg.chip)).chips:
         return broker_pb2.TOPOLOGY_CONSTRAINT_SAME_DOMAIN
     return broker_pb2.TOPOLOGY_CONSTRAINT_CONTIGUOUS
+
+
+def find_visible(deployments: Mapping[str, D], p: Principal, name: str) -> D:
+    """The deployment of ``deployments`` (by ``DeploymentStore.key``) that ``name`` names for ``p``: NOT_FOUND
+    for another tenant's (never a hint it exists).
+
+    ``deployments/<id>`` (or ``<id>``) is the caller's own; the admin may also name any deployment
+    as ``tenants/<t>/deployments/<id>`` (needed when two tenants use the same id).
+    """
+    if not name:
+        raise InvalidArgument("model", "required: a deployment name (e.g. deployments/llama3-8b)")
+    short = name[:80]
+    if name.startswith("tenants/"):
+        tenant, sep, did = name.partition("/deployments/")
+        dep = deployments.get(DeploymentStore.key(tenant, did)) if sep else None
+        if dep is None or (not p.privileged and dep.tenant != p.tenant):
+            raise NotFound(short)
+        return dep
+    did = name.removeprefix("deployments/")
+    if not p.privileged:
+        dep = deployments.get(DeploymentStore.key(p.tenant, did))
+        if dep is None:
+            raise NotFound(f"deployments/{did[:64]}")
+        return dep
+    found = [d for d in deployments.values() if d.deployment_id == did]
+    if not found:
+        raise NotFound(f"deployments/{did[:64]}")
+    if len(found) > 1:
+        raise InvalidArgument("model", f"deployments/{did} exists for several tenants: name one as "
+                                       f"{found[0].qualified_name}")
+    return found[0]
+
 
 class DeploymentManager:
     """Every deployment of the router, by ``DeploymentStore.key(tenant, id)``, and the broker calls behind them."""
@@ -351,33 +396,8 @@ class DeploymentManager:
             log.warning("release failed; the next reconcile releases it", instance=instance, error=err.details())
 
     def visible(self, p: Principal, name: str) -> LiveDeployment:
-        """The deployment ``name`` names for ``p``: NOT_FOUND for another tenant's (never a hint it exists).
-
-        ``deployments/<id>`` (or ``<id>``) is the caller's own; the admin may also name any deployment
-        as ``tenants/<t>/deployments/<id>`` (needed when two tenants use the same id).
-        """
-        if not name:
-            raise InvalidArgument("model", "required: a deployment name (e.g. deployments/llama3-8b)")
-        short = name[:80]
-        if name.startswith("tenants/"):
-            tenant, sep, did = name.partition("/deployments/")
-            dep = self.deployments.get(DeploymentStore.key(tenant, did)) if sep else None
-            if dep is None or (not p.privileged and dep.tenant != p.tenant):
-                raise NotFound(short)
-            return dep
-        did = name.removeprefix("deployments/")
-        if not p.privileged:
-            dep = self.deployments.get(DeploymentStore.key(p.tenant, did))
-            if dep is None:
-                raise NotFound(f"deployments/{did[:64]}")
-            return dep
-        found = [d for d in self.deployments.values() if d.deployment_id == did]
-        if not found:
-            raise NotFound(f"deployments/{did[:64]}")
-        if len(found) > 1:
-            raise InvalidArgument("model", f"deployments/{did} exists for several tenants: name one as "
-                                           f"{found[0].qualified_name}")
-        return found[0]
+        """The deployment ``name`` names for ``p`` (:func:`find_visible`)."""
+        return find_visible(self.deployments, p, name)
 
     def owned_by(self, p: Principal) -> list[LiveDeployment]:
         return [d for d in self.deployments.values() if p.privileged or d.tenant == p.tenant]

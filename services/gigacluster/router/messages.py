@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from gigacluster.common.v1 import common_pb2
@@ -10,6 +11,7 @@ from gigacluster.errors import InvalidArgument, Unavailable
 from gigacluster.hw.catalog import chip_names, default_system, get_system
 from gigacluster.inference.engine import ReplicaConfig
 from gigacluster.inference.policies import POLICIES
+from gigacluster.inference.request import RequestSummary
 from gigacluster.model.arch import ARCH_FIELDS, ARCH_TEXT_FIELDS, MOE_ARCH_FIELDS, arch_from_dict
 from gigacluster.router.deployment import LiveDeployment
 from gigacluster.router.generation import Chunk
@@ -173,3 +175,53 @@ def stats_msg(d: LiveDeployment) -> router_pb2.DeploymentStats:
         kv_transfer_bytes=float(s["kv_transfer_bytes"]),
         a2a_flows=int(s["a2a_flows"]), a2a_bytes=float(s["a2a_bytes"]),
     )
+
+
+def merged(chunks: Sequence[router_pb2.GenerateResponse]) -> router_pb2.GenerateResponse:
+    """Chunks of one request that piled up, as one message (their tokens and text; the last one's time,
+    finish and usage)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    out = router_pb2.GenerateResponse()
+    out.CopyFrom(chunks[-1])
+    out.index = chunks[0].index
+    del out.token_ids[:]
+    for c in chunks:
+        out.token_ids.extend(c.token_ids)
+    out.text = "".join(c.text for c in chunks)
+    return out
+
+
+def chunk_of(r: router_pb2.GenerateResponse) -> Chunk:
+    """A GenerateResponse as the HTTP API's :class:`Chunk` (its usage as a summary with the same timings)."""
+    summary = None
+    if r.HasField("usage"):
+        u = r.usage
+        summary = RequestSummary(
+            request_id=r.request_id, tenant="", priority=0, arrival_s=0.0, first_scheduled_s=u.queue_s,
+            first_token_s=u.ttft_s, finish_s=u.e2e_s, prompt_tokens=u.prompt_tokens,
+            output_tokens=u.completion_tokens, cached_tokens=u.cached_prompt_tokens, preemptions=0,
+            finish_reason=r.finish_reason, kv_transfer_s=u.kv_transfer_s, energy_j=u.energy_j)
+    return Chunk(request_id=r.request_id, index=r.index, token_ids=list(r.token_ids), text=r.text, time_s=r.time_s,
+                 replica=r.replica, finish_reason=r.finish_reason, summary=summary,
+                 prefill_replica=r.usage.prefill_replica, kv_transfer_bytes=r.usage.kv_transfer_bytes)
+
+
+def generate_request(model: str, text: str | None, token_ids: Sequence[int] | None, request_id: str,
+                     stop: Sequence[str], ignore_eos: bool) -> router_pb2.GenerateRequest:
+    """A Generate's request as a front end forwards it to the core (max_tokens and priority go beside it)."""
+    req = router_pb2.GenerateRequest(model=model, request_id=request_id, stop=stop, ignore_eos=ignore_eos)
+    if text is not None:
+        req.text = text
+    elif token_ids is not None:
+        req.token_ids.ids.extend(token_ids)
+    return req
+
+
+def generate_args(request: router_pb2.GenerateRequest) -> dict[str, Any]:
+    """A GenerateRequest as the keyword arguments of ``generate`` (max_tokens 0: no limit set)."""
+    which = request.WhichOneof("prompt")
+    return {"text": request.text if which == "text" else None,
+            "token_ids": list(request.token_ids.ids) if which == "token_ids" else None,
+            "max_tokens": int(request.max_tokens) or None, "priority": int(request.priority),
+            "request_id": request.request_id, "stop": list(request.stop), "ignore_eos": bool(request.ignore_eos)}

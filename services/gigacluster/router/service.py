@@ -7,6 +7,8 @@ restore after a restart, deletion), :mod:`.generation` admits requests and strea
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,12 +20,14 @@ from prometheus_client.core import HistogramMetricFamily
 
 from gigacluster.errors import PermissionDenied, Unavailable
 from gigacluster.router.deployment import LiveDeployment
+from gigacluster.router.frontends import FrontendPool, set_router_health
 from gigacluster.router.generation import Admission, Chunk, Generation
 from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
+from gigacluster.router.link import CoreLink
 from gigacluster.router.manager import DeploymentManager
-from gigacluster.router.messages import deployment_msg, generate_response, stats_msg
+from gigacluster.router.messages import deployment_msg, generate_args, generate_response, stats_msg
 from gigacluster.router.store import DeploymentStore
-from gigacluster.router.v1 import router_pb2, router_pb2_grpc
+from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.config import RouterConfig
@@ -41,6 +45,14 @@ class RouterService(Service[RouterConfig]):
     name = "router"
 
     def __init__(self, config: RouterConfig) -> None:
+        # With front ends (.frontends) this process is the core: they hold the public ports, it serves them
+        # over the link and its own gRPC server (for the unary calls they forward) on a private Unix socket.
+        self.link: CoreLink | None = None
+        self.frontends: FrontendPool | None = None
+        if config.frontends > 0:
+            self.link = CoreLink(secrets.token_hex(16), self.generate, self._link_state)
+            self.frontends = FrontendPool(config, self.link)
+            config = dataclasses.replace(config, http_port=-1)
         super().__init__(config)
         self.auth = self.broker_auth()
         self.manager = DeploymentManager(config, self.auth, self.clock, self._set_health)
@@ -69,6 +81,11 @@ class RouterService(Service[RouterConfig]):
         router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), server)
         return [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name]
 
+    def bind_address(self) -> str:
+        if self.frontends is not None:
+            return f"unix:{self.frontends.core_path}"
+        return super().bind_address()
+
     def server_options(self) -> list[tuple[str, Any]]:
         # gRPC's core cancels calls it has queued beyond max_pending_requests before the event loop
         # picked them up; the router refuses them itself (RESOURCE_EXHAUSTED, .overload) instead.
@@ -81,12 +98,17 @@ class RouterService(Service[RouterConfig]):
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until the deployments are back
         self.spawn(self.manager.reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
+        if self.frontends is not None and self.link is not None:
+            await self.frontends.start(f"unix:{self.frontends.core_path}")
+            self.spawn(self.link.watch_state(self.config.frontend_link_interval_s), "link-state")
         if self.config.http_port >= 0:
             self.http = OpenAIServer(self)
             port = await self.http.start(self.config.host, self.config.http_port)
             log.info("openai endpoint", url=f"http://{self.config.host}:{port}/v1")
 
     async def stop(self) -> None:
+        if self.frontends is not None:
+            await self.frontends.stop()
         if self.http is not None:
             await self.http.stop()
         for d in self.deployments.values():
@@ -96,18 +118,34 @@ class RouterService(Service[RouterConfig]):
         self.store.close()
 
     async def _set_health(self, status: Any) -> None:
-        health = getattr(self, "health", None)  # set by create_server; absent in unit tests
-        if health is not None:
-            for name in ("", router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name):
-                await health.set(name, status)
+        await set_router_health(self, status)
+
+    def _link_state(self) -> frontend_pb2.LinkDown:
+        """What the front ends need besides tokens: whether this router serves, and its deployments."""
+        return frontend_pb2.LinkDown(has_state=True, reconciled=self.reconciled.is_set(), deployments=[
+            frontend_pb2.LinkDeployment(tenant=d.tenant, deployment_id=d.deployment_id,
+                                        qualified_name=d.qualified_name, created_s=d.created_s,
+                                        seq_len=d.cfg.arch.seq_len, state=d.health()[0])
+            for d in list(self.deployments.values())])
 
     # The domain calls of the router, as the servicer and the HTTP API use them.
 
     async def deploy(self, p: Principal, request: router_pb2.DeployModelRequest) -> LiveDeployment:
-        return await self.manager.deploy(p, request)
+        try:
+            return await self.manager.deploy(p, request)
+        finally:
+            self._state_changed()
 
     async def undeploy(self, dep: LiveDeployment) -> None:
-        await self.manager.undeploy(dep)
+        try:
+            await self.manager.undeploy(dep)
+        finally:
+            self._state_changed()
+
+    def _state_changed(self) -> None:
+        """Tell the front ends now (before the caller hears back through one of them), not at the next tick."""
+        if self.link is not None:
+            self.link.publish_state()
 
     def visible(self, p: Principal, name: str) -> LiveDeployment:
         return self.manager.visible(p, name)
@@ -255,12 +293,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def Generate(self, request: router_pb2.GenerateRequest,  # type: ignore[override]
                        context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.GenerateResponse]:
         p = await self._tenant(context)
-        which = request.WhichOneof("prompt")
-        gen = self.svc.generate(
-            p, request.model, text=request.text if which == "text" else None,
-            token_ids=list(request.token_ids.ids) if which == "token_ids" else None,
-            max_tokens=int(request.max_tokens) or None, priority=int(request.priority), request_id=request.request_id,
-            stop=list(request.stop), ignore_eos=bool(request.ignore_eos))
+        gen = self.svc.generate(p, request.model, **generate_args(request))
         async for c in gen.chunks():
             yield generate_response(c)
 

@@ -302,6 +302,12 @@ class RouterConfig(CommonConfig):
                                           "(at most the shards' max_report_iterations)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
+    frontends: int = _f(0, "front-end processes sharing the router's gRPC and HTTP ports (SO_REUSEPORT): each "
+                           "handles client streams, auth, parsing, token streaming and overload refusal, and forwards "
+                           "requests over one link to this process (the core: deployments, replicas, batching); "
+                           "0 = one process does everything")
+    frontend_link_interval_s: float = _f(0.1, "how often the core sends its front ends the deployments' state "
+                                              "when it changed (for /v1/models and health)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -318,6 +324,12 @@ class RouterConfig(CommonConfig):
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
         if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
+        if not 0 <= self.frontends <= 64:
+            raise ConfigError(f"frontends must be in [0, 64], got {self.frontends}")
+        if self.frontends and self.clock == "event":
+            raise ConfigError("frontends needs the wall clock: the event clock counts a router's calls in flight in "
+                              "one process")
+        _positive(self, "frontend_link_interval_s")
         for path in self.routing_policy_paths:
             if ":" not in path:
                 raise ConfigError(f"routing_policies must be import paths pkg.module:Class, got {path[:64]!r}")

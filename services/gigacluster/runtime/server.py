@@ -268,6 +268,10 @@ class Service(Generic[CfgT]):
         """Extra gRPC server options of this service (later ones override the common ones)."""
         return []
 
+    def bind_address(self) -> str:
+        """Where the gRPC server listens (``HOST:PORT``, or ``unix:PATH``)."""
+        return self.config.address  # type: ignore[no-any-return]
+
     async def start(self) -> None:
         """Start background work (called after the server has bound its port)."""
         if self.clock_agent is not None:
@@ -322,12 +326,13 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
         interceptors.append(ClockServerInterceptor(service.clock))
     server = grpc.aio.server(
         interceptors=interceptors,
-        options=[
+        # One value per option, the service's last (gRPC's core would keep the first of duplicates).
+        options=list(dict([
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
             *service.server_options(),
-        ],
+        ]).items()),
     )
     names = service.add_to_server(server)
     health_servicer = health.aio.HealthServicer()
@@ -335,9 +340,9 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     for n in [*names, ""]:
         await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
     enable_reflection(names, server)
-    port = add_port(server, cfg.address)
+    port = add_port(server, service.bind_address())
     if port == 0:
-        raise OSError(f"cannot bind {cfg.address}")
+        raise OSError(f"cannot bind {service.bind_address()}")
     service.health = health_servicer  # type: ignore[attr-defined]
     return server, port
 
