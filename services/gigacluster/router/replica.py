@@ -383,7 +383,7 @@ class Replica:
             self._probe_s = HEAL_FIRST_PROBE_S
             duration = self.reporter.duration_s(it)
             self.reporter.add(it, start)
-            end = start + duration + it.comm_s
+            end = start + duration + it.comm_s + it.host_s  # host time per iteration, as the offline engine
             if self.a2a is not None:  # the fabric's measured slowdown of the expert all-to-all
                 end += self.a2a.book(it, start + duration)
             await self.clock.sleep_until(end)
