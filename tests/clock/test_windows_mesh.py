@@ -99,7 +99,7 @@ async def test_another_tenants_traffic_cuts_a_fabric_window_at_its_start(mosquit
     real contention against the per-step simulation."""
     ranks = np.array([0, 9, 18, 27])
     sim = FlowSim(build_topology(TopologyConfig(chip="h100-sxm", count=64, routing="spray")))
-    h = sim.start_collective("all_reduce", ranks, 2e9, start_s=0.0)
+    h = sim.start_collective("all_reduce", ranks, 2e9, start_s=0.0, algo="ring")  # a ring: its flows cross the spines
     sim.run_until_idle()
     dur, period, offset = float(h.end_s), 0.5, 0.1
     async with (live_stack("winfab", mosquitto, tmp_path, clock="event", shards=1, routing="spray") as st,
@@ -116,7 +116,7 @@ async def test_another_tenants_traffic_cuts_a_fabric_window_at_its_start(mosquit
             now = (await fab.GetTopology(fabric_pb2.GetTopologyRequest(), metadata=admin.md)).now_s
             col = fabric_pb2.StartCollectiveRequest(
                 op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, bytes=2e9, traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING,
-                ranks=[common_pb2.DeviceRange(start=int(r), end=int(r) + 1) for r in ranks])
+                ranks=[common_pb2.DeviceRange(start=int(r), end=int(r) + 1) for r in ranks], algorithm="ring")
             stream = fab.ReserveWindow(fabric_pb2.ReserveWindowRequest(
                 collectives=[fabric_pb2.WindowCollective(collective=col, offset_s=offset, expected_s=dur)],
                 start_s=now, period_s=period, repeat=100, tag="a"), metadata=caps[0])

@@ -29,7 +29,11 @@ from gigacluster.model.step import CollectiveDemand, StepPlan
 
 log = structlog.get_logger()
 
-INLINE_SAMPLES = 3  # points of the window at which an inline collective is timed (odd: mid-window is one of them)
+# Points of the window at which an inline collective is timed. 1 (mid-window, the timing the live mesh was
+# validated with) until the multi-sample timing is understood: with 3, jobs of 8-chip TP stopped progressing
+# in the live scheduler test (tests/integration/test_scheduler_live.py, the 2:1 weights test; cause not
+# established). Odd values keep mid-window as one of the samples.
+INLINE_SAMPLES = 1
 
 R = TypeVar("R")
 
