@@ -33,4 +33,6 @@ async def test_a_job_submitted_while_time_runs_starts_at_its_submission(mosquitt
             while not j.started_s:
                 await asyncio.sleep(0.05)
                 j = await gc.get_job(second.name)
-    assert j.started_s - j.created_s < 0.05, (j.created_s, j.started_s)
+    # within one of the first job's steps (0.68 s), as the docstring says: the kick's pass can start after the
+    # step in flight ends (measured 0.00-0.10 s); a wall-time debounce lets a whole window (hundreds of s) pass
+    assert j.started_s - j.created_s < 0.68, (j.created_s, j.started_s)

@@ -21,8 +21,10 @@ from gigacluster.common.v1 import common_pb2
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.runtime import clock as vclock
 from gigacluster.runtime.auth import call_metadata
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.participant import participate
 from gigacluster.scheduler.spec import split_job_file
 from gigacluster.scheduler.v1 import scheduler_pb2
 from gigacluster.stack import Stack
@@ -111,20 +113,24 @@ async def test_another_tenants_traffic_cuts_a_fabric_window_at_its_start(mosquit
                 chip_type="h100-sxm", count=len(devs), tenant=f"tenants/{tenant}",
                 devices=[common_pb2.DeviceRange(start=d, end=d + 1) for d in devs]), metadata=admin.md)
             caps.append(call_metadata(capability=inst.capability))
-        async with open_channel(st.endpoint_of("fabric")) as ch:
+        # The test holds the mesh's time (a clock participant, busy) until the transfer is in: an idle mesh would
+        # otherwise jump to the window's end before the transfer arrives.
+        async with (participate(st.endpoint_of("clock"), "winfab-test", key=st.admin_key),
+                    open_channel(st.endpoint_of("fabric")) as ch):
             fab = fabric_pb2_grpc.FabricServiceStub(ch)
-            now = (await fab.GetTopology(fabric_pb2.GetTopologyRequest(), metadata=admin.md)).now_s
-            col = fabric_pb2.StartCollectiveRequest(
-                op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, bytes=2e9, traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING,
-                ranks=[common_pb2.DeviceRange(start=int(r), end=int(r) + 1) for r in ranks], algorithm="ring")
-            stream = fab.ReserveWindow(fabric_pb2.ReserveWindowRequest(
-                collectives=[fabric_pb2.WindowCollective(collective=col, offset_s=offset, expected_s=dur)],
-                start_s=now, period_s=period, repeat=100, tag="a"), metadata=caps[0])
-            grant = await stream.read()
-            assert grant.granted, grant.refused
-            t_cut = now + 3 * period + offset + dur / 2  # mid-way through step 3's all-reduce
-            await fab.StartTransfer(fabric_pb2.StartTransferRequest(
-                src_device=32, dst_device=41, bytes=4e9, not_before_s=t_cut), metadata=caps[1])
+            with vclock.busy():
+                now = (await fab.GetTopology(fabric_pb2.GetTopologyRequest(), metadata=admin.md)).now_s
+                col = fabric_pb2.StartCollectiveRequest(
+                    op=fabric_pb2.COLLECTIVE_OP_ALL_REDUCE, bytes=2e9, traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING,
+                    ranks=[common_pb2.DeviceRange(start=int(r), end=int(r) + 1) for r in ranks], algorithm="ring")
+                stream = fab.ReserveWindow(fabric_pb2.ReserveWindowRequest(
+                    collectives=[fabric_pb2.WindowCollective(collective=col, offset_s=offset, expected_s=dur)],
+                    start_s=now, period_s=period, repeat=100, tag="a"), metadata=caps[0])
+                grant = await stream.read()
+                assert grant.granted, grant.refused
+                t_cut = now + 3 * period + offset + dur / 2  # mid-way through step 3's all-reduce
+                await fab.StartTransfer(fabric_pb2.StartTransferRequest(
+                    src_device=32, dst_device=41, bytes=4e9, not_before_s=t_cut), metadata=caps[1])
             final = await stream.read()
             assert final.final and final.steps == 3 and final.cut_s == pytest.approx(t_cut, abs=1e-9)
             (f,) = final.step_flows
