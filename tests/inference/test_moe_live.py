@@ -114,3 +114,29 @@ async def _replica_devices(st: object, key: str, name: str) -> set[int]:
             for rg in r.instance.devices:
                 out.update(range(rg.start, rg.end))
         return out
+
+
+async def test_up_deploys_an_moe_model_expert_parallel(mosquitto: str, tmp_path: Path) -> None:
+    """What ``up --model gpt-oss-20b --model-ep 2`` does (bring_up with those flags): the router serves the MoE
+    model expert-parallel, 2 H100 per replica, and streams a completion."""
+    import argparse
+
+    from gigacluster.cli import up as up_cli
+    from gigacluster.cli.up import bring_up
+    from gigacluster.stack import Stack
+
+    from ..conftest import live_config
+
+    p = argparse.ArgumentParser()
+    up_cli.register(p.add_subparsers())
+    st = Stack(live_config("upmoe", mosquitto, tmp_path, chips=8, shards=1))
+    try:
+        key = await bring_up(st, args=p.parse_args(["up", "--model", "gpt-oss-20b", "--model-ep", "2"]))
+        async with Client(st.endpoints, key) as gc:
+            dep = (await gc.router.GetDeployment(router_pb2.GetDeploymentRequest(name="deployments/gpt-oss-20b"),
+                                                 metadata=gc.md)).deployment
+            assert dep.ep == 2 and dep.chips_per_replica == 2 and dep.model.experts == 32
+            chunks = [c async for c in gc.generate("gpt-oss-20b", "hello experts", max_tokens=4)]
+            assert sum(len(c.token_ids) for c in chunks) == 4
+    finally:
+        await st.stop()

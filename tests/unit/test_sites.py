@@ -98,3 +98,25 @@ def test_oversubscription_is_an_up_flag_and_a_bad_one_is_refused_before_anything
     assert stack_config(_args(), state=pathlib.Path("/nonexistent")).oversubscription == 0.0  # the fabric's default
     with pytest.raises(SystemExit, match=r"oversubscription.*\[1, 64\]"):
         stack_config(_args("--oversubscription", "0.5"), state=pathlib.Path("/nonexistent"))
+
+
+def test_up_deploys_the_default_model_or_the_one_given_with_its_tp_ep_and_precision() -> None:
+    """``up`` with no model flag deploys llama3-8b (TP 1, 2 replicas) as before; ``--model gpt-oss-120b
+    --model-ep 4 --model-precision mxfp4`` deploys that MoE expert-parallel in MXFP4; an unknown precision exits
+    with the allowed list before anything is sent."""
+    from gigacluster.cli.up import model_request
+    from gigacluster.common.v1 import common_pb2
+    from gigacluster.runtime.convert import PRECISION_ENUMS
+
+    p = argparse.ArgumentParser()
+    from gigacluster.cli import up as up_cli
+    sub = p.add_subparsers()
+    up_cli.register(sub)
+    req = model_request("h100-sxm", p.parse_args(["up"]))
+    assert (req.deployment_id, req.model.preset, req.tp, req.ep, req.replicas) == ("llama3-8b", "llama3-8b", 1, 0, 2)
+    assert req.precision == common_pb2.PRECISION_UNSPECIFIED
+    req = model_request("b200", p.parse_args(["up", "--model", "gpt-oss-120b", "--model-ep", "4",
+                                              "--model-precision", "mxfp4"]))
+    assert (req.model.preset, req.chip, req.ep, req.precision) == ("gpt-oss-120b", "b200", 4, PRECISION_ENUMS["mxfp4"])
+    with pytest.raises(SystemExit, match="allowed bf16, fp16"):
+        model_request("b200", p.parse_args(["up", "--model-precision", "fp3"]))

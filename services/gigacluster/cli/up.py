@@ -20,6 +20,7 @@ from gigacluster.fabric.sizing import choose_scaleout
 from gigacluster.model import SpecError
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime.clock import CLOCK_MODES
+from gigacluster.runtime.convert import PRECISION_ENUMS
 from gigacluster.runtime.logging import configure
 from gigacluster.sites import PRESETS, get_preset
 from gigacluster.stack import Stack, StackConfig
@@ -137,10 +138,39 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("up", help="start the local stack: five services and an MQTT broker")
     add_stack_args(p)
     p.add_argument("--no-model", action="store_true", help="do not deploy the default model")
+    p.add_argument("--model", default=None, metavar="PRESET",
+                   help=f"model to deploy instead of {DEFAULT_MODEL['preset']}, e.g. gpt-oss-120b, mixtral-8x7b, "
+                        "deepseek-v3 (an MoE deploys expert-parallel with --model-ep)")
+    p.add_argument("--model-tp", type=int, default=None, help="tensor parallelism of each replica (default 1)")
+    p.add_argument("--model-ep", type=int, default=None,
+                   help="expert parallelism of each replica of an MoE model (default 1; must divide its experts)")
+    p.add_argument("--model-precision", default=None, help="weights precision: fp16, bf16 (default), fp8, mxfp6, "
+                   "mxfp4, nvfp4 (the chip must support it)")
     p.set_defaults(handler=run_up)
 
 
-async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = False) -> str:
+def model_request(chip: str, args: argparse.Namespace | None = None, *,
+                  disaggregated: bool = False) -> router_pb2.DeployModelRequest:
+    """The DeployModel request ``up`` sends: the default model, or ``--model`` with its TP, EP and precision
+    (the router checks them: an EP that does not divide the experts, or a precision the chip lacks, is refused
+    with the allowed values and ``up`` exits with that message)."""
+    model = getattr(args, "model", None) or str(DEFAULT_MODEL["preset"])
+    precision = getattr(args, "model_precision", None) or ""
+    if precision and precision not in PRECISION_ENUMS:
+        raise SystemExit(f"error: --model-precision {precision[:32]!r}: allowed {', '.join(sorted(PRECISION_ENUMS))}")
+    req = router_pb2.DeployModelRequest(
+        deployment_id=model, model=common_pb2.ModelArchitecture(preset=model), chip=chip,
+        tp=int(getattr(args, "model_tp", None) or DEFAULT_MODEL["tp"]),
+        ep=int(getattr(args, "model_ep", None) or 0),
+        replicas=0 if disaggregated else int(DEFAULT_MODEL["replicas"]), policy="prefix_aware",
+        prefill_replicas=1 if disaggregated else 0, decode_replicas=1 if disaggregated else 0)
+    if precision:
+        req.precision = PRECISION_ENUMS[precision]  # type: ignore[assignment]  # protobuf enums are int NewTypes
+    return req
+
+
+async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = False,
+                   args: argparse.Namespace | None = None) -> str:
     """Start the stack, create the default tenant, deploy the default model; returns its API key.
 
     ``disaggregated`` serves it with one prefill and one decode replica, so every prompt's KV cache
@@ -153,17 +183,17 @@ async def bring_up(stack: Stack, *, deploy: bool = True, disaggregated: bool = F
     if deploy:
         async with Client(stack.endpoints, key, tls=stack.tls) as gc:
             try:
-                await gc.router.DeployModel(router_pb2.DeployModelRequest(
-                    deployment_id=DEFAULT_MODEL["deployment_id"],
-                    model=common_pb2.ModelArchitecture(preset=str(DEFAULT_MODEL["preset"])),
-                    chip=stack.cfg.chip, tp=int(DEFAULT_MODEL["tp"]),
-                    replicas=0 if disaggregated else int(DEFAULT_MODEL["replicas"]), policy="prefix_aware",
-                    prefill_replicas=1 if disaggregated else 0, decode_replicas=1 if disaggregated else 0),
-                    metadata=gc.md)
+                await gc.router.DeployModel(model_request(stack.cfg.chip, args, disaggregated=disaggregated),
+                                            metadata=gc.md)
             except grpc.aio.AioRpcError as err:
-                # A restart on the same state directory: the router kept the default deployment.
-                if err.code() != grpc.StatusCode.ALREADY_EXISTS:
-                    raise
+                # A restart on the same state directory: the router kept the deployment.
+                if err.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    return key
+                if err.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                    raise SystemExit(f"error: the model could not be deployed: {(err.details() or '')[:300]}") \
+                        from None
+                raise
     return key
 
 
@@ -232,7 +262,7 @@ def run_up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await bring_up(stack, deploy=not args.no_model)
+            await bring_up(stack, deploy=not args.no_model, args=args)
             print_endpoints(stack)
             await stop.wait()
         finally:
