@@ -14,7 +14,7 @@ from gigacluster.hw.catalog import Chip, UnknownHardwareError, get_chip
 from gigacluster.inference.moe_work import OVERLAP_MODES
 from gigacluster.inference.work import ACT_BYTES, BYTES_PER_PARAM, ShardShape
 from gigacluster.model import DoesNotFitError, SpecError
-from gigacluster.model.arch import ModelArch
+from gigacluster.model.arch import ModelArch, divisors
 
 # Token ids below this are the tokenizer's raw bytes; synthetic output stays above them so it
 # decodes to words (see tokenizer.py).
@@ -121,8 +121,7 @@ class ReplicaConfig:
         if not e:
             raise SpecError("ep", f"{self.arch.name} is dense (no experts to spread); use ep 1, got {self.ep}")
         if e % self.ep:
-            small = [d for d in range(1, math.isqrt(e) + 1) if e % d == 0]
-            divs = sorted({*small, *(e // d for d in small)})
+            divs = divisors(e)
             raise SpecError("ep", f"must divide {self.arch.name}'s {e} routed experts (e.g. "
                                   f"{', '.join(map(str, divs[-6:]))}), got {self.ep} ({e} / {self.ep} = "
                                   f"{e / self.ep:.2f} experts per GPU)")

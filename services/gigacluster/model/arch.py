@@ -15,6 +15,7 @@ in training). Presets live below, each with its source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from gigacluster.model import SpecError
@@ -327,3 +328,10 @@ def arch_from_dict(d: dict[str, Any], *, field: str = "model") -> ModelArch:
     kw = _fields(d)
     kw.setdefault("kv_heads", d["heads"])
     return ModelArch(name=str(d.get("name", "custom")), **kw)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (the valid expert-parallel degrees of ``n`` experts)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+

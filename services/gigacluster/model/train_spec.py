@@ -20,6 +20,7 @@ from gigacluster.model.arch import (
     MOE_ARCH_FIELDS,
     ModelArch,
     arch_from_dict,
+    divisors,
 )
 from gigacluster.model.network_spec import NetworkSpec
 
@@ -199,7 +200,7 @@ class TrainSpec:
                                 f"needs a mixture-of-experts model (model.experts > 0); got {self.ep}")
             return
         if a.experts % self.ep:
-            divs = [d for d in range(1, a.experts + 1) if a.experts % d == 0]
+            divs = divisors(a.experts)
             raise SpecError("parallelism.ep", f"must divide model.experts ({a.experts}, e.g. "
                             f"{', '.join(map(str, divs[-6:]))}); got {self.ep} ({a.experts} / {self.ep} = "
                             f"{a.experts / self.ep:.2f} experts per rank)")
