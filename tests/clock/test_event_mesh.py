@@ -82,7 +82,9 @@ async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: path
     time (it never goes backwards), and the job ends with every step as the model has it."""
     from gigacluster.client import Client
     spec, job = demo_job(40)
-    async with live_stack("clkkill", mosquitto, tmp_path, clock="event", shards=1) as st:
+    # windows of 4 steps, so the kill after the 5th step falls mid-job (a window may otherwise hold the rest of it)
+    async with live_stack("clkkill", mosquitto, tmp_path, clock="event", shards=1,
+                          extra_env={"GIGACLUSTER_SCHEDULER_MAX_WINDOW_STEPS": "4"}) as st:
         key = await st.create_tenant("kill")
         async with Client(st.endpoints, key) as gc:
             sub = await gc.submit_job(spec, **job)
@@ -100,7 +102,8 @@ async def test_a_killed_coordinator_loses_nothing(mosquitto: str, tmp_path: path
                     killed_at = upd.job.finished_s or 0.0
                     os.kill(proc.pid, 9)
         async with open_channel(st.endpoint_of("clock")) as ch:
-            t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
+            t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=30,
+                                                                   wait_for_ready=True)
     assert final is not None and final.step == 40 and st.procs["clock"].restarts == 1
     assert all(s == pytest.approx(steps[0], rel=1e-6) for s in steps)
     assert final.finished_s - final.started_s == pytest.approx(sum(steps) + final.checkpoint_pause_s, rel=1e-6)

@@ -203,12 +203,14 @@ async def test_kill_9_of_the_scheduler_mid_window_loses_no_accounted_step(
     at the last step it accounted and saved (a window's steps count only once it ends, so the partial window
     is neither accounted nor charged as lost), resumes it from its checkpoint and runs it to the end."""
     spec, job = demo(600, 300)
-    async with live_stack("winkill", mosquitto, tmp_path, speedup=20.0, extra_env=WALL_WINDOWS) as st:
+    # windows of at most 150 steps (they span checkpoints): 3..152, 153..302, 303..452, 453..600
+    env = {**WALL_WINDOWS, "GIGACLUSTER_SCHEDULER_MAX_WINDOW_STEPS": "150"}
+    async with live_stack("winkill", mosquitto, tmp_path, speedup=20.0, extra_env=env) as st:
         key = await st.create_tenant("kill")
         async with Client(st.endpoints, key) as gc:
-            # the checkpoint at 300 became durable (its write takes ~43 steps): a window ends there
+            # the checkpoint at 300 became durable (its write takes ~43 steps) by the end of the window to 452
             name, seen = await submit_until(gc, spec, job, lambda j: j.last_checkpoint_step == 300)
-            await asyncio.sleep(1.5)  # mid-way through the next window (to step 600, ~8.5 wall s)
+            await asyncio.sleep(1.5)  # mid-way through the next window (to step 600, ~5 wall s)
             before = await gc.get_job(name)
             proc = st.procs["scheduler"].proc
             assert proc is not None

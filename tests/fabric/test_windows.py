@@ -12,6 +12,7 @@ from gigacluster.fabric.service.driver import SimDriver
 from gigacluster.fabric.service.windows import PatternCollective, Window, cut_plan
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
+from gigacluster.model.cadence import Cadence
 from gigacluster.runtime.clock import EventClock
 
 RANKS = np.array([0, 9, 18, 27])  # one chip per node, each on another rail: the ring crosses the spines
@@ -32,14 +33,15 @@ def _driver() -> SimDriver:
     return SimDriver(sim, sim.topo, FlowBook(sim), EventClock(), lag_s=0.0, publish=lambda *_: None)
 
 
-def _grant(d: SimDriver, steps: int) -> tuple[Window, float, float]:
+def _grant(d: SimDriver, steps: int, pause_after: tuple[int, ...] = (),
+           pause_s: float = 0.0) -> tuple[Window, float, float]:
     iso = d.windows.isolated(_pattern())
     dur = iso.durations_s[0]
     pattern = _pattern(dur)
     period = OFFSET + dur + 0.05
     assert d.windows.refusal(pattern, iso, period) == ""
-    win = d.windows.grant(tenant="tenants/a", instance="i-1", tag="job", pattern=pattern, iso=iso, start_s=0.0,
-                          period_s=period, repeat=steps)
+    win = d.windows.grant(tenant="tenants/a", instance="i-1", tag="job", pattern=pattern, iso=iso,
+                          cadence=Cadence(0.0, period, steps, pause_after, pause_s))
     d.open_window(win)
     return win, dur, period
 
@@ -109,6 +111,21 @@ def test_cut_plan_counts_ended_steps_and_splits_the_step_in_progress() -> None:
     k, (f,) = cut_plan(win, 2 * period + OFFSET + dur + 0.01)
     assert k == 2 and f.end_s == pytest.approx(2 * period + OFFSET + dur)
     assert cut_plan(win, 100 * period) == (10, [])
+
+
+def test_a_window_with_checkpoint_pauses_starts_each_step_after_them_and_a_cut_in_a_pause_is_exact() -> None:
+    """Pauses of 0.3 s after steps 1 and 4: step 5 starts 0.6 s late and the window ends so; traffic entering
+    during the second pause counts 5 steps and starts step 5's collective at its own (paused) time."""
+    d = _driver()
+    win, dur, period = _grant(d, 8, (1, 4), 0.3)
+    assert win.end_s == pytest.approx(8 * period + 0.6)
+    k, (f,) = cut_plan(win, 5 * period + 0.3 + 0.1)  # inside the pause after step 4
+    assert k == 5 and f.at_s == pytest.approx(5 * period + 0.6 + OFFSET) and f.bytes_ == BYTES
+    k, (f,) = cut_plan(win, 2 * period + 0.3 + OFFSET + dur / 2)  # step 2, after the first pause
+    assert k == 2 and f.bytes_ == pytest.approx(BYTES / 2)
+    d.clock.advance(win.end_s)
+    d.end_window(win)
+    assert win.repeat == 8
 
 
 def test_a_link_fault_cuts_a_window_at_once_and_its_step_in_progress_meets_the_fault_as_real_flows() -> None:

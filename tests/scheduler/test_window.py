@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from gigacluster.model.training import StepBreakdown
 from gigacluster.scheduler.checkpoint import AsyncCheckpoints
+from gigacluster.scheduler.core import JobRecord
 from gigacluster.scheduler.runner import StepResult
-from gigacluster.scheduler.window import same_step, shifted, window_steps
+from gigacluster.scheduler.window import same_step, shifted, window_plan
 from tests.unit.test_scheduler_core import job
 
 BD = StepBreakdown(step_time_s=0.68, compute_s=0.41, exposed_comm_s=0.27, bubble_s=0.0)
@@ -24,27 +26,45 @@ def test_a_step_repeats_another_when_its_times_energy_and_collectives_agree() ->
     assert not same_step(REF, dataclasses.replace(nxt, calls=nxt.calls[:1]))
 
 
-def test_a_window_ends_at_the_next_checkpoint_step_and_the_jobs_last_step() -> None:
-    """At step 13 of 100 with checkpoints every 10: 7 steps; the bound and the job's end cut it; one step is
-    not a window."""
+def _per_step(j: JobRecord, ck: AsyncCheckpoints, k: int, t: float, period: float, pause: float,
+              write: float) -> list[int]:
+    """The window steps (0-based) a per-step loop pauses after: after_step's order (settle, due, start)."""
+    out = []
+    for i in range(k - 1):
+        t += period
+        ck.settle(t)
+        if ck.due(j.step + i + 1, j.checkpoint_interval_steps, j.steps_total):
+            out.append(i)
+            t += pause
+            ck.start(j.step + i + 1, t, write)
+    return out
+
+
+def test_a_window_spans_checkpoints_with_their_pauses_and_ends_at_the_jobs_last_step() -> None:
+    """At step 13 of 100 with checkpoints every 10: 87 steps pausing after steps 20, 30, ..., 90 (not after the last);
+    the bound and the job's end cut it; one step is not a window."""
     j = job(step=13)
     j.steps_total, j.checkpoint_interval_steps = 100, 10
     ck = AsyncCheckpoints()
-    assert window_steps(j, ck, 1000, 0.0, 0.68) == 7
-    assert window_steps(j, ck, 5, 0.0, 0.68) == 5
-    assert window_steps(j, ck, 0, 0.0, 0.68) == 0
+    assert window_plan(j, ck, 1000, 0.0, 0.68, 0.5, 1.0) == (87, (6, 16, 26, 36, 46, 56, 66, 76))
+    assert window_plan(j, ck, 5, 0.0, 0.68, 0.5, 1.0) == (5, ())
+    assert window_plan(j, ck, 0, 0.0, 0.68, 0.5, 1.0) == (0, ())
+    assert ck == AsyncCheckpoints()  # planning does not touch the job's own checkpoint state
     j.step = 98
-    assert window_steps(j, ck, 1000, 0.0, 0.68) == 2
+    assert window_plan(j, ck, 1000, 0.0, 0.68, 0.5, 1.0) == (2, ())
     j.step = 99
-    assert window_steps(j, ck, 1000, 0.0, 0.68) == 0
+    assert window_plan(j, ck, 1000, 0.0, 0.68, 0.5, 1.0) == (0, ())
 
 
-def test_a_deferred_checkpoint_ends_the_window_at_the_first_step_after_the_write_in_flight() -> None:
-    """A write in flight ending at 3.0 s is durable (and a checkpoint deferred behind it due) after the 5th step of
-    0.68 s from 0: the window ends there."""
+def test_deferred_checkpoints_pause_where_the_per_step_loop_would() -> None:
+    """A write longer than the interval defers checkpoints to the first step after it ends: the window's pauses are
+    the per-step loop's, from a write in flight, a deferred one, or none; a deferred one due now is the loop's."""
     j = job(step=20)
-    j.steps_total, j.checkpoint_interval_steps = 100, 10
-    ck = AsyncCheckpoints(inflight=(10, 3.0), deferred=True)
-    assert window_steps(j, ck, 1000, 0.0, 0.68) == 5
-    assert window_steps(j, AsyncCheckpoints(deferred=True), 1000, 0.0, 0.68) == 0
-    assert window_steps(j, AsyncCheckpoints(inflight=(20, 3.0)), 1000, 0.0, 0.68) == 5  # durable after step 25
+    j.steps_total, j.checkpoint_interval_steps = 500, 10
+    for ck in (AsyncCheckpoints(inflight=(10, 3.0), deferred=True), AsyncCheckpoints(inflight=(20, 3.0)),
+               AsyncCheckpoints()):
+        k, pauses = window_plan(j, ck, 400, 0.0, 0.68, 0.5, 10.0)
+        assert k == 400 and pauses == tuple(_per_step(j, dataclasses.replace(ck), k, 0.0, 0.68, 0.5, 10.0))
+        assert pauses and all(b - a > 10 for a, b in itertools.pairwise(pauses))  # writes outlast 10 steps
+    assert window_plan(j, AsyncCheckpoints(inflight=(10, 3.0), deferred=True), 400, 0.0, 0.68, 0.5, 10.0)[1][0] == 4
+    assert window_plan(j, AsyncCheckpoints(deferred=True), 1000, 0.0, 0.68, 0.5, 1.0) == (0, ())

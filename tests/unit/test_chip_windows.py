@@ -83,3 +83,24 @@ def test_a_window_needs_a_period_no_shorter_than_its_work_and_leaves_nothing_boo
     with pytest.raises(InvalidArgument, match="repeat"):
         s.execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1.0, repeat=0)
     assert s.busy_s.sum() == 0.0 and s.above_idle_j.sum() == pytest.approx(0.0) and not s.windows
+
+
+def test_a_window_with_checkpoint_pauses_books_as_per_step_calls_at_the_paused_starts() -> None:
+    """Pauses of 0.5 s after repetitions 2 and 5: the same books as ExecuteWork at those starts; a cut inside the
+    second pause keeps 6 repetitions; bad pause lists are INVALID_ARGUMENT with nothing booked."""
+    s = shard()
+    wid, _ = s.execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1.0, repeat=10, pause_after=[2, 5],
+                              pause_s=0.5)
+    ref = shard()
+    for j in range(10):
+        ref.execute(IDX, [GEMM], not_before_s=j + 0.5 * ((j > 2) + (j > 5)), now_s=0.0)
+    assert s.busy_until_s[IDX] == pytest.approx(ref.busy_until_s[IDX])
+    assert s.busy_s[IDX] == pytest.approx(ref.busy_s[IDX], rel=1e-12)
+    assert s.cut_windows(IDX, 6.8) == {wid: 6}  # rep 5 started at 6.0, rep 6 starts at 7.0
+    for bad in ([5, 2], [9], [-1]):
+        with pytest.raises(InvalidArgument, match="pause_after"):
+            shard().execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1.0, repeat=10,
+                                   pause_after=bad, pause_s=0.5)
+    with pytest.raises(InvalidArgument, match="pause_s"):
+        shard().execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1.0, repeat=10, pause_after=[2],
+                               pause_s=float("nan"))

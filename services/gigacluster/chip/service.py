@@ -248,7 +248,8 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             cap.require("memory.write", _devset(idx, self.shard.offset))
             self.shard.hold_memory(idx, int(w.memory_in_use_bytes))
         wid, res = self.shard.execute_window(idx, works, not_before_s=not_before_s, now_s=self.svc.clock.now(),
-                                             period_s=request.period_s, repeat=int(request.repeat))
+                                             period_s=request.period_s, repeat=int(request.repeat),
+                                             pause_after=list(request.pause_after), pause_s=request.pause_s)
         first = chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
                                              clock_factor=res.clock_factor)
         win = self.shard.windows[wid]

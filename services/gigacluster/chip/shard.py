@@ -20,6 +20,7 @@ import numpy as np
 from gigacluster.errors import FailedPrecondition, InvalidArgument, NotFound
 from gigacluster.hw.catalog import Chip, System
 from gigacluster.model import power, thermal
+from gigacluster.model.cadence import Cadence, cadence
 from gigacluster.model.roofline import Work, work_time_s
 from gigacluster.security.overhead import VirtualizationOverhead
 
@@ -37,23 +38,21 @@ class ExecResult:
 
 @dataclasses.dataclass
 class WorkWindow:
-    """Repetitions of one work on devices ``idx``: rep j runs ``[start_s + j*period_s, + dur_s)``."""
+    """Repetitions of one work on devices ``idx``: rep j runs ``[cadence.start(j), + dur_s)``."""
 
     idx: np.ndarray
-    start_s: float
-    period_s: float
+    cadence: Cadence
     repeat: int
     dur_s: float
     above_j: float  # per device and repetition
 
     def rep_end_s(self, n: int) -> float:
         """End of the first ``n`` repetitions (the window's start when n is 0)."""
-        return self.start_s + (n - 1) * self.period_s + self.dur_s if n > 0 else self.start_s
+        return self.cadence.end(n, self.dur_s)
 
     def reps_before(self, at_s: float) -> int:
         """Repetitions that start before ``at_s`` (a float-noise margin keeps a cut at a step boundary exact)."""
-        n = math.ceil((at_s - self.start_s) / self.period_s - 1e-9)
-        return min(max(n, 0), self.repeat)
+        return min(self.cadence.started_before(at_s), self.repeat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +173,10 @@ class ChipShard:
 
     # -- steady-state windows ---------------------------------------------------------------------
     def execute_window(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float,
-                       period_s: float, repeat: int) -> tuple[int, ExecResult]:
-        """Book ``repeat`` repetitions of ``works`` every ``period_s``; returns (window id, first repetition).
+                       period_s: float, repeat: int, pause_after: Sequence[int] = (),
+                       pause_s: float = 0.0) -> tuple[int, ExecResult]:
+        """Book ``repeat`` repetitions of ``works`` every ``period_s`` (plus ``pause_s`` after each repetition
+        listed in ``pause_after``: model/cadence.py); returns (window id, first repetition).
 
         Busy time and energy are booked exactly (``repeat`` x one repetition's) at once; ``cut_windows``
         takes back the repetitions that do not run. The clock factor is the one at the window's start.
@@ -184,13 +185,14 @@ class ChipShard:
             raise InvalidArgument("repeat", f"must be >= 1, got {repeat}")
         if not (math.isfinite(period_s) and period_s > 0):
             raise InvalidArgument("period_s", f"must be a finite number > 0, got {period_s}")
+        cad = cadence(0.0, period_s, repeat, pause_after, pause_s, max_pauses=repeat)  # checked before booking
         self.prune_windows(now_s)
         first = self.execute(idx, works, not_before_s=not_before_s, now_s=now_s)
         dur = first.end_s - first.start_s
         if dur > period_s * (1 + 1e-9):
             self.cut_booked(idx, first.start_s, dur, first.energy_j / idx.size, 1)
             raise InvalidArgument("period_s", f"must be at least the work's duration ({dur:.6g} s), got {period_s:g}")
-        win = WorkWindow(idx, first.start_s, period_s, repeat, dur, first.energy_j / idx.size)
+        win = WorkWindow(idx, dataclasses.replace(cad, start_s=first.start_s), repeat, dur, first.energy_j / idx.size)
         more = repeat - 1
         self.busy_s[idx] += more * dur
         self.above_idle_j[idx] += more * win.above_j

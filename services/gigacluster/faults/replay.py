@@ -11,6 +11,7 @@ measures it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -32,11 +33,13 @@ from gigacluster.hw.catalog import get_system
 from gigacluster.model.training import TrainSpec, plan_step
 from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.participant import participate
 from gigacluster.scheduler import checkpoint
 from gigacluster.scheduler.spec import split_job_file
 from gigacluster.stack import Proc, Stack, StackConfig
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
+INJECTOR_READY_S = 60.0  # wall seconds the fault injector may take to start and join the clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +85,12 @@ def offline(r: Replay, spec: TrainSpec, wall_s: float, interval: int, domain: in
 
 
 async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: float) -> Proc:
-    """``gigacluster faults run`` on the mesh's event clock, started (keys in the environment, not argv; its log
-    in ``state/faults.log``); ``Proc.stop`` ends it."""
+    """``gigacluster faults run`` on the mesh's event clock, started and registered with the clock (keys in the
+    environment, not argv; its log in ``state/faults.log``); ``Proc.stop`` ends it.
+
+    It returns only once the injector is one of the clock's processes and waits for its first failure: a job
+    submitted before then could run past failures the clock did not yet know of (a window of a thousand
+    steps is a few wall milliseconds)."""
     env = dict(os.environ)
     env.update(GIGACLUSTER_ADMIN_KEY=st.admin_key, GIGACLUSTER_SERVICE_KEY=st.service_key,
                GIGACLUSTER_BROKER=st.endpoint_of("broker"), GIGACLUSTER_CLOCK="event",
@@ -91,15 +98,30 @@ async def start_injector(st: Stack, r: Replay, state: pathlib.Path, start_s: flo
     argv = [sys.executable, "-m", "gigacluster.cli.main", "faults", "run", "--table", r.table, "--scale",
             repr(r.scale), "--seed", str(r.seed), "--start-s", repr(start_s), "--state-dir", str(state),
             "--duration-s", repr(r.hours * 3600 * 1.5)]
+    before = (await clock_time(st)).processes
     proc = Proc("faults", argv, env, state / "faults.log")
     await proc.start()
+    deadline = time.monotonic() + INJECTOR_READY_S
+    while (await clock_time(st)).processes <= before or "fault injector running" not in _text(state / "faults.log"):
+        if proc.proc is not None and proc.proc.returncode is not None:
+            raise RuntimeError(f"the fault injector exited: see {state / 'faults.log'}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the fault injector did not join the clock in {INJECTOR_READY_S:g} s")
+        await asyncio.sleep(0.05)
     return proc
 
 
-async def mesh_time(st: Stack) -> float:
+def _text(path: pathlib.Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+async def clock_time(st: Stack) -> Any:
     async with open_channel(st.endpoint_of("clock")) as ch:
-        t = await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
-    return float(t.now_s)
+        return await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
+
+
+async def mesh_time(st: Stack) -> float:
+    return float((await clock_time(st)).now_s)
 
 
 async def replay(r: Replay) -> dict[str, Any]:
@@ -111,14 +133,18 @@ async def replay(r: Replay) -> dict[str, Any]:
                           ports={k: 0 for k in DEFAULT_PORTS}, mqtt_port=0, state_dir=root / "mesh", restart=True)
         async with Stack(cfg) as st:
             key = await st.create_tenant("replay")
-            start_s = await mesh_time(st)
             faults_dir = root / "faults"
             faults_dir.mkdir(parents=True, exist_ok=True)
-            inj = await start_injector(st, r, faults_dir, start_s)
+            # Time holds from before the injector starts until the job is in: the injector's first failure
+            # is a wake-up of an otherwise idle mesh, to which the clock would jump before the job began.
+            async with participate(st.endpoint_of("clock"), "replay", key=st.service_key) as ck:
+                with ck.busy():
+                    inj = await start_injector(st, r, faults_dir, ck.now())
+                    t0 = time.monotonic()
+                    async with Client(st.endpoints, key) as sub_client:
+                        sub = await sub_client.submit_job(spec_d, **job)
             try:
                 async with Client(st.endpoints, key) as gc:
-                    t0 = time.monotonic()
-                    sub = await gc.submit_job(spec_d, **job)
                     events: list[tuple[float, str]] = []  # (mesh time, reason) of each job failure seen
                     final = None
                     async for upd in gc.watch_job(sub.name):

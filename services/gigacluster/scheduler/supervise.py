@@ -36,7 +36,7 @@ from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
-from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_steps
+from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_plan
 
 log = structlog.get_logger()
 
@@ -153,18 +153,23 @@ class JobSupervisor:
         t = res.end_s
         if runner is not None:
             await self.check_performance(job, res, runner)
+        inside = last_of_window is False  # a window's step before its last: the window's last step saves
         if ckpt.settle(t):
             job.last_checkpoint_step = ckpt.durable_step
-            book.save(job)
+            if not inside:
+                book.save(job)
         durable = last_of_window is None or last_of_window or job.step == job.steps_total
         if job.step % max(self.config.progress_interval_steps, 1) == 0 or job.step == job.steps_total:
             book.notify(job, "progress", publish=durable, snapshot=last_of_window is not None)
         if durable:
             book.save(job)  # a scheduler crash then knows how many steps it really loses
         if ckpt.due(job.step, job.checkpoint_interval_steps, job.steps_total):
-            book.set_state(job, State.CHECKPOINTING, "", f"checkpoint at step {job.step}: "
-                           f"{pause:.2f} s pause, {write:.1f} s asynchronous write")
-            await self.clock.sleep_until(t + pause)
+            msg = f"checkpoint at step {job.step}: {pause:.2f} s pause, {write:.1f} s asynchronous write"
+            if inside:  # the window booked its pause already (window_plan): watchers are told, as for its steps
+                book.notify(job, "event", msg, publish=False)
+            else:
+                book.set_state(job, State.CHECKPOINTING, "", msg)
+                await self.clock.sleep_until(t + pause)
             t += pause
             job.checkpoint_pause_s += pause
             ckpt.start(job.step, t, write)
@@ -181,13 +186,15 @@ class JobSupervisor:
             return None
         if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
             return None
-        k = window_steps(job, ckpt, self.config.max_window_steps, t, recent[1].breakdown.step_time_s)
+        k, pauses = window_plan(job, ckpt, self.config.max_window_steps, t, recent[1].breakdown.step_time_s,
+                                checkpoint.pause_s(job.plan), checkpoint.write_s(job.spec))
         if not k:
             return None
         wake = self.book.watch(job)
         try:
             out = await run_window(runner, recent[1], t, k,
-                                   lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake)
+                                   lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake,
+                                   pauses, checkpoint.pause_s(job.plan))
         except (Unavailable, CapabilityRejected) as exc:
             log.warning("window abandoned; the per-step path retries", job=job.name, error=str(exc))
             return None

@@ -17,7 +17,9 @@ streams open and sleeps; it wakes when the window ends or is cut:
 - by the scheduler (a message on ``wake``, the job book's watch queue: preemption, cancel): the step
   in progress completes, the rest of the window is cut, as the per-step loop finishes its step first.
 
-Windows end at checkpoint steps and at the job's last step (:func:`window_steps`). Anything that
+Windows end at the job's last step and span its checkpoints: a checkpoint's pause is booked inside the
+window (the next step starts that much later on chips and fabric alike, model/cadence.py), at the steps
+the job's own checkpoint state machine takes them (:func:`window_plan`). Anything that
 fails mid-window (a peer unavailable) unbooks the whole window on the chips and cuts the fabric's,
 so the per-step path retries from the window's start: nothing of a window is accounted before it
 ends, and then every step of it is accounted (and shown by ``watch``, GetJob and the trace) one by one.
@@ -37,6 +39,7 @@ import structlog
 
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.model.cadence import Cadence
 from gigacluster.model.training import compose_step
 from gigacluster.runtime import convert
 from gigacluster.scheduler import step_comm
@@ -67,21 +70,33 @@ def shifted(ref: StepResult, start_s: float) -> StepResult:
     return dataclasses.replace(ref, start_s=start_s, calls=tuple((a + dt, b + dt) for a, b in ref.calls))
 
 
-def window_steps(job: JobRecord, ckpt: AsyncCheckpoints, max_steps: int, start_s: float, period_s: float) -> int:
-    """How many steps the next window may hold: up to the next checkpoint step, the job's last step and the
-    first step end after a checkpoint write in flight (it becomes durable there, and is saved in the job book
-    then, as the per-step loop would; a deferred checkpoint falls due there too); 0 when fewer than two."""
-    if max_steps <= 0:
-        return 0
+def window_plan(job: JobRecord, ckpt: AsyncCheckpoints, max_steps: int, start_s: float, period_s: float,
+                pause_s: float, write_s: float) -> tuple[int, tuple[int, ...]]:
+    """(steps, pause_after) of the next window: up to ``max_steps`` and the job's last step, with the checkpoint
+    pauses that fall inside it (steps after which the next starts ``pause_s`` later: model/cadence.py).
+
+    The pauses come from running a copy of the job's checkpoint state machine over the window's steps, as
+    ``after_step`` runs the real one when the window's steps are accounted, so the two agree step by step:
+    an interval checkpoint, one deferred while a write is in flight, and the write's end. (0, ()) when fewer
+    than two steps, or when a deferred checkpoint is due now (the per-step path takes it).
+    """
+    if max_steps <= 0 or (ckpt.deferred and ckpt.inflight is None):
+        return 0, ()
     k = min(max_steps, job.steps_total - job.step)
-    interval = job.checkpoint_interval_steps
-    if interval > 0:
-        k = min(k, interval - job.step % interval)
-    if ckpt.deferred and ckpt.inflight is None:
-        return 0
-    if ckpt.inflight is not None:
-        k = min(k, max(math.ceil((ckpt.inflight[1] - start_s) / period_s - 1e-9), 1))
-    return k if k >= MIN_WINDOW else 0
+    if k < MIN_WINDOW:
+        return 0, ()
+    sim = dataclasses.replace(ckpt)
+    pauses: list[int] = []
+    t = start_s
+    for j in range(k - 1):  # a checkpoint after the window's last step is after_step's, not the window's
+        t += period_s
+        step = job.step + j + 1
+        sim.settle(t)
+        if sim.due(step, job.checkpoint_interval_steps, job.steps_total):
+            pauses.append(j)
+            t += pause_s
+            sim.start(step, t, write_s)
+    return k, tuple(pauses)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +112,8 @@ class WindowRun:
 class _Open:
     """The calls of one granted window: the fabric stream, one chip stream per shard."""
 
-    def __init__(self, runner: JobRunner, start_s: float, period_s: float) -> None:
-        self.runner, self.start_s, self.period_s = runner, start_s, period_s
+    def __init__(self, runner: JobRunner, cad: Cadence) -> None:
+        self.runner, self.cadence, self.start_s = runner, cad, cad.start_s
         self.fabric = fabric_pb2_grpc.FabricServiceStub(runner.channel(runner.fabric_ep))
         self.name = ""
         self.streams: list[grpc.aio.UnaryStreamCall] = []
@@ -106,7 +121,8 @@ class _Open:
         self.cause = ""  # why the runner cut the window (a chip's fault, the scheduler)
 
     def boundary(self, steps: int) -> float:
-        return self.start_s + steps * self.period_s
+        """Start of step ``steps`` of the window (0-based; checkpoint pauses included)."""
+        return self.cadence.start(steps)
 
     async def cut(self, at_s: float, *, fabric: bool = True, chips: bool = True) -> None:
         """Drop the steps that start at or after ``at_s`` on every chip shard and the fabric."""
@@ -127,25 +143,27 @@ class _Open:
             s.cancel()
 
 
-def _reserve_request(runner: JobRunner, ref: StepResult, start_s: float, steps: int) -> fabric_pb2.ReserveWindowRequest:
+def _reserve_request(runner: JobRunner, ref: StepResult, cad: Cadence) -> fabric_pb2.ReserveWindowRequest:
     cols = []
     for (_, req), (a, b) in zip(runner.collective_calls, ref.calls, strict=True):
         c = fabric_pb2.StartCollectiveRequest()
         c.CopyFrom(req)
         c.not_before_s = 0.0
         cols.append(fabric_pb2.WindowCollective(collective=c, offset_s=a - ref.start_s, expected_s=b - a))
-    return fabric_pb2.ReserveWindowRequest(collectives=cols, start_s=start_s, period_s=ref.breakdown.step_time_s,
-                                           repeat=steps, tag=runner.job.name)
+    return fabric_pb2.ReserveWindowRequest(collectives=cols, start_s=cad.start_s, period_s=cad.period_s,
+                                           repeat=cad.repeat, tag=runner.job.name, pause_after=cad.pause_after,
+                                           pause_s=cad.pause_s)
 
 
 async def run_window(runner: JobRunner, ref: StepResult, start_s: float, steps: int,
-                     interrupted: Callable[[], bool], wake: asyncio.Queue[Any]) -> WindowRun | None:
-    """Run up to ``steps`` repetitions of ``ref`` from ``start_s`` as one window; None if it was not granted
-    (nothing booked). Mesh errors come out as the per-step path's (``runner.step_error``)."""
-    period = ref.breakdown.step_time_s
-    w = _Open(runner, start_s, period)
+                     interrupted: Callable[[], bool], wake: asyncio.Queue[Any], pause_after: tuple[int, ...] = (),
+                     pause_s: float = 0.0) -> WindowRun | None:
+    """Run up to ``steps`` repetitions of ``ref`` from ``start_s`` as one window (``pause_s`` more after each step
+    in ``pause_after``: the checkpoints inside it); None if it was not granted (nothing booked). Mesh errors
+    come out as the per-step path's (``runner.step_error``)."""
+    w = _Open(runner, Cadence(start_s, ref.breakdown.step_time_s, steps, pause_after, pause_s))
     try:
-        return await _run(w, runner, ref, steps, interrupted, wake)
+        return await _run(w, runner, ref, interrupted, wake)
     except grpc.aio.AioRpcError as err:
         # nothing of the window counts: the per-step path runs it again (the chips first: the fabric may be down)
         w.cut_at = math.inf
@@ -159,10 +177,11 @@ async def run_window(runner: JobRunner, ref: StepResult, start_s: float, steps: 
         w.close()
 
 
-async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interrupted: Callable[[], bool],
+async def _run(w: _Open, runner: JobRunner, ref: StepResult, interrupted: Callable[[], bool],
                wake: asyncio.Queue[Any]) -> WindowRun | None:
-    job, md, start_s, period = runner.job, runner.metadata(), w.start_s, w.period_s
-    fab = w.fabric.ReserveWindow(_reserve_request(runner, ref, start_s, steps), metadata=md)
+    job, md, cad = runner.job, runner.metadata(), w.cadence
+    start_s = cad.start_s
+    fab = w.fabric.ReserveWindow(_reserve_request(runner, ref, cad), metadata=md)
     w.streams.append(fab)
     grant = await fab.read()
     if not grant.granted:
@@ -173,7 +192,8 @@ async def _run(w: _Open, runner: JobRunner, ref: StepResult, steps: int, interru
     chips = [chip_pb2_grpc.ChipServiceStub(runner.channel(ep)).ExecuteWindow(chip_pb2.ExecuteWindowRequest(
         work=chip_pb2.ExecuteWorkRequest(devices=convert.range_msgs(rs), items=items, not_before_s=start_s,
                                          tag=job.name, memory_in_use_bytes=runner.memory_per_chip_bytes),
-        repeat=steps, period_s=period), metadata=md) for ep, rs in runner.shard_ranges]
+        repeat=cad.repeat, period_s=cad.period_s, pause_after=cad.pause_after, pause_s=cad.pause_s),
+        metadata=md) for ep, rs in runner.shard_ranges]
     w.streams += chips
     firsts = await asyncio.gather(*(c.read() for c in chips))
     energy = sum(f.first.energy_j for f in firsts)
@@ -215,8 +235,7 @@ async def _wait(w: _Open, fab: grpc.aio.UnaryStreamCall, chips: list[grpc.aio.Un
                 woken = asyncio.ensure_future(wake.get())
                 if interrupted():  # the step in progress completes, as in the per-step loop
                     w.cause = w.cause or "the scheduler (preemption or cancel)"
-                    now = w.runner.clock.now()
-                    await w.cut(w.boundary(math.floor((now - w.start_s) / w.period_s + 1e-9) + 1))
+                    await w.cut(w.boundary(w.cadence.started_by(w.runner.clock.now())))
         return fab_final.result()
     finally:
         for t in (fab_final, woken, *chip_finals):

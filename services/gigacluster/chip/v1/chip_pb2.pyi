@@ -320,14 +320,18 @@ class SetMemoryInUseResponse(_message.Message):
     def __init__(self, devices: _Optional[int] = ...) -> None: ...
 
 class ExecuteWindowRequest(_message.Message):
-    __slots__ = ("work", "repeat", "period_s")
+    __slots__ = ("work", "repeat", "period_s", "pause_after", "pause_s")
     WORK_FIELD_NUMBER: _ClassVar[int]
     REPEAT_FIELD_NUMBER: _ClassVar[int]
     PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_S_FIELD_NUMBER: _ClassVar[int]
     work: ExecuteWorkRequest
     repeat: int
     period_s: float
-    def __init__(self, work: _Optional[_Union[ExecuteWorkRequest, _Mapping]] = ..., repeat: _Optional[int] = ..., period_s: _Optional[float] = ...) -> None: ...
+    pause_after: _containers.RepeatedScalarFieldContainer[int]
+    pause_s: float
+    def __init__(self, work: _Optional[_Union[ExecuteWorkRequest, _Mapping]] = ..., repeat: _Optional[int] = ..., period_s: _Optional[float] = ..., pause_after: _Optional[_Iterable[int]] = ..., pause_s: _Optional[float] = ...) -> None: ...
 
 class ExecuteWindowResponse(_message.Message):
     __slots__ = ("first", "repeats", "end_s", "final", "cause")

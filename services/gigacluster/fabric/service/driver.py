@@ -127,13 +127,15 @@ class SimDriver:
     # -- steady-state windows ---------------------------------------------------------------------
     async def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
         """A step pattern's alone run (cached per link state); a new one runs on the planning thread, off the loop
-        (the ReserveWindow call stays open meanwhile, so the event clock holds)."""
+        (holding the event clock: a call open at both ends, its handler awaiting a thread, looks idle)."""
         key, ls, iso = self.windows.lookup(pattern)
         if iso is None:
             if sum(c.groups * c.ranks.size for c in pattern) <= INLINE_PLAN_MAX_RANKS:
                 iso = isolated_step(ls, pattern)
             else:
-                iso = await asyncio.get_running_loop().run_in_executor(self._planner, isolated_step, ls, pattern)
+                with clock_busy():
+                    iso = await asyncio.get_running_loop().run_in_executor(self._planner, isolated_step, ls,
+                                                                           pattern)
             self.windows.remember(key, iso)
         return iso
 

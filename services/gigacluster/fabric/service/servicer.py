@@ -18,6 +18,7 @@ from gigacluster.fabric.service.book import FlowBook, FlowRecord
 from gigacluster.fabric.service.driver import SimDriver
 from gigacluster.fabric.service.windows import PatternCollective
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.model.cadence import cadence
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, bearer_token
 from gigacluster.runtime.clock import VirtualClock
@@ -196,7 +197,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                             context: grpc.aio.ServicerContext) -> AsyncIterator[fabric_pb2.ReserveWindowResponse]:
         cap = await self.auth.capability(context, "fabric.send")
         pattern, ranks = self._pattern(request)
-        start = self._start_s(request.start_s)
+        cad = cadence(self._start_s(request.start_s), request.period_s, int(request.repeat), request.pause_after,
+                      request.pause_s, max_pauses=int(request.repeat))
         if ranks.size:
             cap.require("fabric.send", DeviceSet.from_ids(ranks))
         self.driver.catch_up()
@@ -208,7 +210,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             return
         self.charge_bytes(cap.tenant, float(sum(c.bytes_ * c.groups * c.ranks.size for c in pattern)) * request.repeat)
         win = windows.grant(tenant=f"tenants/{cap.tenant}", instance=cap.instance, tag=request.tag, pattern=pattern,
-                            iso=iso, start_s=start, period_s=request.period_s, repeat=int(request.repeat))
+                            iso=iso, cadence=cad)
         wake = self.driver.open_window(win)
         try:
             yield fabric_pb2.ReserveWindowResponse(name=win.name, granted=True, steps=win.repeat, end_s=win.end_s)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import math
 from collections import OrderedDict
 
 import numpy as np
 
 from gigacluster.errors import FailedPrecondition, NotFound
 from gigacluster.fabric.sim import FlowGroupHandle, FlowSim
+from gigacluster.model.cadence import Cadence
 
 MATCH_REL = 1e-6  # a pattern's alone duration matches the caller's reference within this share
 ISOLATED_CACHE = 256  # step patterns whose alone run is remembered (per link state)
@@ -141,8 +141,7 @@ class Window:
     tag: str
     pattern: list[PatternCollective]
     iso: IsolatedStep
-    start_s: float
-    period_s: float
+    cadence: Cadence  # when each step starts (a period, and checkpoint pauses: model/cadence.py)
     repeat: int
     final: bool = False
     cause: str = ""
@@ -151,16 +150,20 @@ class Window:
     flow_names: dict[int, str] = dataclasses.field(default_factory=dict)  # StepFlow index -> flow group
 
     @property
+    def period_s(self) -> float:
+        return self.cadence.period_s
+
+    @property
     def end_s(self) -> float:
-        return self.start_s + self.repeat * self.period_s
+        return self.cadence.end(self.repeat, self.period_s)
 
     def steps_by(self, t: float) -> int:
         """Steps that ended by ``t`` (a float-noise margin keeps a step boundary exact)."""
-        return min(max(math.floor((t - self.start_s) / self.period_s + 1e-9), 0), self.repeat)
+        return min(self.cadence.ended_by(t, self.period_s), self.repeat)
 
     def steps_before(self, at_s: float) -> int:
         """Steps that start before ``at_s``."""
-        return min(max(math.ceil((at_s - self.start_s) / self.period_s - 1e-9), 0), self.repeat)
+        return min(self.cadence.started_before(at_s), self.repeat)
 
 
 def cut_plan(win: Window, t: float) -> tuple[int, list[StepFlow]]:
@@ -168,7 +171,7 @@ def cut_plan(win: Window, t: float) -> tuple[int, list[StepFlow]]:
     k = win.steps_by(t)
     if k >= win.repeat:
         return win.repeat, []
-    s_k = win.start_s + k * win.period_s
+    s_k = win.cadence.start(k)
     out = []
     for i, (c, d) in enumerate(zip(win.pattern, win.iso.durations_s, strict=True)):
         a = s_k + c.offset_s
@@ -242,8 +245,8 @@ class WindowBook:
         return ""
 
     def grant(self, *, tenant: str, instance: str, tag: str, pattern: list[PatternCollective], iso: IsolatedStep,
-              start_s: float, period_s: float, repeat: int) -> Window:
-        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, start_s, period_s, repeat)
+              cadence: Cadence) -> Window:
+        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, cadence, cadence.repeat)
         self.windows[win.name] = win
         self._held[iso.links] += 1
         self._publish_held()

@@ -329,18 +329,22 @@ class WindowCollective(_message.Message):
     def __init__(self, collective: _Optional[_Union[StartCollectiveRequest, _Mapping]] = ..., offset_s: _Optional[float] = ..., expected_s: _Optional[float] = ...) -> None: ...
 
 class ReserveWindowRequest(_message.Message):
-    __slots__ = ("collectives", "start_s", "period_s", "repeat", "tag")
+    __slots__ = ("collectives", "start_s", "period_s", "repeat", "tag", "pause_after", "pause_s")
     COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
     START_S_FIELD_NUMBER: _ClassVar[int]
     PERIOD_S_FIELD_NUMBER: _ClassVar[int]
     REPEAT_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_S_FIELD_NUMBER: _ClassVar[int]
     collectives: _containers.RepeatedCompositeFieldContainer[WindowCollective]
     start_s: float
     period_s: float
     repeat: int
     tag: str
-    def __init__(self, collectives: _Optional[_Iterable[_Union[WindowCollective, _Mapping]]] = ..., start_s: _Optional[float] = ..., period_s: _Optional[float] = ..., repeat: _Optional[int] = ..., tag: _Optional[str] = ...) -> None: ...
+    pause_after: _containers.RepeatedScalarFieldContainer[int]
+    pause_s: float
+    def __init__(self, collectives: _Optional[_Iterable[_Union[WindowCollective, _Mapping]]] = ..., start_s: _Optional[float] = ..., period_s: _Optional[float] = ..., repeat: _Optional[int] = ..., tag: _Optional[str] = ..., pause_after: _Optional[_Iterable[int]] = ..., pause_s: _Optional[float] = ...) -> None: ...
 
 class WindowFlow(_message.Message):
     __slots__ = ("index", "start_s", "end_s", "flow")
