@@ -68,15 +68,9 @@ class Journal:
         """Write the state atomically (a temporary file, fsync, rename)."""
         if self.directory is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / (STATE_FILE + ".tmp")
-        data = {"seed": self.seed, "table": self.table, "scale": self.scale, "start_s": self.start_s,
-                "next_index": self.next_index, "active": [dataclasses.asdict(a) for a in self.active]}
-        with tmp.open("w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / STATE_FILE)
+        write_json_atomic(self.directory / STATE_FILE, {
+            "seed": self.seed, "table": self.table, "scale": self.scale, "start_s": self.start_s,
+            "next_index": self.next_index, "active": [dataclasses.asdict(a) for a in self.active]})
 
     def log(self, event: dict[str, Any]) -> None:
         """Append one action to the log (fsynced)."""
@@ -87,6 +81,23 @@ class Journal:
             f.write(json.dumps(event) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def write_json_atomic(path: pathlib.Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` as JSON, all or nothing: a temporary file, fsync, rename, then an fsync
+    of the directory so the rename itself survives a crash (parent created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_log(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ import numpy as np
 from gigacluster.errors import InvalidArgument
 from gigacluster.fabric.v1 import fabric_pb2
 from gigacluster.model.comm import OPS
+from gigacluster.runtime.convert import range_msgs
+from gigacluster.security.devices import DeviceSet
 
 if TYPE_CHECKING:  # annotations only: the fabric service imports this module (no package cycle)
     from gigacluster.fabric.sim import LinkStats
@@ -94,9 +96,13 @@ def link_msgs(topo: Topology, stats: LinkStats, ids: Iterable[int]) -> list[fabr
         bytes_carried=float(stats.bytes_carried[i])) for i in np.asarray(list(ids), dtype=np.int64)]
 
 
-def link_stats_msg(stats: LinkStats, *, now_s: float) -> fabric_pb2.GetLinkStatsResponse:
+def link_stats_msg(stats: LinkStats, *, now_s: float,
+                   cut_off: np.ndarray | None = None) -> fabric_pb2.GetLinkStatsResponse:
+    """The stats message; ``cut_off`` is the per-chip mask of chips cut off from the scale-out network."""
+    cut = DeviceSet.from_mask(cut_off) if cut_off is not None else DeviceSet.empty()
     return fabric_pb2.GetLinkStatsResponse(
         active_flows=stats.active_flows_total, now_s=now_s,
+        cut_off_chips=range_msgs(zip(cut.starts.tolist(), cut.stops.tolist(), strict=True)),
         tiers=[fabric_pb2.TierStats(tier=t.tier, links=t.links, mean_utilization=t.mean_utilization,
                                     max_utilization=t.max_utilization, links_down=t.links_down,
                                     links_degraded=t.links_degraded) for t in stats.tiers])

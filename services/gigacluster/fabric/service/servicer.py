@@ -144,7 +144,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
     async def GetLinkStats(self, request: fabric_pb2.GetLinkStatsRequest,
                            context: grpc.aio.ServicerContext) -> fabric_pb2.GetLinkStatsResponse:
         await self._reader(context)
-        return wire.link_stats_msg(self.sim.link_stats(), now_s=self.clock.now())
+        return wire.link_stats_msg(self.sim.link_stats(), now_s=self.clock.now(), cut_off=self.sim.cut_off_chips())
 
     async def InjectLinkFault(self, request: fabric_pb2.InjectLinkFaultRequest,
                               context: grpc.aio.ServicerContext) -> fabric_pb2.InjectLinkFaultResponse:
