@@ -1,0 +1,149 @@
+"""Faults through the real path on a live mesh: an injected chip fault survives kill -9 of its shard (and a repair
+that fell due meanwhile applies), and chips behind a down NIC link are kept out of placement until it is repaired
+(issue 14 item 3 and its rule that kill -9 of any process loses nothing acknowledged)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import re
+import signal
+from typing import Any
+
+import grpc
+import pytest
+
+from gigacluster.broker.v1 import broker_pb2
+from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
+from gigacluster.client import Client
+from gigacluster.common.v1 import common_pb2
+from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
+from gigacluster.scheduler.v1 import scheduler_pb2
+from gigacluster.stack import Stack
+from tests.conftest import TEST_SPEEDUP, live_stack, wait_for
+
+pytestmark = pytest.mark.integration
+J = scheduler_pb2.Job
+# A small model (4 layers, hidden 1024): short steps; TP 8 inside an HGX domain, DP across domains (NIC traffic).
+SMALL: dict[str, Any] = {
+    "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
+              "seq_len": 1024, "mlp": "swiglu"},
+    "parallelism": {"tp": 8, "microbatch_size": 1}, "precision": "bf16",
+}
+
+
+def small(count: int, steps: int = 1_000_000) -> dict[str, Any]:
+    return {**SMALL, "hardware": {"chip": "h100-sxm", "count": count}, "steps": steps,
+            "batch": {"global_batch": 2 * count}}
+
+
+def rng(a: int, b: int) -> list[common_pb2.DeviceRange]:
+    return [common_pb2.DeviceRange(start=a, end=b)]
+
+
+async def job_until(gc: Client, name: str, cond: Any, timeout_s: float = 60.0) -> scheduler_pb2.Job:
+    last: list[scheduler_pb2.Job] = []
+
+    async def ok() -> bool:
+        last[:] = [await gc.get_job(name)]
+        return bool(cond(last[0]))
+
+    try:
+        await wait_for(ok, timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"{name}: condition never met; last {last[-1] if last else None}") from None
+    return last[-1]
+
+
+async def devices_of(admin: Client, instance: str) -> list[int]:
+    r = await admin.broker.GetInstance(broker_pb2.GetInstanceRequest(name=instance), metadata=admin.md)
+    return [d for rg in r.instance.devices for d in range(rg.start, rg.end)]
+
+
+async def kill_9(st: Stack, name: str) -> None:
+    """SIGKILL one service and wait until the supervisor has it healthy again."""
+    proc = st.procs[name].proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    await asyncio.sleep(0.7)  # the supervisor's first restart delay is 0.5 s
+    await st.wait_healthy(names=[name])
+
+
+async def test_an_injected_fault_survives_kill_9_of_its_shard_and_still_fails_a_step(mosquitto: str,
+                                                                                    tmp_path: pathlib.Path) -> None:
+    """InjectFault (acknowledged), kill -9 of the shard, supervisor restart: the device still reports FAILED with
+    its fault, a fault whose repair fell due while the shard was down is repaired, and a job placed on the
+    faulted device fails its step there."""
+    async with live_stack("cfkill", mosquitto, tmp_path, chips=16, shards=2) as st:
+        async with Client(st.endpoints, st.admin_key) as admin:
+            inv = await admin.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=admin.md)
+            ep = next(s.endpoint for s in inv.shards if s.devices.start == 8)
+            async with grpc.aio.insecure_channel(ep) as ch:
+                chip = chip_pb2_grpc.ChipServiceStub(ch)
+                await chip.InjectFault(chip_pb2.InjectFaultRequest(
+                    devices=rng(8, 10), kind=chip_pb2.FAULT_KIND_FAILED, repair_after_s=1e6), metadata=admin.md)
+                # repaired 0.3 wall seconds from now: before the shard is back (the restart alone waits 0.5 s)
+                await chip.InjectFault(chip_pb2.InjectFaultRequest(
+                    devices=rng(10, 11), kind=chip_pb2.FAULT_KIND_HBM, repair_after_s=0.3 * TEST_SPEEDUP),
+                    metadata=admin.md)
+                await chip.InjectFault(chip_pb2.InjectFaultRequest(devices=rng(11, 12), kind=chip_pb2.FAULT_KIND_SLOW,
+                                                                   clock_factor=0.25), metadata=admin.md)
+            await kill_9(st, "chip-1")
+            async with grpc.aio.insecure_channel(ep) as ch:
+                r = await chip_pb2_grpc.ChipServiceStub(ch).ListDevices(
+                    chip_pb2.ListDevicesRequest(devices=rng(8, 13)), metadata=admin.md)
+            got = {d.id: (chip_pb2.Device.State.Name(d.state), d.fault, round(d.clock_factor, 3)) for d in r.devices}
+            assert got[8][:2] == got[9][:2] == ("STATE_FAILED", "FAULT_KIND_FAILED")
+            assert got[10][:2] == ("STATE_HEALTHY", "")  # its repair fell due while the shard was down
+            assert got[11] == ("STATE_THROTTLED", "FAULT_KIND_SLOW", 0.25) and got[12][0] == "STATE_HEALTHY"
+        key = await st.create_tenant("cfkill")
+        async with Client(st.endpoints, key) as gc:
+            job = await gc.submit_job(small(16), max_restarts=0)  # all 16 chips: devices 8 and 9 included
+            j = await job_until(gc, job.name, lambda j: j.state == J.STATE_FAILED)
+    assert j.failures == 1 and "device 8 has failed" in j.reason, j.reason
+
+
+_NIC = re.compile(r"^links/(?:chip(\d+)-leaf\d+|leaf\d+-chip(\d+))$")
+
+
+async def test_chips_behind_a_down_nic_link_are_not_placed_until_it_is_repaired(mosquitto: str,
+                                                                               tmp_path: pathlib.Path) -> None:
+    """A 16-chip job (two HGX domains, DP over the NICs) on 24 chips: the NIC links of one of its chips go down, its
+    step fails and it restarts on the two domains that do not hold that chip, and keeps running there (one
+    failure, not one per relaunch); once the links are repaired a 24-chip job gets every chip, that one included."""
+    async with live_stack("cfnic", mosquitto, tmp_path, chips=24, shards=1) as st:
+        key = await st.create_tenant("cfnic")
+        async with Client(st.endpoints, st.admin_key) as admin, Client(st.endpoints, key) as gc:
+            inv = await admin.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=admin.md)
+            async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
+                fabric = fabric_pb2_grpc.FabricServiceStub(ch)
+                job = await gc.submit_job(small(16), max_restarts=5, checkpoint_interval_steps=5)
+                j = await job_until(gc, job.name, lambda j: j.state == J.STATE_RUNNING and j.step >= 3)
+                bad = (await devices_of(admin, j.instance))[3]
+                links = await fabric.ListLinks(fabric_pb2.ListLinksRequest(tier="nic", page_size=1000),
+                                               metadata=admin.md)
+                nic = [lk.name for lk in links.links if (m := _NIC.match(lk.name)) and str(bad) in m.groups()]
+                assert len(nic) == 2, [lk.name for lk in links.links][:6]
+                for name in nic:
+                    await fabric.InjectLinkFault(fabric_pb2.InjectLinkFaultRequest(
+                        target=name, kind=fabric_pb2.InjectLinkFaultRequest.KIND_DOWN), metadata=admin.md)
+                stats = await fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=admin.md)
+                assert [(r.start, r.end) for r in stats.cut_off_chips] == [(bad, bad + 1)]
+                j2 = await job_until(gc, job.name, lambda x: x.restarts >= 1 and x.state == J.STATE_RUNNING
+                                     and x.instance not in ("", j.instance))
+                new = await devices_of(admin, j2.instance)
+                domain = range(bad // 8 * 8, bad // 8 * 8 + 8)  # the 8-chip HGX domain holding the cut-off chip
+                assert sorted(new) == [d for d in range(24) if d not in domain], new
+                later = await job_until(gc, job.name, lambda x: x.step >= j2.step + 20)
+                assert later.failures == 1 and later.restarts == 1
+                await gc.cancel_job(job.name)
+                for name in nic:
+                    await fabric.ClearLinkFault(fabric_pb2.ClearLinkFaultRequest(target=name), metadata=admin.md)
+                stats = await fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=admin.md)
+                assert not stats.cut_off_chips
+            whole = await gc.submit_job(small(24), max_restarts=0)
+            w = await job_until(gc, whole.name, lambda x: x.state == J.STATE_RUNNING and x.step >= 2)
+            assert sorted(await devices_of(admin, w.instance)) == list(range(24))
+            await gc.cancel_job(whole.name)
