@@ -3,10 +3,16 @@ them until the link is repaired (issue 14 item 3: NIC and cable faults through t
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import numpy as np
+import pytest
 
 from gigacluster.broker.v1 import broker_pb2
 from gigacluster.common.v1 import common_pb2
+from gigacluster.errors import FailedPrecondition
+from gigacluster.fabric.service.linkstore import LinkStore
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.runtime.config import SchedulerConfig
@@ -57,3 +63,36 @@ def test_placement_keeps_a_gang_off_cut_off_chips_and_takes_them_back_once_repai
     view.cut_off = []
     free = view.free_devices(inv, {"h100-sxm": lay}, now=0.0)["h100-sxm"]
     assert free.all() and get_policy("topology").place(lay, free, 8, tp=8).tolist() == list(range(8))
+
+
+def test_link_faults_are_persisted_and_restored_on_a_fresh_fabric(tmp_path: pathlib.Path) -> None:
+    """Down links (one by one and a whole switch) and a degraded link saved, then restored on a new simulator of
+    the same topology: the same links are down or degraded and the same chips cut off; cleared, the file says so."""
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=32))
+    sim = FlowSim(topo)
+    sim.fail_link(int(topo.nic_up[5]))
+    sim.degrade_link(int(topo.nic_up[6]), 0.25)
+    sim.fail_switch(int(topo.link_dst[topo.nic_up[20]]))
+    store = LinkStore.for_state_dir(str(tmp_path))
+    store.save(sim)
+    again = FlowSim(topo)
+    assert store.restore(again) == int((~sim.link_alive).sum()) + 1
+    assert np.array_equal(again.link_alive, sim.link_alive) and np.array_equal(again.link_factor, sim.link_factor)
+    assert np.array_equal(again.cut_off_chips(), sim.cut_off_chips())
+    store.save(FlowSim(topo))
+    assert json.loads((tmp_path / "fabric-link-faults.json").read_text()) == {"version": 1, "down": [], "degraded": []}
+    assert LinkStore.for_state_dir("").restore(again) == 0
+
+
+def test_a_link_fault_file_it_cannot_read_is_refused_and_unknown_links_are_skipped(tmp_path: pathlib.Path) -> None:
+    """Garbage or another version: FailedPrecondition naming the file; a link this topology lacks is skipped."""
+    path = tmp_path / "fabric-link-faults.json"
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=16))
+    sim = FlowSim(topo)
+    for body in ("{", '{"version": 9, "down": [], "degraded": []}'):
+        path.write_text(body)
+        with pytest.raises(FailedPrecondition, match=r"fabric-link-faults\.json"):
+            LinkStore(path).restore(sim)
+    path.write_text(json.dumps({"version": 1, "down": ["chip999-leaf0", topo.link_name(int(topo.nic_up[1]))],
+                                "degraded": []}))
+    assert LinkStore(path).restore(sim) == 1 and np.flatnonzero(sim.cut_off_chips()).tolist() == [1]

@@ -31,6 +31,7 @@ SMALL: dict[str, Any] = {
               "seq_len": 1024, "mlp": "swiglu"},
     "parallelism": {"tp": 8, "microbatch_size": 1}, "precision": "bf16",
 }
+_NIC = re.compile(r"^links/(?:chip(\d+)-leaf\d+|leaf\d+-chip(\d+))$")  # a chip's NIC link, either way
 
 
 def small(count: int, steps: int = 1_000_000) -> dict[str, Any]:
@@ -75,7 +76,7 @@ async def test_an_injected_fault_survives_kill_9_of_its_shard_and_still_fails_a_
                                                                                     tmp_path: pathlib.Path) -> None:
     """InjectFault (acknowledged), kill -9 of the shard, supervisor restart: the device still reports FAILED with
     its fault, a fault whose repair fell due while the shard was down is repaired, and a job placed on the
-    faulted device fails its step there."""
+    faulted device fails its step there. Likewise an InjectLinkFault survives kill -9 of the fabric."""
     async with live_stack("cfkill", mosquitto, tmp_path, chips=16, shards=2) as st:
         async with Client(st.endpoints, st.admin_key) as admin:
             inv = await admin.broker.GetInventory(broker_pb2.GetInventoryRequest(), metadata=admin.md)
@@ -102,10 +103,22 @@ async def test_an_injected_fault_survives_kill_9_of_its_shard_and_still_fails_a_
         async with Client(st.endpoints, key) as gc:
             job = await gc.submit_job(small(16), max_restarts=0)  # all 16 chips: devices 8 and 9 included
             j = await job_until(gc, job.name, lambda j: j.state == J.STATE_FAILED)
-    assert j.failures == 1 and "device 8 has failed" in j.reason, j.reason
-
-
-_NIC = re.compile(r"^links/(?:chip(\d+)-leaf\d+|leaf\d+-chip(\d+))$")
+        assert j.failures == 1 and "device 8 has failed" in j.reason, j.reason
+        # the fabric too: a NIC link taken down (acknowledged), kill -9 of the fabric, the link is still down
+        async with Client(st.endpoints, st.admin_key) as admin:
+            async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
+                fabric = fabric_pb2_grpc.FabricServiceStub(ch)
+                links = await fabric.ListLinks(fabric_pb2.ListLinksRequest(tier="nic", page_size=1000),
+                                               metadata=admin.md)
+                up = next(lk.name for lk in links.links if (m := _NIC.match(lk.name)) and m.group(1) == "2")
+                await fabric.InjectLinkFault(fabric_pb2.InjectLinkFaultRequest(
+                    target=up, kind=fabric_pb2.InjectLinkFaultRequest.KIND_DOWN), metadata=admin.md)
+            await kill_9(st, "fabric")
+            async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
+                stats = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(fabric_pb2.GetLinkStatsRequest(),
+                                                                                 metadata=admin.md)
+        assert [(r.start, r.end) for r in stats.cut_off_chips] == [(2, 3)]
+        assert {t.tier: t.links_down for t in stats.tiers}["nic"] == 1
 
 
 async def test_chips_behind_a_down_nic_link_are_not_placed_until_it_is_repaired(mosquitto: str,

@@ -312,6 +312,11 @@ class FlowSim:
         """Read-only copy of the per-link up/down state."""
         return self._alive.copy()
 
+    @property
+    def link_factor(self) -> np.ndarray:
+        """Read-only copy of the per-link capacity factor (below 1: degraded)."""
+        return self._factor.copy()
+
     def cut_off_chips(self) -> np.ndarray:
         """Per chip, whether its NIC link up or down is dead (a NIC, cable or leaf fault): the chip is cut off
         from the scale-out network until the link is repaired. Two gathers over the chips."""

@@ -32,11 +32,12 @@ from gigacluster.wire import fabric as wire
 class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
     def __init__(self, *, book: FlowBook, driver: SimDriver, auth: BrokerAuth, clock: VirtualClock,
                  config: FabricConfig, charge_bytes: Callable[[str, float], None],
-                 publish: Callable[[str, dict[str, Any]], None]) -> None:
+                 publish: Callable[[str, dict[str, Any]], None], save_links: Callable[[], None] = lambda: None) -> None:
         self.book, self.driver, self.auth, self.clock, self.config = book, driver, auth, clock, config
         self.topo, self.sim = driver.topo, driver.sim
         self.charge_bytes = charge_bytes
         self.publish = publish
+        self.save_links = save_links  # persists the link faults (before a fault call answers)
 
     async def _reader(self, context: grpc.aio.ServicerContext) -> Principal:
         """Privileged callers (API key) or any valid capability (its tenant's flows only)."""
@@ -151,6 +152,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         await self.auth.require_privileged(context)
         target = checks.target(self.topo, request.target)
         events, failed = self.driver.inject_fault(target, wire.fault_kind(request.kind), request.capacity_factor)
+        self.save_links()
         self.publish("events", {"event": "fault", "target": request.target, "t_s": self.clock.now(),
                                 "kind": wire.fault_kind_label(request.kind)})
         return fabric_pb2.InjectLinkFaultResponse(
@@ -162,6 +164,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         await self.auth.require_privileged(context)
         target = checks.target(self.topo, request.target)
         self.driver.clear_fault(target)
+        self.save_links()
         self.publish("events", {"event": "fault_cleared", "target": request.target, "t_s": self.clock.now()})
         return fabric_pb2.ClearLinkFaultResponse(links_affected=self.driver.links_affected(target))
 
