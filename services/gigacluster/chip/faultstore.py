@@ -17,8 +17,8 @@ import pathlib
 from typing import Any
 
 from gigacluster.chip.shard import FAULT_FAILED, FAULT_HBM, FAULT_SLOW, FaultRun
+from gigacluster.durable import write_json_atomic
 from gigacluster.errors import FailedPrecondition
-from gigacluster.faults.journal import write_json_atomic
 
 VERSION = 1
 

@@ -17,6 +17,7 @@ import os
 import pathlib
 from typing import Any
 
+from gigacluster.durable import write_json_atomic
 from gigacluster.errors import FailedPrecondition
 
 STATE_FILE = "faults-state.json"
@@ -81,23 +82,6 @@ class Journal:
             f.write(json.dumps(event) + "\n")
             f.flush()
             os.fsync(f.fileno())
-
-
-def write_json_atomic(path: pathlib.Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` as JSON, all or nothing: a temporary file, fsync, rename, then an fsync
-    of the directory so the rename itself survives a crash (parent created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_log(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:

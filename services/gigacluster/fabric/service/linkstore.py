@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import structlog
 
+from gigacluster.durable import write_json_atomic
 from gigacluster.errors import FailedPrecondition
 from gigacluster.fabric.sim import FlowSim
-from gigacluster.faults.journal import write_json_atomic
 
 log = structlog.get_logger()
 VERSION = 1
