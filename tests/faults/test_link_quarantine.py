@@ -47,6 +47,8 @@ def test_link_stats_carry_the_cut_off_chips_as_ranges() -> None:
     msg = wire.link_stats_msg(sim.link_stats(), now_s=1.0, cut_off=sim.cut_off_chips())
     assert [(r.start, r.end) for r in msg.cut_off_chips] == [(2, 4), (9, 10)]
     assert not wire.link_stats_msg(sim.link_stats(), now_s=1.0).cut_off_chips
+    only = wire.cut_off_msg(sim.cut_off_chips(), now_s=1.0)  # GetLinkStats(cut_off_only): no statistics
+    assert [(r.start, r.end) for r in only.cut_off_chips] == [(2, 4), (9, 10)] and not only.tiers
 
 
 def test_placement_keeps_a_gang_off_cut_off_chips_and_takes_them_back_once_repaired() -> None:

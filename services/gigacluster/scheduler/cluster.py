@@ -45,11 +45,8 @@ class ClusterView:
         self.bad: dict[int, float | None] = {}
         self._health_checked = 0.0
         # Chips the fabric reports cut off from the scale-out network (their NIC link down: a NIC, cable or leaf
-        # fault), as [start, end) ranges: kept out of placement until the link is repaired. ``links_stale``: a
-        # job's collective just failed, so read the fabric again before the next placement.
+        # fault), as [start, end) ranges: kept out of placement until the link is repaired.
         self.cut_off: list[tuple[int, int]] = []
-        self.links_stale = False
-        self._links_checked = 0.0
 
     @property
     def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
@@ -146,24 +143,22 @@ class ClusterView:
         return free
 
     async def check_links(self) -> None:
-        """Read which chips the fabric reports cut off from the scale-out network (one call, ranges back):
-        at every pass while some are, so a repair is seen at once; at once after a job's collective failed;
-        else at most once a second (wall), to see a link that went down under no job."""
-        if not (self.cut_off or self.links_stale) and time.monotonic() - self._links_checked < 1.0:
-            return
-        self._links_checked = time.monotonic()
+        """Read which chips the fabric reports cut off from the scale-out network: one call per dispatch pass
+        (ranges back, computed from the fabric's link-state arrays), so a pass never places a gang on a chip
+        whose link went down since the last one, and sees a repair at once (in event mode a wall-time rate
+        limit would be hours of virtual time)."""
         inv = await self.inventory()
         try:
             async with open_channel(inv.fabric_endpoint) as ch:
                 r = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(
-                    fabric_pb2.GetLinkStatsRequest(), metadata=self.metadata(), timeout=10)
+                    fabric_pb2.GetLinkStatsRequest(cut_off_only=True), metadata=self.metadata(), timeout=10)
         except grpc.aio.AioRpcError as err:  # keep the last known set; the next pass asks again
             log.warning("link state check failed", fabric=inv.fabric_endpoint, error=err.details())
             return
         cut = convert.ranges(r.cut_off_chips)
         if cut != self.cut_off:
             log.info("chips cut off from the scale-out network", ranges=cut[:8], chips=sum(b - a for a, b in cut))
-        self.cut_off, self.links_stale = cut, False
+        self.cut_off = cut
 
     async def check_health(self) -> None:
         """Give quarantined devices of real faults back once their chip shard reports them healthy; and see

@@ -255,8 +255,6 @@ class JobSupervisor:
         if exc.effect in ("device", "host"):
             for d in bad:
                 self.cluster.bad[int(d)] = (now + self.config.repair_s) if exc.modelled else None
-        if exc.effect == "network":  # read the fabric's down links before the job is placed again
-            self.cluster.links_stale = True
         lost = job.charge_lost_work()
         job.failures += 1
         where = f" (devices {', '.join(map(str, bad[:8]))}{'...' if len(bad) > 8 else ''} excluded)" if bad else ""

@@ -249,8 +249,10 @@ class WatchFlowsResponse(_message.Message):
     def __init__(self, flow: _Optional[_Union[Flow, _Mapping]] = ...) -> None: ...
 
 class GetLinkStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("cut_off_only",)
+    CUT_OFF_ONLY_FIELD_NUMBER: _ClassVar[int]
+    cut_off_only: bool
+    def __init__(self, cut_off_only: _Optional[bool] = ...) -> None: ...
 
 class TierStats(_message.Message):
     __slots__ = ("tier", "links", "mean_utilization", "max_utilization", "links_down", "links_degraded")
