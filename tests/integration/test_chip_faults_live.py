@@ -4,12 +4,8 @@ that fell due meanwhile applies), and chips behind a down NIC link are kept out 
 
 from __future__ import annotations
 
-import asyncio
-import os
 import pathlib
 import re
-import signal
-from typing import Any
 
 import grpc
 import pytest
@@ -20,56 +16,17 @@ from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
 from gigacluster.scheduler.v1 import scheduler_pb2
-from gigacluster.stack import Stack
-from tests.conftest import TEST_SPEEDUP, live_stack, wait_for
+from tests.broker.test_broker_restart_live import kill_9
+from tests.conftest import TEST_SPEEDUP, live_stack
+from tests.integration.test_scheduler_live import devices_of, small, wait_state
 
 pytestmark = pytest.mark.integration
 J = scheduler_pb2.Job
-# A small model (4 layers, hidden 1024): short steps; TP 8 inside an HGX domain, DP across domains (NIC traffic).
-SMALL: dict[str, Any] = {
-    "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
-              "seq_len": 1024, "mlp": "swiglu"},
-    "parallelism": {"tp": 8, "microbatch_size": 1}, "precision": "bf16",
-}
 _NIC = re.compile(r"^links/(?:chip(\d+)-leaf\d+|leaf\d+-chip(\d+))$")  # a chip's NIC link, either way
-
-
-def small(count: int, steps: int = 1_000_000) -> dict[str, Any]:
-    return {**SMALL, "hardware": {"chip": "h100-sxm", "count": count}, "steps": steps,
-            "batch": {"global_batch": 2 * count}}
 
 
 def rng(a: int, b: int) -> list[common_pb2.DeviceRange]:
     return [common_pb2.DeviceRange(start=a, end=b)]
-
-
-async def job_until(gc: Client, name: str, cond: Any, timeout_s: float = 60.0) -> scheduler_pb2.Job:
-    last: list[scheduler_pb2.Job] = []
-
-    async def ok() -> bool:
-        last[:] = [await gc.get_job(name)]
-        return bool(cond(last[0]))
-
-    try:
-        await wait_for(ok, timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"{name}: condition never met; last {last[-1] if last else None}") from None
-    return last[-1]
-
-
-async def devices_of(admin: Client, instance: str) -> list[int]:
-    r = await admin.broker.GetInstance(broker_pb2.GetInstanceRequest(name=instance), metadata=admin.md)
-    return [d for rg in r.instance.devices for d in range(rg.start, rg.end)]
-
-
-async def kill_9(st: Stack, name: str) -> None:
-    """SIGKILL one service and wait until the supervisor has it healthy again."""
-    proc = st.procs[name].proc
-    assert proc is not None
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    await asyncio.sleep(0.7)  # the supervisor's first restart delay is 0.5 s
-    await st.wait_healthy(names=[name])
 
 
 async def test_an_injected_fault_survives_kill_9_of_its_shard_and_still_fails_a_step(mosquitto: str,
@@ -102,7 +59,7 @@ async def test_an_injected_fault_survives_kill_9_of_its_shard_and_still_fails_a_
         key = await st.create_tenant("cfkill")
         async with Client(st.endpoints, key) as gc:
             job = await gc.submit_job(small(16), max_restarts=0)  # all 16 chips: devices 8 and 9 included
-            j = await job_until(gc, job.name, lambda j: j.state == J.STATE_FAILED)
+            j = await wait_state(gc, job.name, J.STATE_FAILED, timeout_s=60)
         assert j.failures == 1 and "device 8 has failed" in j.reason, j.reason
         # the fabric too: a NIC link taken down (acknowledged), kill -9 of the fabric, the link is still down
         async with Client(st.endpoints, st.admin_key) as admin:
@@ -133,7 +90,7 @@ async def test_chips_behind_a_down_nic_link_are_not_placed_until_it_is_repaired(
             async with grpc.aio.insecure_channel(inv.fabric_endpoint) as ch:
                 fabric = fabric_pb2_grpc.FabricServiceStub(ch)
                 job = await gc.submit_job(small(16), max_restarts=5, checkpoint_interval_steps=5)
-                j = await job_until(gc, job.name, lambda j: j.state == J.STATE_RUNNING and j.step >= 3)
+                j = await wait_state(gc, job.name, J.STATE_RUNNING, timeout_s=60, cond=lambda j: j.step >= 3)
                 bad = (await devices_of(admin, j.instance))[3]
                 links = await fabric.ListLinks(fabric_pb2.ListLinksRequest(tier="nic", page_size=1000),
                                                metadata=admin.md)
@@ -144,12 +101,13 @@ async def test_chips_behind_a_down_nic_link_are_not_placed_until_it_is_repaired(
                         target=name, kind=fabric_pb2.InjectLinkFaultRequest.KIND_DOWN), metadata=admin.md)
                 stats = await fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=admin.md)
                 assert [(r.start, r.end) for r in stats.cut_off_chips] == [(bad, bad + 1)]
-                j2 = await job_until(gc, job.name, lambda x: x.restarts >= 1 and x.state == J.STATE_RUNNING
-                                     and x.instance not in ("", j.instance))
+                j2 = await wait_state(gc, job.name, J.STATE_RUNNING, timeout_s=60,
+                                      cond=lambda x: x.restarts >= 1 and x.instance not in ("", j.instance))
                 new = await devices_of(admin, j2.instance)
                 domain = range(bad // 8 * 8, bad // 8 * 8 + 8)  # the 8-chip HGX domain holding the cut-off chip
                 assert sorted(new) == [d for d in range(24) if d not in domain], new
-                later = await job_until(gc, job.name, lambda x: x.step >= j2.step + 20)
+                later = await wait_state(gc, job.name, J.STATE_RUNNING, timeout_s=60,
+                                         cond=lambda x: x.step >= j2.step + 20)
                 assert later.failures == 1 and later.restarts == 1
                 await gc.cancel_job(job.name)
                 for name in nic:
@@ -157,6 +115,6 @@ async def test_chips_behind_a_down_nic_link_are_not_placed_until_it_is_repaired(
                 stats = await fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=admin.md)
                 assert not stats.cut_off_chips
             whole = await gc.submit_job(small(24), max_restarts=0)
-            w = await job_until(gc, whole.name, lambda x: x.state == J.STATE_RUNNING and x.step >= 2)
+            w = await wait_state(gc, whole.name, J.STATE_RUNNING, timeout_s=60, cond=lambda x: x.step >= 2)
             assert sorted(await devices_of(admin, w.instance)) == list(range(24))
             await gc.cancel_job(whole.name)
