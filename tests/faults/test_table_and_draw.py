@@ -146,3 +146,18 @@ def test_the_injector_config_refuses_a_bad_table_naming_the_field(tmp_path: path
         load(FaultsConfig, flags={"table": str(bad)}, env={})
     with pytest.raises(ConfigError, match="scale"):
         FaultsConfig(scale=-1.0)
+
+
+def test_every_repair_time_comes_from_the_catalog_with_its_source_or_assumption() -> None:
+    """The built-in table's repair times are the catalog's ``failures.repair_s``; each one has a source or a stated
+    assumption, and the software one says it is a restart, not a repair (Llama 3 paper, Section 3.3.4)."""
+    from gigacluster.faults.table import COMPONENTS, DEFAULT_REPAIR_S
+    from gigacluster.hw.catalog import _raw
+
+    sec = _raw()["failures"]
+    assert set(sec["repair_s"]) == set(COMPONENTS) == set(DEFAULT_REPAIR_S)
+    assert {r.component: r.repair_s for r in llama3().rows} == {c: float(v) for c, v in sec["repair_s"].items()}
+    for comp in COMPONENTS:
+        assert comp in sec.get("sources", {}) or comp in sec.get("assumptions", {}), comp
+    assert "Llama 3" in sec["sources"]["software"] and "restarted" in sec["sources"]["software"]
+    assert sec["assumptions"]["software"].startswith("not a repair")

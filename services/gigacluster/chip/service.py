@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from gigacluster.chip.faultstore import FaultStore
 from gigacluster.chip.shard import ChipShard
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import InvalidArgument, PermissionDenied, ResourceExhausted
@@ -42,6 +43,9 @@ class ChipService(Service[ChipConfig]):
         self.shard = ChipShard(chip, system, offset=config.device_offset, count=config.device_count,
                                start_s=self.clock.now(), overhead=overhead)
         self.shard_name = f"shards/{chip.name}-{config.device_offset}"
+        # Injected faults survive a restart (kill -9 included): re-applied before the first call is served.
+        self.faults = FaultStore.for_shard(config.state_dir, chip.name, config.device_offset)
+        self.shard.restore_faults(self.faults.load())
         self.memory = DeviceMemory.for_chip(chip, config.device_count)
         self.auth = self.broker_auth()
         self.registry.register(FunctionCollector(self.metrics))
@@ -59,6 +63,7 @@ class ChipService(Service[ChipConfig]):
         same reason (label names in snake_case).
         """
         s = self.shard
+        self.heal()
         now = self.clock.now()
         energy = s.energy_j(now)
         used = self.memory_used_bytes()
@@ -117,7 +122,16 @@ class ChipService(Service[ChipConfig]):
         await super().stop()
         await self.auth.close()
 
+    def heal(self) -> None:
+        """Apply the repairs that are due (one comparison when none is), and say so on MQTT."""
+        now = self.clock.now()
+        done = self.shard.repair_due(now)
+        if done.size:
+            self.telemetry.publish("events", {"event": "fault_repaired", "devices": int(done.size), "t_s": now,
+                                              "first_device": int(done[0]) + self.shard.offset})
+
     async def tick(self) -> None:
+        self.heal()
         snap = self.shard.tick(self.clock.now())
         self.telemetry.publish(
             f"shards/{self.shard.chip.name}-{self.shard.offset}/stats",
@@ -170,10 +184,12 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         return cap
 
     def _devices(self, msgs: Any, field: str = "devices") -> np.ndarray:
-        """Local indices of the requested ranges, bounded before anything is expanded."""
+        """Local indices of the requested ranges, bounded before anything is expanded (repairs due applied
+        first, so every call that names devices sees them as of now)."""
         if len(msgs) > self.cfg.max_device_ranges:
             raise ResourceExhausted(f"{field}: at most {self.cfg.max_device_ranges} ranges per request "
                                     f"(max_device_ranges), got {len(msgs)}", field=field)
+        self.svc.heal()
         return self.shard.local(convert.ranges(msgs), field)
 
     def _not_before(self, value: float) -> float:
@@ -187,6 +203,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
 
     async def _read_access(self, context: grpc.aio.ServicerContext, msgs: Any) -> np.ndarray | None:
         """Privileged callers read any device; a capability reads its own. Returns the named devices."""
+        self.svc.heal()
         if bearer_token(context):
             await self.svc.auth.require_privileged(context)
             return self._devices(msgs) if msgs else None
@@ -203,6 +220,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
             await self.svc.auth.principal(context)
         else:
             await self._cap(context, "telemetry.read")
+        self.svc.heal()
         return chip_wire.shard_msg(self.shard, name=self.svc.shard_name, now_s=self.svc.clock.now())
 
     async def ListDevices(self, request: chip_pb2.ListDevicesRequest,
@@ -395,14 +413,20 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
                           context: grpc.aio.ServicerContext) -> chip_pb2.InjectFaultResponse:
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
-        if not math.isfinite(request.clock_factor):
-            raise InvalidArgument("clock_factor", f"must be a finite number, got {request.clock_factor}")
-        n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5)
+        for field in ("clock_factor", "repair_after_s"):
+            v = getattr(request, field)
+            if not math.isfinite(v) or v < 0:
+                raise InvalidArgument(field, f"must be a finite number >= 0, got {v}")
+        now = self.svc.clock.now()
+        repair_at = now + request.repair_after_s if request.repair_after_s > 0 else math.inf
+        n = self.shard.inject_fault(idx, int(request.kind), request.clock_factor or 0.5, repair_at)
+        self.svc.faults.save(self.shard.fault_runs())  # durable before the caller is told
         # A window on a faulted device keeps the repetitions that started before now; the next one fails
         # (or runs slower) through the per-step path, as after a fault injected between two steps.
-        self._cut(idx, self.svc.clock.now(), f"fault {chip_wire.fault_name(request.kind)} injected")
+        self._cut(idx, now, f"fault {chip_wire.fault_name(request.kind)} injected")
         self.svc.telemetry.publish("events", {"event": "fault", "kind": chip_wire.fault_name(request.kind),
-                                              "devices": convert.ranges(request.devices), "t_s": self.svc.clock.now()})
+                                              "devices": convert.ranges(request.devices), "t_s": now,
+                                              "repair_at_s": None if math.isinf(repair_at) else repair_at})
         return chip_pb2.InjectFaultResponse(affected=n)
 
     async def ClearFault(self, request: chip_pb2.ClearFaultRequest,
@@ -410,6 +434,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         await self.svc.auth.require_privileged(context)
         idx = self._devices(request.devices)
         n = self.shard.clear_fault(idx)
+        self.svc.faults.save(self.shard.fault_runs())
         self.svc.telemetry.publish("events", {"event": "fault_cleared", "devices": convert.ranges(request.devices),
                                               "t_s": self.svc.clock.now()})
         return chip_pb2.ClearFaultResponse(affected=n)

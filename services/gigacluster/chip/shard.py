@@ -56,6 +56,17 @@ class WorkWindow:
 
 
 @dataclasses.dataclass(frozen=True)
+class FaultRun:
+    """Devices ``start .. end-1`` (global ids) with one fault ``kind``, clock factor and repair time (inf: none)."""
+
+    start: int
+    end: int
+    kind: int
+    clock_factor: float
+    repair_at_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class ShardSnapshot:
     """Aggregates published as telemetry (one message per shard, never per chip)."""
 
@@ -91,6 +102,9 @@ class ChipShard:
         self.above_idle_j = np.zeros(n)
         self.fault = np.zeros(n, dtype=np.int8)
         self.fault_factor = np.ones(n)
+        # Virtual time each fault is repaired (inf: until ClearFault); the earliest, so a check is one compare.
+        self.repair_at_s = np.full(n, math.inf)
+        self._next_repair_s = math.inf
         self.temp_c = np.full(n, float(self.thermal.inlet_c))
         self.thermal_clock = np.ones(n)
         self.power_w = np.full(n, chip.idle_w)
@@ -270,20 +284,68 @@ class ChipShard:
         self.held_bytes[idx] = 0
 
     # -- faults -----------------------------------------------------------------------------------
-    def inject_fault(self, idx: np.ndarray, kind: int, clock_factor: float = 0.5) -> int:
+    def inject_fault(self, idx: np.ndarray, kind: int, clock_factor: float = 0.5,
+                     repair_at_s: float = math.inf) -> int:
+        """Fault devices ``idx`` (FAILED, HBM or SLOW at ``clock_factor``) until ``repair_at_s`` (inf: until
+        :meth:`clear_fault`). A later fault on a device replaces its earlier one, repair time included."""
         if kind not in (FAULT_FAILED, FAULT_HBM, FAULT_SLOW):
             raise InvalidArgument("kind", "must be FAULT_KIND_FAILED, FAULT_KIND_HBM or FAULT_KIND_SLOW")
+        if math.isnan(repair_at_s):
+            raise InvalidArgument("repair_after_s", "must be a number")
         if kind == FAULT_SLOW:
             if not 0 < clock_factor < 1:
                 raise InvalidArgument("clock_factor", f"must be in (0, 1) for a slow fault, got {clock_factor}")
             self.fault_factor[idx] = clock_factor
+        else:
+            self.fault_factor[idx] = 1.0
         self.fault[idx] = kind
+        self.repair_at_s[idx] = repair_at_s
+        self._next_repair_s = min(self._next_repair_s, repair_at_s)
         return int(idx.size)
 
     def clear_fault(self, idx: np.ndarray) -> int:
         n = int(np.count_nonzero(self.fault[idx]))
         self.fault[idx] = FAULT_NONE
         self.fault_factor[idx] = 1.0
+        self.repair_at_s[idx] = math.inf
+        return n
+
+    def repair_due(self, now_s: float) -> np.ndarray:
+        """Clear the faults whose repair time has come by ``now_s``; returns their devices (local ids).
+
+        One comparison while nothing is due, so every call path may ask first."""
+        if now_s < self._next_repair_s:
+            return np.empty(0, np.int64)
+        due = np.flatnonzero(self.repair_at_s <= now_s)
+        self.clear_fault(due)
+        self._next_repair_s = float(self.repair_at_s.min()) if self.count else math.inf
+        return due
+
+    def fault_runs(self) -> list[FaultRun]:
+        """The faulted devices as runs of equal (kind, clock factor, repair time), in global ids: the shard's
+        fault state in a few records, whatever its size (what :mod:`chip.faultstore` persists)."""
+        on = self.fault != FAULT_NONE
+        if not on.any():
+            return []
+        change = np.ones(self.count, dtype=bool)
+        change[1:] = ((self.fault[1:] != self.fault[:-1]) | (self.fault_factor[1:] != self.fault_factor[:-1])
+                      | (self.repair_at_s[1:] != self.repair_at_s[:-1]))
+        starts = np.flatnonzero(change)
+        ends = np.r_[starts[1:], self.count]
+        keep = on[starts]
+        return [FaultRun(int(a) + self.offset, int(b) + self.offset, int(self.fault[a]), float(self.fault_factor[a]),
+                         float(self.repair_at_s[a]))
+                for a, b in zip(starts[keep], ends[keep], strict=True)]
+
+    def restore_faults(self, runs: Sequence[FaultRun]) -> int:
+        """Re-apply persisted runs (the parts on this shard); returns the devices faulted again. Repairs
+        already due are applied at the first :meth:`repair_due`."""
+        n = 0
+        for r in runs:
+            a, b = max(r.start, self.offset), min(r.end, self.end)
+            if a < b:
+                n += self.inject_fault(np.arange(a - self.offset, b - self.offset), r.kind, r.clock_factor,
+                                       r.repair_at_s)
         return n
 
     # -- time -------------------------------------------------------------------------------------

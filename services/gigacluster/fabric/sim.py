@@ -312,6 +312,18 @@ class FlowSim:
         """Read-only copy of the per-link up/down state."""
         return self._alive.copy()
 
+    @property
+    def link_factor(self) -> np.ndarray:
+        """Read-only copy of the per-link capacity factor (below 1: degraded)."""
+        return self._factor.copy()
+
+    def cut_off_chips(self) -> np.ndarray:
+        """Per chip, whether its NIC link up or down is dead (a NIC, cable or leaf fault): the chip is cut off
+        from the scale-out network until the link is repaired. Two gathers over the chips."""
+        up, down = self.topo.nic_up, self.topo.nic_down
+        dead = ~self._alive[np.maximum(up, 0)] | ~self._alive[np.maximum(down, 0)]
+        return dead & (up >= 0) & (down >= 0)
+
     # ---- internals -----------------------------------------------------------------------
     def _get(self, handle_id: str) -> Group:
         g = self._groups.get(str(handle_id).rsplit("/", 1)[-1])

@@ -12,7 +12,8 @@ failure's virtual time injects it through the services' own admin RPCs, exactly 
   running on it fails, the job restarts, and the hardware is healthy again (a crash of the training
   process is a job fault on healthy chips).
 
-Each fault is cleared (``ClearFault`` / ``ClearLinkFault``) when its repair time has passed. Jobs learn of
+Each fault is cleared (``ClearFault`` / ``ClearLinkFault``) when its repair time has passed; a chip fault
+carries its repair time too (``repair_after_s``), which the shard keeps durably with the fault. Jobs learn of
 a fault the way they do of a hand-injected one: their next step fails (``StepFailed``). In event mode
 (``--clock event``) the injector is one more process of the event clock: its next failure or repair is
 its wake-up, so the mesh never jumps past a failure. Its progress is durable (:mod:`faults.journal`).
@@ -193,8 +194,11 @@ class Injector:
                     timeout=RPC_TIMEOUT_S), "InjectLinkFault")
         if not links:
             kind = chip_pb2.FAULT_KIND_HBM if tg.chip_kind == "hbm" else chip_pb2.FAULT_KIND_FAILED
+            # The shard keeps the repair time with the fault (durably): a shard restarted while the fault holds
+            # brings it back, and repairs it on time even if the ClearFault below finds it down.
             await self._retry(lambda: self._chip(tg.devices).InjectFault(chip_pb2.InjectFaultRequest(
-                devices=_ranges(tg.devices), kind=kind), metadata=self.md, timeout=RPC_TIMEOUT_S), "InjectFault")
+                devices=_ranges(tg.devices), kind=kind, repair_after_s=f.repair_s), metadata=self.md,
+                timeout=RPC_TIMEOUT_S), "InjectFault")
         j = self.journal
         j.next_index = f.index + 1
         j.active.append(Active(f.index, now + f.repair_s, f.cause, f.component, list(tg.devices) if not links else [],

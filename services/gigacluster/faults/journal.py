@@ -17,6 +17,7 @@ import os
 import pathlib
 from typing import Any
 
+from gigacluster.durable import write_json_atomic
 from gigacluster.errors import FailedPrecondition
 
 STATE_FILE = "faults-state.json"
@@ -68,15 +69,9 @@ class Journal:
         """Write the state atomically (a temporary file, fsync, rename)."""
         if self.directory is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / (STATE_FILE + ".tmp")
-        data = {"seed": self.seed, "table": self.table, "scale": self.scale, "start_s": self.start_s,
-                "next_index": self.next_index, "active": [dataclasses.asdict(a) for a in self.active]}
-        with tmp.open("w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / STATE_FILE)
+        write_json_atomic(self.directory / STATE_FILE, {
+            "seed": self.seed, "table": self.table, "scale": self.scale, "start_s": self.start_s,
+            "next_index": self.next_index, "active": [dataclasses.asdict(a) for a in self.active]})
 
     def log(self, event: dict[str, Any]) -> None:
         """Append one action to the log (fsynced)."""

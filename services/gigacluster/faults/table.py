@@ -20,6 +20,7 @@ from typing import Any
 
 from gigacluster import safeyaml
 from gigacluster.errors import InvalidArgument
+from gigacluster.hw.catalog import failure_repair_s
 from gigacluster.registry import Registry
 
 COMPONENTS: dict[str, str] = {
@@ -37,12 +38,12 @@ EFFECTS: dict[str, str] = {"gpu": "device", "hbm": "device", "switch_cable": "ne
                            "host": "host", "software": "software"}
 """The scheduler's view of each component (``StepFailed.effect``)."""
 
-DEFAULT_REPAIR_S: dict[str, float] = {"gpu": 3600.0, "hbm": 3600.0, "host": 3600.0, "switch_cable": 30.0,
-                                      "nic": 30.0, "software": 30.0}
-"""Repair times of the built-in table. The Llama 3 paper gives none: hardware is swapped out within the
-hour (the scheduler's old ``repair_s``); a network or software fault clears in 30 s, longer than a step
-(so the job's next step sees it) and shorter than a relaunch (the scheduler does not quarantine chips
-behind a down link, so the restarted job must find the link back)."""
+DEFAULT_REPAIR_S: dict[str, float] = failure_repair_s()
+"""Repair times of the built-in table, from the catalog's ``failures`` section with their sources and
+assumptions. The Llama 3 paper gives none: hardware is assumed swapped within the hour; a software fault is
+restarted, not repaired (the 30 s is how long the transient chip fault that stands for it is held, so the step
+in flight fails); a network fault is assumed a 30 s flap (the scheduler keeps jobs off the chips behind it
+meanwhile)."""
 
 FIELDS = ("cause", "component", "rate_per_chip_hour", "repair_s")
 REQUIRED = ("component", "rate_per_chip_hour", "repair_s")

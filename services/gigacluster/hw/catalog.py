@@ -201,6 +201,11 @@ def network() -> dict[str, Any]:
     return dict(_raw()["network"])
 
 
+def failure_repair_s() -> dict[str, float]:
+    """Repair time per failure component of the built-in failure table (``failures.repair_s``; sources there)."""
+    return {k: float(v) for k, v in _raw()["failures"]["repair_s"].items()}
+
+
 @functools.cache
 def facility() -> Facility:
     f = _raw()["facility"]

@@ -44,6 +44,9 @@ class ClusterView:
         # quarantined devices: id -> virtual time it is back (None: until the chip service says healthy)
         self.bad: dict[int, float | None] = {}
         self._health_checked = 0.0
+        # Chips the fabric reports cut off from the scale-out network (their NIC link down: a NIC, cable or leaf
+        # fault), as [start, end) ranges: kept out of placement until the link is repaired.
+        self.cut_off: list[tuple[int, int]] = []
 
     @property
     def broker(self) -> broker_pb2_grpc.BrokerServiceStub:
@@ -118,7 +121,7 @@ class ClusterView:
     def free_devices(self, inv: broker_pb2.GetInventoryResponse, layouts: dict[str, Layout],
                      now: float) -> dict[str, np.ndarray]:
         """Per chip type, which devices are free now: the broker's free ranges less quarantined devices
-        (a quarantine that has ended is lifted here)."""
+        (a quarantine that has ended is lifted here) and less the chips cut off from the scale-out network."""
         free = {c: np.zeros(lay.n_devices, dtype=bool) for c, lay in layouts.items()}
         for r in inv.free:
             for c, lay in layouts.items():
@@ -132,10 +135,35 @@ class ClusterView:
             for c, lay in layouts.items():
                 if lay.offset <= dev < lay.offset + lay.n_devices:
                     free[c][dev - lay.offset] = False
+        for a, b in self.cut_off:
+            for c, lay in layouts.items():
+                lo, hi = max(a, lay.offset), min(b, lay.offset + lay.n_devices)
+                if lo < hi:
+                    free[c][lo - lay.offset:hi - lay.offset] = False
         return free
 
+    async def check_links(self) -> None:
+        """Read which chips the fabric reports cut off from the scale-out network: one call per dispatch pass
+        (ranges back, computed from the fabric's link-state arrays), so a pass never places a gang on a chip
+        whose link went down since the last one, and sees a repair at once (in event mode a wall-time rate
+        limit would be hours of virtual time)."""
+        inv = await self.inventory()
+        try:
+            async with open_channel(inv.fabric_endpoint) as ch:
+                r = await fabric_pb2_grpc.FabricServiceStub(ch).GetLinkStats(
+                    fabric_pb2.GetLinkStatsRequest(cut_off_only=True), metadata=self.metadata(), timeout=10)
+        except grpc.aio.AioRpcError as err:  # keep the last known set; the next pass asks again
+            log.warning("link state check failed", fabric=inv.fabric_endpoint, error=err.details())
+            return
+        cut = convert.ranges(r.cut_off_chips)
+        if cut != self.cut_off:
+            log.info("chips cut off from the scale-out network", ranges=cut[:8], chips=sum(b - a for a, b in cut))
+        self.cut_off = cut
+
     async def check_health(self) -> None:
-        """Give quarantined devices of real faults back once their chip shard reports them healthy."""
+        """Give quarantined devices of real faults back once their chip shard reports them healthy; and see
+        which chips are cut off from the network (:meth:`check_links`)."""
+        await self.check_links()
         real = sorted(d for d, u in self.bad.items() if u is None)
         if not real or time.monotonic() - self._health_checked < 1.0:
             return

@@ -10,6 +10,8 @@ import numpy as np
 from gigacluster.errors import InvalidArgument
 from gigacluster.fabric.v1 import fabric_pb2
 from gigacluster.model.comm import OPS
+from gigacluster.runtime.convert import range_msgs
+from gigacluster.security.devices import DeviceSet
 
 if TYPE_CHECKING:  # annotations only: the fabric service imports this module (no package cycle)
     from gigacluster.fabric.sim import LinkStats
@@ -94,13 +96,26 @@ def link_msgs(topo: Topology, stats: LinkStats, ids: Iterable[int]) -> list[fabr
         bytes_carried=float(stats.bytes_carried[i])) for i in np.asarray(list(ids), dtype=np.int64)]
 
 
-def link_stats_msg(stats: LinkStats, *, now_s: float) -> fabric_pb2.GetLinkStatsResponse:
+def link_stats_msg(stats: LinkStats, *, now_s: float,
+                   cut_off: np.ndarray | None = None) -> fabric_pb2.GetLinkStatsResponse:
+    """The stats message; ``cut_off`` is the per-chip mask of chips cut off from the scale-out network."""
     return fabric_pb2.GetLinkStatsResponse(
-        active_flows=stats.active_flows_total, now_s=now_s,
+        active_flows=stats.active_flows_total, now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off),
         tiers=[fabric_pb2.TierStats(tier=t.tier, links=t.links, mean_utilization=t.mean_utilization,
                                     max_utilization=t.max_utilization, links_down=t.links_down,
                                     links_degraded=t.links_degraded) for t in stats.tiers])
 
 
-__all__ = ["CLASSES", "OP_ENUMS", "OP_NAMES", "flow_msg", "link_msgs", "link_stats_msg", "op_name",
+
+def cut_off_msg(cut_off: np.ndarray, *, now_s: float) -> fabric_pb2.GetLinkStatsResponse:
+    """The answer to ``GetLinkStats(cut_off_only)``: the cut-off chips (per-chip mask) as ranges, no statistics."""
+    return fabric_pb2.GetLinkStatsResponse(now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off))
+
+
+def _cut_off_ranges(cut_off: np.ndarray | None) -> list[Any]:
+    cut = DeviceSet.from_mask(cut_off) if cut_off is not None else DeviceSet.empty()
+    return range_msgs(zip(cut.starts.tolist(), cut.stops.tolist(), strict=True))
+
+
+__all__ = ["CLASSES", "OP_ENUMS", "OP_NAMES", "cut_off_msg", "flow_msg", "link_msgs", "link_stats_msg", "op_name",
            "topology_msg", "traffic_class"]

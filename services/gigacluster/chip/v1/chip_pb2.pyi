@@ -246,14 +246,16 @@ class ScrubInstanceResponse(_message.Message):
     def __init__(self, scrub_s: _Optional[float] = ..., scrubbed_bytes: _Optional[int] = ...) -> None: ...
 
 class InjectFaultRequest(_message.Message):
-    __slots__ = ("devices", "kind", "clock_factor")
+    __slots__ = ("devices", "kind", "clock_factor", "repair_after_s")
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     CLOCK_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     devices: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
     kind: FaultKind
     clock_factor: float
-    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., kind: _Optional[_Union[FaultKind, str]] = ..., clock_factor: _Optional[float] = ...) -> None: ...
+    repair_after_s: float
+    def __init__(self, devices: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., kind: _Optional[_Union[FaultKind, str]] = ..., clock_factor: _Optional[float] = ..., repair_after_s: _Optional[float] = ...) -> None: ...
 
 class InjectFaultResponse(_message.Message):
     __slots__ = ("affected",)

@@ -253,16 +253,17 @@ class SimDriver:
                      capacity_factor: float) -> tuple[list[FlowEvent], set[str]]:
         """Take a link or switch down, or degrade a link; returns the events and the groups it failed."""
         what, ident = target
+        if kind != "down":  # checked before anything moves: a refused request cuts no window
+            if what != "link":
+                raise InvalidArgument("kind", "only links can be degraded; take a switch down instead")
+            if not 0 < capacity_factor < 1:  # NaN fails this too
+                raise InvalidArgument("capacity_factor", f"must be in (0, 1), got {capacity_factor}")
         self.catch_up()
         self.cut_all_windows("a link fault")
         before = self.book.failed_names()
         if kind == "down":
             events = self.sim.fail_link(ident) if what == "link" else self.sim.fail_switch(ident)
         else:
-            if what != "link":
-                raise InvalidArgument("kind", "only links can be degraded; take a switch down instead")
-            if not 0 < capacity_factor < 1:  # NaN fails this too
-                raise InvalidArgument("capacity_factor", f"must be in (0, 1), got {capacity_factor}")
             events = self.sim.degrade_link(ident, capacity_factor)
         self.events(events)
         failed = self.book.failed_names() - before

@@ -15,6 +15,7 @@ import structlog
 from gigacluster.fabric import maxmin_incr
 from gigacluster.fabric.service.book import FlowBook
 from gigacluster.fabric.service.driver import SimDriver
+from gigacluster.fabric.service.linkstore import LinkStore
 from gigacluster.fabric.service.servicer import FabricServicer
 from gigacluster.fabric.sim import ClassPolicy, FlowSim
 from gigacluster.fabric.sizing import choose_scaleout
@@ -50,6 +51,10 @@ class FabricService(Service[FabricConfig]):
         self.sim = FlowSim(self.topo, classes=classes)
         maxmin_incr.warm_up()  # the solver's compiled kernels, before the first step needs them
         self.sim.advance(max(0.0, self.clock.now()))
+        # Injected link faults survive a restart (kill -9 included): taken down again before the first call.
+        self.links = LinkStore.for_state_dir(config.state_dir)
+        if restored := self.links.restore(self.sim):
+            log.info("link faults restored", links=restored)
         self.book = FlowBook(self.sim)
         # The event clock never runs ahead of a call in flight, so nothing arrives late to backdate.
         lag_s = 0.0 if config.clock == "event" else config.backdate_s * config.speedup
@@ -80,7 +85,8 @@ class FabricService(Service[FabricConfig]):
 
     def servicer(self) -> FabricServicer:
         return FabricServicer(book=self.book, driver=self.driver, auth=self.auth, clock=self.clock,
-                              config=self.config, charge_bytes=self.charge_bytes, publish=self.telemetry.publish)
+                              config=self.config, charge_bytes=self.charge_bytes, publish=self.telemetry.publish,
+                              save_links=lambda: self.links.save(self.sim))
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(self.servicer(), server)

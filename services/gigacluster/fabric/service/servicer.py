@@ -33,11 +33,12 @@ from gigacluster.wire import fabric as wire
 class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
     def __init__(self, *, book: FlowBook, driver: SimDriver, auth: BrokerAuth, clock: VirtualClock,
                  config: FabricConfig, charge_bytes: Callable[[str, float], None],
-                 publish: Callable[[str, dict[str, Any]], None]) -> None:
+                 publish: Callable[[str, dict[str, Any]], None], save_links: Callable[[], None] = lambda: None) -> None:
         self.book, self.driver, self.auth, self.clock, self.config = book, driver, auth, clock, config
         self.topo, self.sim = driver.topo, driver.sim
         self.charge_bytes = charge_bytes
         self.publish = publish
+        self.save_links = save_links  # persists the link faults (before a fault call answers)
 
     async def _reader(self, context: grpc.aio.ServicerContext) -> Principal:
         """Privileged callers (API key) or any valid capability (its tenant's flows only)."""
@@ -145,13 +146,16 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
     async def GetLinkStats(self, request: fabric_pb2.GetLinkStatsRequest,
                            context: grpc.aio.ServicerContext) -> fabric_pb2.GetLinkStatsResponse:
         await self._reader(context)
-        return wire.link_stats_msg(self.sim.link_stats(), now_s=self.clock.now())
+        if request.cut_off_only:  # two gathers over the chips, not the per-link statistics
+            return wire.cut_off_msg(self.sim.cut_off_chips(), now_s=self.clock.now())
+        return wire.link_stats_msg(self.sim.link_stats(), now_s=self.clock.now(), cut_off=self.sim.cut_off_chips())
 
     async def InjectLinkFault(self, request: fabric_pb2.InjectLinkFaultRequest,
                               context: grpc.aio.ServicerContext) -> fabric_pb2.InjectLinkFaultResponse:
         await self.auth.require_privileged(context)
         target = checks.target(self.topo, request.target)
         events, failed = self.driver.inject_fault(target, wire.fault_kind(request.kind), request.capacity_factor)
+        self.save_links()
         self.publish("events", {"event": "fault", "target": request.target, "t_s": self.clock.now(),
                                 "kind": wire.fault_kind_label(request.kind)})
         return fabric_pb2.InjectLinkFaultResponse(
@@ -163,6 +167,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         await self.auth.require_privileged(context)
         target = checks.target(self.topo, request.target)
         self.driver.clear_fault(target)
+        self.save_links()
         self.publish("events", {"event": "fault_cleared", "target": request.target, "t_s": self.clock.now()})
         return fabric_pb2.ClearLinkFaultResponse(links_affected=self.driver.links_affected(target))
 

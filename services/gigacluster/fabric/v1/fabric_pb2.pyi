@@ -249,8 +249,10 @@ class WatchFlowsResponse(_message.Message):
     def __init__(self, flow: _Optional[_Union[Flow, _Mapping]] = ...) -> None: ...
 
 class GetLinkStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("cut_off_only",)
+    CUT_OFF_ONLY_FIELD_NUMBER: _ClassVar[int]
+    cut_off_only: bool
+    def __init__(self, cut_off_only: _Optional[bool] = ...) -> None: ...
 
 class TierStats(_message.Message):
     __slots__ = ("tier", "links", "mean_utilization", "max_utilization", "links_down", "links_degraded")
@@ -269,14 +271,16 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., links: _Optional[int] = ..., mean_utilization: _Optional[float] = ..., max_utilization: _Optional[float] = ..., links_down: _Optional[int] = ..., links_degraded: _Optional[int] = ...) -> None: ...
 
 class GetLinkStatsResponse(_message.Message):
-    __slots__ = ("tiers", "active_flows", "now_s")
+    __slots__ = ("tiers", "active_flows", "now_s", "cut_off_chips")
     TIERS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FLOWS_FIELD_NUMBER: _ClassVar[int]
     NOW_S_FIELD_NUMBER: _ClassVar[int]
+    CUT_OFF_CHIPS_FIELD_NUMBER: _ClassVar[int]
     tiers: _containers.RepeatedCompositeFieldContainer[TierStats]
     active_flows: int
     now_s: float
-    def __init__(self, tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., active_flows: _Optional[int] = ..., now_s: _Optional[float] = ...) -> None: ...
+    cut_off_chips: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
+    def __init__(self, tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., active_flows: _Optional[int] = ..., now_s: _Optional[float] = ..., cut_off_chips: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ...) -> None: ...
 
 class InjectLinkFaultRequest(_message.Message):
     __slots__ = ("target", "kind", "capacity_factor")
