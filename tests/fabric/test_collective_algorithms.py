@@ -37,22 +37,38 @@ def test_protocol_follows_message_size() -> None:
 
 
 def test_mi300x_drives_all_seven_links() -> None:
-    """8 x MI300X, 1 GiB all-reduce: the direct two-shot plan reaches 7 links x 48 GB/s (AMD: 48 of 64 usable),
-    where a ring reaches one link's 48 GB/s."""
+    """8 x MI300X, 1 GiB all-reduce: RCCL's rings over every link (and the direct two-shot, when forced)
+    reach 7 links x 48 GB/s (AMD: 48 of 64 usable), where a single ring reaches one link's 48 GB/s."""
     best = estimate_collective("all_reduce", 2**30, "mi300x", 8)
+    direct = estimate_collective("all_reduce", 2**30, "mi300x", 8, algo="direct")
     ring = estimate_collective("all_reduce", 2**30, "mi300x", 8, algo="ring")
-    assert best.algorithm == "direct"
+    assert best.algorithm == "mesh_rings"
     assert best.busbw_GBps == pytest.approx(7 * 64 * 0.75, rel=0.02)
+    assert direct.busbw_GBps == pytest.approx(7 * 64 * 0.75, rel=0.02)
     assert ring.busbw_GBps == pytest.approx(64 * 0.75, rel=0.02)
     for op in ("reduce_scatter", "all_gather"):
         est = estimate_collective(op, 2**30, "mi300x", 8)
-        assert est.algorithm == "direct" and est.busbw_GBps == pytest.approx(336, rel=0.02)
+        assert est.algorithm == "mesh_rings" and est.busbw_GBps == pytest.approx(336, rel=0.02)
+
+
+def test_mesh_rings_pay_ring_steps_where_two_shot_pays_two() -> None:
+    """8 MiB on 8 x MI300X: the default (RCCL's rings, 14 steps) is slower than the opt-in direct two-shot (2)."""
+    best = estimate_collective("all_reduce", 8 * 2**20, "mi300x", 8)
+    direct = estimate_collective("all_reduce", 8 * 2**20, "mi300x", 8, algo="direct")
+    assert best.algorithm == "mesh_rings"
+    assert best.time_s - direct.time_s == pytest.approx(12 * 3.4e-6, rel=0.05)
+
+
+def test_no_ll128_on_gfx942() -> None:
+    """RCCL runs LL128 only from gfx950: MI300X never plans it, H100 does for mid-size messages."""
+    assert "ll128" not in estimate_collective("all_reduce", 16 * 2**20, "mi300x", 8, algo="ring").algorithm
+    assert estimate_collective("all_reduce", 16 * 2**20, "h100-sxm", 8, algo="ring").algorithm == "ring/ll128"
 
 
 def test_one_shot_wins_only_small_messages_on_a_mesh() -> None:
     """One-shot (whole buffer to every peer, one step) is chosen for bytes, not for MiBs; never on a switch."""
     assert estimate_collective("all_reduce", 64, "mi300x", 8).algorithm == "one_shot/ll"
-    assert estimate_collective("all_reduce", 64 * 2**20, "mi300x", 8).algorithm.startswith("direct")
+    assert estimate_collective("all_reduce", 64 * 2**20, "mi300x", 8).algorithm.startswith("mesh_rings")
     with pytest.raises(SpecError) as exc:
         estimate_collective("all_reduce", 64, "h100-sxm", 8, algo="one_shot")
     assert exc.value.field == "algo" and "ring" in str(exc.value)

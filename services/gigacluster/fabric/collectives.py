@@ -10,7 +10,7 @@ all-to-all phase is independent flows, since each pair finishes on its own.
 
 Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
 
-    time = wire bytes_per_hop / rate + steps * (path latency + protocol step cost) [+ launch cost, phase 0]
+    time = wire bytes_per_hop / rate + steps * max(path latency, protocol step cost) [+ protocol base cost, phase 0]
 
 with the protocol (LL, LL128, Simple: :mod:`gigacluster.fabric.protocols`) chosen per algorithm by
 the same cost. Algorithms (:mod:`gigacluster.fabric.algorithms`, registry :data:`ALGORITHMS`;
@@ -30,6 +30,7 @@ halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back       
 direct              all_to_all                    S/n per ordered pair            1
 direct              send_recv (2 ranks)           S                               1
 direct              RS, AG; AR (two-shot), mesh   S/n per ordered pair (per shot) 1 per shot
+mesh_rings          AR, RS, AG, full mesh         as ring, S/(n-1) per ring       as ring
 one_shot            all_reduce, full mesh         S per ordered pair              1
 ==================  ============================  ==============================  =========
 
@@ -54,7 +55,7 @@ from typing import ClassVar
 import numpy as np
 
 from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan, Phase
-from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, launch_s, protocols
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, protocols_for
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
 from gigacluster.model import SpecError
@@ -64,8 +65,15 @@ from gigacluster.registry import Registry
 
 
 def collective_constants(proto: str = DEFAULT_PROTOCOL) -> tuple[float, float]:
-    """(launch_s, step_s): the catalog's per-call cost and the per-step cost of protocol ``proto``."""
-    return launch_s(), get_protocol(proto).step_s
+    """(base_s, step_s): the per-call and per-step costs of protocol ``proto`` (catalog, from NCCL's tuner)."""
+    p = get_protocol(proto)
+    return p.base_s, p.step_s
+
+
+def step_latency_s(path_s: float, step_s: float) -> float:
+    """One algorithm step: the protocol's per-hop cost, or the path's latency if that is longer (NCCL's
+    per-hop figures were measured over NVLink, so they already hold a short path's traversal)."""
+    return max(path_s, step_s)
 
 
 def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
@@ -85,7 +93,7 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     base = algo.phases(op, ranks, bytes_, topo)
     terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
     best: tuple[list[Phase], list[float]] | None = None
-    for proto in algo.protocols or tuple(protocols()):
+    for proto in algo.protocols or protocols_for(topo.config.chip):
         phases = with_protocol(base, proto)
         est = [_phase_cost(p, t, first=(i == 0)) for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
         if best is None or sum(est) < sum(best[1]):
@@ -125,7 +133,7 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
 
 
 def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
-    """Time of ``phase`` from its routed terms: bandwidth + steps x (path latency + step cost) (+ launch)."""
+    """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost)."""
     rate, path_s = terms
     launch, step_s = collective_constants(phase.proto)
     lat = launch if first else 0.0
@@ -133,7 +141,7 @@ def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> flo
         return lat
     if rate == 0.0:
         return float("inf")
-    lat += phase.steps * (path_s + step_s)
+    lat += phase.steps * step_latency_s(path_s, step_s)
     return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
 
 
@@ -164,7 +172,8 @@ class FastestPolicy(SelectionPolicy):
 
     name = "fastest"
     names: ClassVar[tuple[str, ...]] = (
-        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot", "nvls")
+        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "one_shot", "nvls")
+    skip: ClassVar[frozenset[tuple[str, str]]] = frozenset()  # (algorithm, op) pairs the policy never picks
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -177,7 +186,7 @@ class FastestPolicy(SelectionPolicy):
         best_t = float("inf")
         for name in self.names:
             algo = ALGORITHMS[name]
-            if not algo.supports(op, ranks, topo):
+            if (name, op) in self.skip or not algo.supports(op, ranks, topo):
                 continue
             phases, est = plan_phases(name, op, ranks, bytes_, topo)
             t = sum(est)
@@ -187,13 +196,16 @@ class FastestPolicy(SelectionPolicy):
 
 
 class LibraryPolicy(FastestPolicy):
-    """The fastest of the algorithms NCCL and RCCL ship (the default): ring, the rail-aligned
-    multi-channel rings across domains, the double binary tree, NVLS, and RCCL's direct and one-shot
-    on a full mesh; not halving-doubling nor the three-phase hierarchical ring, which neither
-    library runs, so estimates compare with nccl-tests and rccl-tests as published."""
+    """The fastest of the algorithms NCCL and RCCL run by default: ring, the rail-aligned
+    multi-channel rings across domains, the double binary tree, NVLS, and on a full mesh RCCL's rings
+    over every link and its one-shot for small messages; direct for all-to-all and send/recv. Not
+    halving-doubling nor the three-phase hierarchical ring, which neither library runs, and not the
+    direct two-shot reductions on a mesh, which RCCL runs only through MSCCL++ when asked
+    (RCCL_MSCCLPP_ENABLE), so estimates compare with nccl-tests and rccl-tests as published."""
 
     name = "library"
-    names = ("ring", "rail_rings", "tree", "nvls", "direct", "one_shot")
+    names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "one_shot")
+    skip = frozenset({("direct", "all_reduce"), ("direct", "reduce_scatter"), ("direct", "all_gather")})
 
 
 DEFAULT_POLICY = LibraryPolicy.name
@@ -284,5 +296,6 @@ __all__ = [
     "plan_estimate_s",
     "plan_label",
     "plan_phases",
+    "step_latency_s",
     "with_protocol",
 ]
