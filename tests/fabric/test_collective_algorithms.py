@@ -59,6 +59,12 @@ def test_mesh_rings_pay_ring_steps_where_two_shot_pays_two() -> None:
     assert best.time_s - direct.time_s == pytest.approx(12 * 3.4e-6, rel=0.05)
 
 
+def test_direct_reductions_only_up_to_rccl_mscclpp_threshold() -> None:
+    """RCCL's MSCCL++ path (direct) serves all-reduce up to 1 MiB by default; one byte more runs its rings."""
+    assert estimate_collective("all_reduce", 2**20, "mi300x", 8).algorithm.startswith("direct")
+    assert estimate_collective("all_reduce", 2**20 + 1, "mi300x", 8).algorithm.startswith("mesh_rings")
+
+
 def test_no_ll128_on_gfx942() -> None:
     """RCCL runs LL128 only from gfx950: MI300X never plans it, H100 does for mid-size messages."""
     assert "ll128" not in estimate_collective("all_reduce", 16 * 2**20, "mi300x", 8, algo="ring").algorithm

@@ -286,7 +286,8 @@ class Direct(Algorithm):
 
 
 class MeshRings(Algorithm):
-    """RCCL's rings on a full mesh: its channels lay rings over every link, so n-1 rings (ring k sends
+    """RCCL's rings on a full mesh (what it runs above its MSCCL++ threshold): its channels lay rings over
+    every link, so n-1 rings (ring k sends
     rank i to rank i+k) each carry S/(n-1) with a ring's steps. All n-1 links of every rank run at
     once as in the direct two-shot, but a reduction pays the ring's 2(n-1) sequential steps instead of
     two: mid-size messages are step-bound (8 MiB on 8 x MI300X: 14 steps of a few microseconds each

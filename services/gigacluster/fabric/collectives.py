@@ -58,6 +58,7 @@ from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan,
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, protocols_for
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
+from gigacluster.hw.catalog import _raw
 from gigacluster.model import SpecError
 from gigacluster.model.comm import OPS, bus_factor
 from gigacluster.model.comm import check_op as _check_op
@@ -74,6 +75,12 @@ def step_latency_s(path_s: float, step_s: float) -> float:
     """One algorithm step: the protocol's per-hop cost, or the path's latency if that is longer (NCCL's
     per-hop figures were measured over NVLink, so they already hold a short path's traversal)."""
     return max(path_s, step_s)
+
+
+def direct_max_bytes() -> float:
+    """Largest message the default policy runs as a direct reduction on a full mesh (catalog
+    ``efficiency.comm.full_mesh.direct_max_bytes``: RCCL's MSCCL++ threshold)."""
+    return float((_raw()["efficiency"]["comm"].get("full_mesh") or {}).get("direct_max_bytes", float("inf")))
 
 
 def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
@@ -173,7 +180,6 @@ class FastestPolicy(SelectionPolicy):
     name = "fastest"
     names: ClassVar[tuple[str, ...]] = (
         "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "one_shot", "nvls")
-    skip: ClassVar[frozenset[tuple[str, str]]] = frozenset()  # (algorithm, op) pairs the policy never picks
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -186,7 +192,7 @@ class FastestPolicy(SelectionPolicy):
         best_t = float("inf")
         for name in self.names:
             algo = ALGORITHMS[name]
-            if (name, op) in self.skip or not algo.supports(op, ranks, topo):
+            if not self.considers(name, op, bytes_) or not algo.supports(op, ranks, topo):
                 continue
             phases, est = plan_phases(name, op, ranks, bytes_, topo)
             t = sum(est)
@@ -194,18 +200,26 @@ class FastestPolicy(SelectionPolicy):
                 best, best_t = (name, phases, est), t
         return best
 
+    def considers(self, name: str, op: str, bytes_: float) -> bool:
+        """Whether the policy weighs algorithm ``name`` for ``op`` of ``bytes_`` (all of ``names`` here)."""
+        return True
+
 
 class LibraryPolicy(FastestPolicy):
     """The fastest of the algorithms NCCL and RCCL run by default: ring, the rail-aligned
     multi-channel rings across domains, the double binary tree, NVLS, and on a full mesh RCCL's rings
     over every link and its one-shot for small messages; direct for all-to-all and send/recv. Not
-    halving-doubling nor the three-phase hierarchical ring, which neither library runs, and not the
-    direct two-shot reductions on a mesh, which RCCL runs only through MSCCL++ when asked
-    (RCCL_MSCCLPP_ENABLE), so estimates compare with nccl-tests and rccl-tests as published."""
+    halving-doubling nor the three-phase hierarchical ring, which neither library runs. The direct
+    reductions on a mesh are RCCL's MSCCL++ path, which it takes only up to RCCL_MSCCLPP_THRESHOLD
+    (catalog ``efficiency.comm.full_mesh.direct_max_bytes``); above it RCCL runs its rings. So
+    estimates compare with nccl-tests and rccl-tests as published."""
 
     name = "library"
     names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "one_shot")
-    skip = frozenset({("direct", "all_reduce"), ("direct", "reduce_scatter"), ("direct", "all_gather")})
+    _mesh_reductions = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+
+    def considers(self, name: str, op: str, bytes_: float) -> bool:
+        return not (name == "direct" and op in self._mesh_reductions and bytes_ > direct_max_bytes())
 
 
 DEFAULT_POLICY = LibraryPolicy.name
