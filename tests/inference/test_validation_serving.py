@@ -22,7 +22,7 @@ INPUT = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
 OUTPUT = [120, 429, 233, 194, 101, 741, 9, 3, 6, 31]
 PUBLISHED_MS = {"ttft_p50": 62.19, "tpot_p50": 7.56, "e2e_p50": 874.29, "e2e_p99": 5167.98}
 # Our error per metric, held as the test's bound (see docs/validation.md, "Serving").
-DOCUMENTED = {"ttft_p50": -0.26, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
+DOCUMENTED = {"ttft_p50": -0.19, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
 
 
 def _measured_ms() -> dict[str, float]:
@@ -38,7 +38,24 @@ def _measured_ms() -> dict[str, float]:
 @pytest.mark.parametrize("metric", sorted(PUBLISHED_MS))
 def test_vllm_h100_llama3_8b_ten_prompts(metric: str) -> None:
     """Lambda's vLLM 0.6 run (module docstring): each metric at its documented error. TPOT and the
-    end-to-end p99 are within 10%; TTFT misses by 26% (the API server's per-request time is not
-    modelled) and the end-to-end median by 15% (it follows from the multi-step streaming)."""
+    end-to-end p99 are within 10%; TTFT misses by 19% (26% before the API server's 4 ms per request,
+    catalog serving.api_request_s; the rest is not traced) and the end-to-end median by 15% (it follows
+    from the multi-step streaming)."""
     err = _measured_ms()[metric] / PUBLISHED_MS[metric] - 1.0
     assert err == pytest.approx(DOCUMENTED[metric], abs=0.03)
+
+
+def test_client_ttft_includes_the_api_servers_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone request's TTFT is the engine's own plus serving.api_request_s (4 ms: vLLM online against
+    offline, tenstorrent/tt-inference-server issue 190), measured from the client's send."""
+    from gigacluster.inference import sim as sim_mod
+    from gigacluster.inference.cost import api_request_s
+
+    rng = np.random.default_rng(1)
+    req = Request("solo", rng.integers(256, 128000, size=100, dtype=np.int32), 2, arrival_s=1.0)
+    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm")
+    client = simulate(cfg, [req]).to_dict()["ttft_s"]["mean"]
+    monkeypatch.setattr(sim_mod, "api_request_s", lambda: 0.0)
+    engine = simulate(cfg, [req]).to_dict()["ttft_s"]["mean"]
+    assert api_request_s() == pytest.approx(4e-3)
+    assert client == pytest.approx(engine + api_request_s(), rel=1e-6)

@@ -20,6 +20,15 @@ from gigacluster.model.roofline import Work, works_time_s
 
 
 @functools.cache
+def api_request_s() -> float:
+    """Seconds between a client sending a request and its engine seeing it, plus the first token's way
+    back (catalog ``serving.api_request_s``): the HTTP server, tokenisation and the hop to the engine."""
+    v = float((_raw().get("serving") or {}).get("api_request_s", 0.0))
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"catalog serving.api_request_s must be in [0, 1) s, got {v!r}")
+    return v
+
+
 def iteration_overhead_s() -> float:
     """Fixed host seconds of every engine iteration (catalog ``serving.iteration_overhead_s``):
     scheduling, input preparation, sampling and kernel launch, on top of the kernels' time."""
