@@ -4,7 +4,10 @@ Sources (tokens per second per GPU, the published layouts):
 * NeMo Framework 24.12 user guide, "Performance Benchmarks", pre-training at FP8 on DGX-H100
   (docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/performance_summary.html);
 * NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, "25.11 NeMo Container", FP8-CS rows of
-  DGX-H100, DGX-B200 and DGX-GB200.
+  DGX-H100, DGX-B200 and DGX-GB200;
+* NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, "26.02 NeMo Container" (FP8 rows
+  without FSDP) and "25.09 NeMo Container" (the FP8 rows without FSDP; the parenthesised MXFP8
+  variants are not used).
 Neither table states activation recomputation: ``selective`` is assumed (the layouts do not fit in
 HBM without it in our memory model). Communication overlap is what the NeMo / Megatron-Bridge
 performance recipes switch on for these layouts (``TP_OVERLAP``, ``PP_OVERLAP`` below).
@@ -62,6 +65,18 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], float,
     ("25.11-llama3-8b-gb200-8", L3, "gb200", 8, 128, 2, {}, 31508, None),
     ("25.11-llama31-405b-gb200-256", L405, "gb200", 256, 1536, 1, {"tp": 4, "pp": 16, "virtual_stages": 4}, 813,
      None),
+    ("26.02-llama3-70b-h100-64", L70, "h100-sxm", 64, 256, 1, {"tp": 4, "pp": 8, "virtual_stages": 5}, 1621, None),
+    ("26.02-llama31-405b-gb200-256", L405, "gb200", 256, 1536, 1, {"tp": 4, "pp": 16, "virtual_stages": 4}, 793,
+     None),
+    ("26.02-llama31-405b-h100-1024", L405, "h100-sxm", 1024, 1536, 1,
+     {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8}, 311, None),
+    ("25.09-llama3-8b-gb200-8", L3, "gb200", 8, 128, 2, {}, 31357, None),
+    ("25.09-llama3-8b-b200-8", L3, "b200", 8, 128, 2, {}, 29994, None),
+    ("25.09-llama31-405b-b200-128", L405, "b200", 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "virtual_stages": 8}, 664,
+     None),
+    ("25.09-llama3-70b-h100-64", L70, "h100-sxm", 64, 128, 1, {"tp": 4, "pp": 8, "virtual_stages": 5}, 1619, None),
+    ("25.09-llama31-405b-h100-1024", L405, "h100-sxm", 1024, 512, 1,
+     {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8}, 302, None),
 ]
 
 
@@ -93,8 +108,8 @@ def test_nemo_dense_row(row: tuple) -> None:
 
 
 def test_nemo_dense_family_median() -> None:
-    """Median |error| over the 12 rows is at most 5% and the max at most 10% (the issue's training targets;
-    3.2% and 8.2% with the FP8 GEMM ceiling, Transformer Engine casts and the recipes' overlap)."""
+    """Median |error| over the 20 rows is at most 5% and the max at most 10% (the issue's training targets;
+    2.7% and 8.2% with the FP8 GEMM ceiling, Transformer Engine casts and the recipes' overlap)."""
     errs = [abs(_error(r)) for r in ROWS]
     assert statistics.median(errs) <= 0.05
     assert max(errs) <= 0.10
