@@ -125,3 +125,16 @@ def test_algo_help_lists_what_each_algorithm_runs() -> None:
     text = algo_help()
     assert "double_binary_tree" in text and "nvls: all_reduce" in text and "rail_rings" in text
     assert "full-mesh" in text
+
+
+@pytest.mark.parametrize(("bytes_", "chip", "count"), [(32, "a100-40gb", 2), (32768, "mi300x", 8),
+                                                        (8 * 2**20, "mi300x", 8), (2**30, "h100-sxm", 8),
+                                                        (2**20 + 1, "mi300x", 8)])
+def test_analytical_estimate_matches_the_flow_simulation(bytes_: int, chip: str, count: int) -> None:
+    """collective_estimate_s (linear cost per algorithm and protocol, cached) gives what FlowSim gives for one
+    collective on an idle domain, including the policy's size switch (direct up to 1 MiB on a mesh)."""
+    from gigacluster.fabric.estimate import collective_estimate_s
+
+    sim = estimate_collective("all_reduce", bytes_, chip, count).time_s
+    assert collective_estimate_s("all_reduce", bytes_, chip, count) == pytest.approx(sim, rel=1e-9)
+    assert collective_estimate_s("all_reduce", 0, chip, count) == 0.0

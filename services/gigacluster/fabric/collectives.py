@@ -109,6 +109,25 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     return best
 
 
+def linear_costs(name: str, op: str, ranks: np.ndarray, topo: Topology) -> list[tuple[float, float]]:
+    """(seconds at zero bytes, seconds per byte) of algorithm ``name`` under each protocol the chip runs, on
+    the intact fabric: a plan's contention-free cost is linear in the bytes (its phases, steps and rates
+    do not depend on them), so two numbers per protocol give its estimate at every size. Protocols
+    with no live path are left out."""
+    base = ALGORITHMS[name].phases(op, ranks, 1.0, topo)  # one byte: bytes_per_hop is the per-byte load
+    terms = [phase_terms(p, topo) for p in base]
+    if any(rate == 0.0 for rate, _ in terms):
+        return []
+    out = []
+    for proto in ALGORITHMS[name].protocols or protocols_for(topo.config.chip):
+        phases = with_protocol(base, proto)
+        alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0))
+                    for i, (p, t) in enumerate(zip(phases, terms, strict=True)))
+        beta = sum(p.bytes_per_hop / t[0] for p, t in zip(phases, terms, strict=True) if p.n_subflows)
+        out.append((alpha, beta))
+    return out
+
+
 def plan_label(name: str, phases: Sequence[Phase]) -> str:
     """The algorithm as reported: ``ring`` for Simple, ``ring/ll`` or ``ring/ll128`` otherwise."""
     proto = phases[0].proto if phases else DEFAULT_PROTOCOL
@@ -304,6 +323,7 @@ __all__ = [
     "bus_factor",
     "check_request",
     "choose_algorithm",
+    "linear_costs",
     "phase_estimate_s",
     "phase_terms",
     "plan_collective",
