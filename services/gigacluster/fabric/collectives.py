@@ -161,8 +161,8 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
 def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
     """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost)."""
     rate, path_s = terms
-    launch, step_s = collective_constants(phase.proto)
-    lat = launch if first else 0.0
+    base_s, step_s = collective_constants(phase.proto)
+    lat = base_s if first else 0.0
     if phase.n_subflows == 0:
         return lat
     if rate == 0.0:
