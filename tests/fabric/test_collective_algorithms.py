@@ -37,22 +37,44 @@ def test_protocol_follows_message_size() -> None:
 
 
 def test_mi300x_drives_all_seven_links() -> None:
-    """8 x MI300X, 1 GiB all-reduce: the direct two-shot plan reaches 7 links x 48 GB/s (AMD: 48 of 64 usable),
-    where a ring reaches one link's 48 GB/s."""
+    """8 x MI300X, 1 GiB all-reduce: RCCL's rings over every link (and the direct two-shot, when forced)
+    reach 7 links x 48 GB/s (AMD: 48 of 64 usable), where a single ring reaches one link's 48 GB/s."""
     best = estimate_collective("all_reduce", 2**30, "mi300x", 8)
+    direct = estimate_collective("all_reduce", 2**30, "mi300x", 8, algo="direct")
     ring = estimate_collective("all_reduce", 2**30, "mi300x", 8, algo="ring")
-    assert best.algorithm == "direct"
+    assert best.algorithm == "mesh_rings"
     assert best.busbw_GBps == pytest.approx(7 * 64 * 0.75, rel=0.02)
+    assert direct.busbw_GBps == pytest.approx(7 * 64 * 0.75, rel=0.02)
     assert ring.busbw_GBps == pytest.approx(64 * 0.75, rel=0.02)
     for op in ("reduce_scatter", "all_gather"):
         est = estimate_collective(op, 2**30, "mi300x", 8)
-        assert est.algorithm == "direct" and est.busbw_GBps == pytest.approx(336, rel=0.02)
+        assert est.algorithm == "mesh_rings" and est.busbw_GBps == pytest.approx(336, rel=0.02)
+
+
+def test_mesh_rings_pay_ring_steps_where_two_shot_pays_two() -> None:
+    """8 MiB on 8 x MI300X: the default (RCCL's rings, 14 steps) is slower than the opt-in direct two-shot (2)."""
+    best = estimate_collective("all_reduce", 8 * 2**20, "mi300x", 8)
+    direct = estimate_collective("all_reduce", 8 * 2**20, "mi300x", 8, algo="direct")
+    assert best.algorithm == "mesh_rings"
+    assert best.time_s - direct.time_s == pytest.approx(12 * 3.4e-6, rel=0.05)
+
+
+def test_direct_reductions_only_up_to_rccl_mscclpp_threshold() -> None:
+    """RCCL's MSCCL++ path (direct) serves all-reduce up to 1 MiB by default; one byte more runs its rings."""
+    assert estimate_collective("all_reduce", 2**20, "mi300x", 8).algorithm.startswith("direct")
+    assert estimate_collective("all_reduce", 2**20 + 1, "mi300x", 8).algorithm.startswith("mesh_rings")
+
+
+def test_no_ll128_on_gfx942() -> None:
+    """RCCL runs LL128 only from gfx950: MI300X never plans it, H100 does for mid-size messages."""
+    assert "ll128" not in estimate_collective("all_reduce", 16 * 2**20, "mi300x", 8, algo="ring").algorithm
+    assert estimate_collective("all_reduce", 16 * 2**20, "h100-sxm", 8, algo="ring").algorithm == "ring/ll128"
 
 
 def test_one_shot_wins_only_small_messages_on_a_mesh() -> None:
     """One-shot (whole buffer to every peer, one step) is chosen for bytes, not for MiBs; never on a switch."""
     assert estimate_collective("all_reduce", 64, "mi300x", 8).algorithm == "one_shot/ll"
-    assert estimate_collective("all_reduce", 64 * 2**20, "mi300x", 8).algorithm.startswith("direct")
+    assert estimate_collective("all_reduce", 64 * 2**20, "mi300x", 8).algorithm.startswith("mesh_rings")
     with pytest.raises(SpecError) as exc:
         estimate_collective("all_reduce", 64, "h100-sxm", 8, algo="one_shot")
     assert exc.value.field == "algo" and "ring" in str(exc.value)
@@ -103,3 +125,16 @@ def test_algo_help_lists_what_each_algorithm_runs() -> None:
     text = algo_help()
     assert "double_binary_tree" in text and "nvls: all_reduce" in text and "rail_rings" in text
     assert "full-mesh" in text
+
+
+@pytest.mark.parametrize(("bytes_", "chip", "count"), [(32, "a100-40gb", 2), (32768, "mi300x", 8),
+                                                        (8 * 2**20, "mi300x", 8), (2**30, "h100-sxm", 8),
+                                                        (2**20 + 1, "mi300x", 8)])
+def test_analytical_estimate_matches_the_flow_simulation(bytes_: int, chip: str, count: int) -> None:
+    """collective_estimate_s (linear cost per algorithm and protocol, cached) gives what FlowSim gives for one
+    collective on an idle domain, including the policy's size switch (direct up to 1 MiB on a mesh)."""
+    from gigacluster.fabric.estimate import collective_estimate_s
+
+    sim = estimate_collective("all_reduce", bytes_, chip, count).time_s
+    assert collective_estimate_s("all_reduce", bytes_, chip, count) == pytest.approx(sim, rel=1e-9)
+    assert collective_estimate_s("all_reduce", 0, chip, count) == 0.0

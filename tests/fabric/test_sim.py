@@ -47,7 +47,7 @@ def test_two_jobs_on_one_oversubscribed_spine_each_get_half(oversub_spray: Topol
     bw_alone = 2 * (n - 1) / n * S / (uplink_Bps / k)
     latency = alone - bw_alone
     launch_s, step_s = collective_constants()  # 1 GiB runs the Simple protocol
-    assert 0 < latency < launch_s + 2 * (n - 1) * (10e-6 + step_s)  # a step: NICs and three switch hops
+    assert 0 < latency < launch_s + 2 * (n - 1) * max(10e-6, step_s)  # a step: NICs and three switch hops
     for t in both:  # max-min: each job gets uplink/(2k) per hop
         assert t == pytest.approx(latency + 2 * bw_alone, rel=1e-6)
 
@@ -204,8 +204,8 @@ def test_1024_rank_collective_is_one_lockstep_flow_and_ecmp_collides() -> None:
     # bound by the NIC hops (2(n-1)/n S at 46 GB/s) plus 2(n-1) steps of the slowest hop's latency
     launch_s, step_s = collective_constants()
     hop_s = float(route(topo, np.array([7]), np.array([8]), np.array([0])).latency_s[0])
-    alpha_s = launch_s + 2 * 1023 * (hop_s + step_s)
-    assert alpha_s > 0.01  # the latency term of a 1,024-rank ring is no longer small
+    alpha_s = launch_s + 2 * 1023 * max(hop_s, step_s)
+    assert alpha_s > 0.005  # the latency term of a 1,024-rank ring is no longer small
     assert times["spray"] == pytest.approx(alpha_s + 2 * 1023 / 1024 * S / NIC_BPS, rel=1e-6)
     # chip order crosses rails at each node boundary (leaf 7 -> leaf 0): 64 hops hashed onto 8 spine links
     assert times["ecmp"] > 1.1 * times["spray"]

@@ -320,3 +320,19 @@ def test_chunked_prefill_bounds_iteration_tokens_and_keeps_decoding() -> None:
         if any(e.request_id == "long" for e in ev):
             break
     assert chunks == math.ceil(6000 / 1023)
+
+
+def test_tp_decode_all_reduces_pay_the_fabrics_per_call_cost() -> None:
+    """A TP-8 decode step at batch 1 pays 2 x layers all-reduces of one token's hidden state, each as the fabric
+    prices it (NCCL's per-call and per-step costs), not just bytes over the link bandwidth."""
+    from gigacluster.fabric.estimate import collective_estimate_s
+    from gigacluster.inference.cost import iteration_time_s, iteration_work
+
+    cfg = ReplicaConfig(preset("llama3-70b"), "h100-sxm", tp=8)
+    c, new = np.array([100]), np.array([1])
+    work, pre, dec = iteration_work(cfg.shard, c, c + 1, new)
+    _, comm_s, ar = iteration_time_s(cfg.chip_spec, cfg.shard, cfg.tp, work, pre + dec)
+    calls = 2 * 80
+    per_call = collective_estimate_s("all_reduce", ar / calls, "h100-sxm", 8)
+    assert comm_s == pytest.approx(calls * per_call)
+    assert per_call > 5e-6  # latency-bound: far above 16 KB / 370 GB/s

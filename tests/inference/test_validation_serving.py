@@ -22,7 +22,7 @@ INPUT = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
 OUTPUT = [120, 429, 233, 194, 101, 741, 9, 3, 6, 31]
 PUBLISHED_MS = {"ttft_p50": 62.19, "tpot_p50": 7.56, "e2e_p50": 874.29, "e2e_p99": 5167.98}
 # Our error per metric, held as the test's bound (see docs/validation.md, "Serving").
-DOCUMENTED = {"ttft_p50": -0.26, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
+DOCUMENTED = {"ttft_p50": -0.19, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
 
 
 def _measured_ms() -> dict[str, float]:
@@ -38,7 +38,57 @@ def _measured_ms() -> dict[str, float]:
 @pytest.mark.parametrize("metric", sorted(PUBLISHED_MS))
 def test_vllm_h100_llama3_8b_ten_prompts(metric: str) -> None:
     """Lambda's vLLM 0.6 run (module docstring): each metric at its documented error. TPOT and the
-    end-to-end p99 are within 10%; TTFT misses by 26% (the API server's per-request time is not
-    modelled) and the end-to-end median by 15% (it follows from the multi-step streaming)."""
+    end-to-end p99 are within 10%; TTFT misses by 19% (26% before the API server's 4 ms per request,
+    catalog serving.api_request_s; the rest is not traced) and the end-to-end median by 15% (it follows
+    from the multi-step streaming)."""
     err = _measured_ms()[metric] / PUBLISHED_MS[metric] - 1.0
     assert err == pytest.approx(DOCUMENTED[metric], abs=0.03)
+
+
+def test_client_ttft_includes_the_api_servers_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone request's TTFT is the engine's own plus serving.api_request_s (4 ms: vLLM online against
+    offline, tenstorrent/tt-inference-server issue 190), measured from the client's send."""
+    from gigacluster.inference import sim as sim_mod
+    from gigacluster.inference.cost import api_request_s
+
+    rng = np.random.default_rng(1)
+    req = Request("solo", rng.integers(256, 128000, size=100, dtype=np.int32), 2, arrival_s=1.0)
+    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm")
+    client = simulate(cfg, [req]).to_dict()["ttft_s"]["mean"]
+    monkeypatch.setattr(sim_mod, "api_request_s", lambda: 0.0)
+    engine = simulate(cfg, [req]).to_dict()["ttft_s"]["mean"]
+    assert api_request_s() == pytest.approx(4e-3)
+    assert client == pytest.approx(engine + api_request_s(), rel=1e-6)
+
+
+# Oracle Cloud blog "Serving Llama 3.1 405B model with AMD MI300X GPUs" (OCI BM.GPU.MI300X.8, vLLM
+# scripts/benchmark_latency.py, Llama 3.1 405B FP8 on all eight GPUs, 128 input and 128 output tokens):
+# average latency of one batch, seconds, by batch size.
+OCI_MI300X_405B_S = {1: 3.530, 2: 3.583, 4: 3.734, 8: 3.974, 16: 4.375, 32: 5.130, 64: 6.919, 128: 10.340, 256: 17.750}
+OCI_MISS = ("not traced: the model's decode step at batch 1 (16 ms: the FP8 weights read at 80% of HBM plus 252 "
+            "latency-bound all-reduces) is about 60% of the published 27.6 ms per token; what the 2024 ROCm vLLM "
+            "build spent the rest on (its FP8 decode GEMMs on MI300X, per-layer kernel launches) is not modelled")
+
+
+def _oci_latency_s(batch: int) -> float:
+    rng = np.random.default_rng(0)
+    reqs = [Request(f"r{i}", rng.integers(256, 128000, size=128, dtype=np.int32), 128, arrival_s=0.0)
+            for i in range(batch)]
+    cfg = ReplicaConfig(preset("llama3-405b"), "mi300x", tp=8, precision="fp8", max_batch=256)
+    return float(simulate(cfg, reqs).to_dict()["e2e_s"]["mean"])
+
+
+@pytest.mark.parametrize("batch", [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason=OCI_MISS))
+                                   for b in sorted(OCI_MI300X_405B_S)])
+def test_oci_mi300x_llama31_405b_batch_latency(batch: int) -> None:
+    """OCI's vLLM latency table (OCI_MI300X_405B_S, batch 1 to 256): the mean end-to-end time of the batch
+    within 10% (the issue's end-to-end target), from one request (low load) to 256 at once (high load)."""
+    assert _oci_latency_s(batch) == pytest.approx(OCI_MI300X_405B_S[batch], rel=0.10)
+
+
+def test_oci_mi300x_errors_stay_where_documented() -> None:
+    """The OCI rows' errors (docs/validation.md, "Serving"): -41% at batch 1 to -32% at 256, the all-reduces
+    of large batches (8 MiB at 256) running at RCCL's step-bound mesh-ring rate, as rccl-tests measure."""
+    err = {b: _oci_latency_s(b) / s - 1 for b, s in OCI_MI300X_405B_S.items()}
+    assert err[1] == pytest.approx(-0.41, abs=0.03)
+    assert err[256] == pytest.approx(-0.32, abs=0.03)

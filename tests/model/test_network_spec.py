@@ -83,14 +83,14 @@ def test_fewer_nics_per_node_share_them() -> None:
 
 def test_adaptive_routing_avoids_ecmp_collisions_at_scale() -> None:
     """Data-parallel all-reduce over 1,024 nodes (8 rail-local groups at once): its tree edges cross leaves,
-    ECMP hashes some onto one spine link and the step slows; adaptive routing spreads them. The ring's
-    neighbours share a leaf, so an all-gather does not care."""
+    ECMP hashes some onto one spine link and the tree slows below the rail-local ring; adaptive routing
+    spreads them and the tree wins. The ring's neighbours share a leaf, so an all-gather does not care."""
     chip = get_chip("h100-sxm")
     layout = GroupLayout(1024, 1, 8)
     s = float(2**28)
     t = {r: FabricCommModel(routing=r).collective_time_s(chip, "hgx", "all_reduce", s, layout)
          for r in ("ecmp", "adaptive")}
-    assert t["ecmp"] > 1.2 * t["adaptive"]
+    assert t["ecmp"] > 1.1 * t["adaptive"]
     ag = {r: FabricCommModel(routing=r).collective_time_s(chip, "hgx", "all_gather", s, layout)
           for r in ("ecmp", "adaptive")}
     assert ag["ecmp"] == pytest.approx(ag["adaptive"])

@@ -89,10 +89,11 @@ def test_compute_bound_work_scales_with_clock_and_count() -> None:
 
 
 def test_fp8_is_faster_than_bf16_where_the_chip_has_it() -> None:
-    """FP8 runs at the FP8 rate on H100 (2x BF16) and at the BF16 rate on A100 (no FP8 units)."""
+    """A large FP8 GEMM on H100 runs 1.75x BF16 (twice the peak at 0.875 of the efficiency: NVIDIA's cuBLAS
+    12.9 blog, catalog fp8_matmul_factor), and at the BF16 rate on A100 (no FP8 units)."""
     w16 = gemm(8192, 8192, 8192)
     w8 = Work(w16.flops, w16.bytes_, "fp8", "matmul", 1, w16.shape)
-    assert work_time_s(H100, w16) / work_time_s(H100, w8) == pytest.approx(2.0, rel=0.01)
+    assert work_time_s(H100, w16) / work_time_s(H100, w8) == pytest.approx(1.75, rel=0.01)
     a100 = get_chip("a100-80gb")
     assert work_time_s(a100, w8) == pytest.approx(work_time_s(a100, w16))
 

@@ -2,7 +2,7 @@
 
 The registry :data:`ALGORITHMS` holds one instance per algorithm (``ring``, ``tree`` alias
 ``double_binary_tree``, ``hierarchical``, ``rail_rings``, ``halving_doubling``, ``direct``,
-``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs, selects and plans them (see
+``mesh_rings``, ``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs, selects and plans them (see
 its docstring for the cost model and the table of algorithms).
 """
 
@@ -285,6 +285,29 @@ class Direct(Algorithm):
         return [_pairs(ranks, bytes_ / n)]
 
 
+class MeshRings(Algorithm):
+    """RCCL's rings on a full mesh (what it runs above its MSCCL++ threshold): its channels lay rings over
+    every link, so n-1 rings (ring k sends
+    rank i to rank i+k) each carry S/(n-1) with a ring's steps. All n-1 links of every rank run at
+    once as in the direct two-shot, but a reduction pays the ring's 2(n-1) sequential steps instead of
+    two: mid-size messages are step-bound (8 MiB on 8 x MI300X: 14 steps of a few microseconds each
+    against 44 us of bandwidth time)."""
+
+    name = "mesh_rings"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        return super().supports(op, ranks, topo) and ranks.size >= 3 and _in_one_full_mesh(ranks, topo)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        n = ranks.size
+        srcs = np.tile(ranks, n - 1)
+        dsts = np.concatenate([np.roll(ranks, -k) for k in range(1, n)])
+        rings = np.repeat(np.arange(n - 1, dtype=np.int64), n)
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        return [Phase(srcs, dsts, factor * bytes_ / (n - 1), steps, flow_of=rings)]
+
+
 class OneShot(Algorithm):
     """One-shot all-reduce on a full mesh: every rank sends its whole buffer to each peer and reduces
     locally; one step, n-1 times the bytes, so it wins only for small messages (RCCL's one-shot)."""
@@ -336,7 +359,7 @@ class NVLS(Algorithm):
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
                                            accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
-for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), OneShot(),
-              NVLS()):
+for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), MeshRings(),
+              OneShot(), NVLS()):
     ALGORITHMS.register(_algo.name, _algo)
 ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])

@@ -10,7 +10,7 @@ all-to-all phase is independent flows, since each pair finishes on its own.
 
 Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
 
-    time = wire bytes_per_hop / rate + steps * (path latency + protocol step cost) [+ launch cost, phase 0]
+    time = wire bytes_per_hop / rate + steps * max(path latency, protocol step cost) [+ protocol base cost, phase 0]
 
 with the protocol (LL, LL128, Simple: :mod:`gigacluster.fabric.protocols`) chosen per algorithm by
 the same cost. Algorithms (:mod:`gigacluster.fabric.algorithms`, registry :data:`ALGORITHMS`;
@@ -30,6 +30,7 @@ halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back       
 direct              all_to_all                    S/n per ordered pair            1
 direct              send_recv (2 ranks)           S                               1
 direct              RS, AG; AR (two-shot), mesh   S/n per ordered pair (per shot) 1 per shot
+mesh_rings          AR, RS, AG, full mesh         as ring, S/(n-1) per ring       as ring
 one_shot            all_reduce, full mesh         S per ordered pair              1
 ==================  ============================  ==============================  =========
 
@@ -54,9 +55,10 @@ from typing import ClassVar
 import numpy as np
 
 from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan, Phase
-from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, launch_s, protocols
+from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, protocols_for
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
+from gigacluster.hw.catalog import _raw
 from gigacluster.model import SpecError
 from gigacluster.model.comm import OPS, bus_factor
 from gigacluster.model.comm import check_op as _check_op
@@ -64,8 +66,21 @@ from gigacluster.registry import Registry
 
 
 def collective_constants(proto: str = DEFAULT_PROTOCOL) -> tuple[float, float]:
-    """(launch_s, step_s): the catalog's per-call cost and the per-step cost of protocol ``proto``."""
-    return launch_s(), get_protocol(proto).step_s
+    """(base_s, step_s): the per-call and per-step costs of protocol ``proto`` (catalog, from NCCL's tuner)."""
+    p = get_protocol(proto)
+    return p.base_s, p.step_s
+
+
+def step_latency_s(path_s: float, step_s: float) -> float:
+    """One algorithm step: the protocol's per-hop cost, or the path's latency if that is longer (NCCL's
+    per-hop figures were measured over NVLink, so they already hold a short path's traversal)."""
+    return max(path_s, step_s)
+
+
+def direct_max_bytes() -> float:
+    """Largest message the default policy runs as a direct reduction on a full mesh (catalog
+    ``efficiency.comm.full_mesh.direct_max_bytes``: RCCL's MSCCL++ threshold)."""
+    return float((_raw()["efficiency"]["comm"].get("full_mesh") or {}).get("direct_max_bytes", float("inf")))
 
 
 def with_protocol(phases: Sequence[Phase], proto: str) -> list[Phase]:
@@ -85,13 +100,32 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     base = algo.phases(op, ranks, bytes_, topo)
     terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
     best: tuple[list[Phase], list[float]] | None = None
-    for proto in algo.protocols or tuple(protocols()):
+    for proto in algo.protocols or protocols_for(topo.config.chip):
         phases = with_protocol(base, proto)
         est = [_phase_cost(p, t, first=(i == 0)) for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
         if best is None or sum(est) < sum(best[1]):
             best = (phases, est)
     assert best is not None
     return best
+
+
+def linear_costs(name: str, op: str, ranks: np.ndarray, topo: Topology) -> list[tuple[float, float]]:
+    """(seconds at zero bytes, seconds per byte) of algorithm ``name`` under each protocol the chip runs, on
+    the intact fabric: a plan's contention-free cost is linear in the bytes (its phases, steps and rates
+    do not depend on them), so two numbers per protocol give its estimate at every size. Protocols
+    with no live path are left out."""
+    base = ALGORITHMS[name].phases(op, ranks, 1.0, topo)  # one byte: bytes_per_hop is the per-byte load
+    terms = [phase_terms(p, topo) for p in base]
+    if any(rate == 0.0 for rate, _ in terms):
+        return []
+    out = []
+    for proto in ALGORITHMS[name].protocols or protocols_for(topo.config.chip):
+        phases = with_protocol(base, proto)
+        alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0))
+                    for i, (p, t) in enumerate(zip(phases, terms, strict=True)))
+        beta = sum(p.bytes_per_hop / t[0] for p, t in zip(phases, terms, strict=True) if p.n_subflows)
+        out.append((alpha, beta))
+    return out
 
 
 def plan_label(name: str, phases: Sequence[Phase]) -> str:
@@ -125,15 +159,15 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
 
 
 def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
-    """Time of ``phase`` from its routed terms: bandwidth + steps x (path latency + step cost) (+ launch)."""
+    """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost)."""
     rate, path_s = terms
-    launch, step_s = collective_constants(phase.proto)
-    lat = launch if first else 0.0
+    base_s, step_s = collective_constants(phase.proto)
+    lat = base_s if first else 0.0
     if phase.n_subflows == 0:
         return lat
     if rate == 0.0:
         return float("inf")
-    lat += phase.steps * (path_s + step_s)
+    lat += phase.steps * step_latency_s(path_s, step_s)
     return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
 
 
@@ -164,7 +198,7 @@ class FastestPolicy(SelectionPolicy):
 
     name = "fastest"
     names: ClassVar[tuple[str, ...]] = (
-        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "one_shot", "nvls")
+        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "one_shot", "nvls")
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -177,7 +211,7 @@ class FastestPolicy(SelectionPolicy):
         best_t = float("inf")
         for name in self.names:
             algo = ALGORITHMS[name]
-            if not algo.supports(op, ranks, topo):
+            if not self.considers(name, op, bytes_) or not algo.supports(op, ranks, topo):
                 continue
             phases, est = plan_phases(name, op, ranks, bytes_, topo)
             t = sum(est)
@@ -185,15 +219,26 @@ class FastestPolicy(SelectionPolicy):
                 best, best_t = (name, phases, est), t
         return best
 
+    def considers(self, name: str, op: str, bytes_: float) -> bool:
+        """Whether the policy weighs algorithm ``name`` for ``op`` of ``bytes_`` (all of ``names`` here)."""
+        return True
+
 
 class LibraryPolicy(FastestPolicy):
-    """The fastest of the algorithms NCCL and RCCL ship (the default): ring, the rail-aligned
-    multi-channel rings across domains, the double binary tree, NVLS, and RCCL's direct and one-shot
-    on a full mesh; not halving-doubling nor the three-phase hierarchical ring, which neither
-    library runs, so estimates compare with nccl-tests and rccl-tests as published."""
+    """The fastest of the algorithms NCCL and RCCL run by default: ring, the rail-aligned
+    multi-channel rings across domains, the double binary tree, NVLS, and on a full mesh RCCL's rings
+    over every link and its one-shot for small messages; direct for all-to-all and send/recv. Not
+    halving-doubling nor the three-phase hierarchical ring, which neither library runs. The direct
+    reductions on a mesh are RCCL's MSCCL++ path, which it takes only up to RCCL_MSCCLPP_THRESHOLD
+    (catalog ``efficiency.comm.full_mesh.direct_max_bytes``); above it RCCL runs its rings. So
+    estimates compare with nccl-tests and rccl-tests as published."""
 
     name = "library"
-    names = ("ring", "rail_rings", "tree", "nvls", "direct", "one_shot")
+    names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "one_shot")
+    _mesh_reductions = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+
+    def considers(self, name: str, op: str, bytes_: float) -> bool:
+        return not (name == "direct" and op in self._mesh_reductions and bytes_ > direct_max_bytes())
 
 
 DEFAULT_POLICY = LibraryPolicy.name
@@ -278,11 +323,13 @@ __all__ = [
     "bus_factor",
     "check_request",
     "choose_algorithm",
+    "linear_costs",
     "phase_estimate_s",
     "phase_terms",
     "plan_collective",
     "plan_estimate_s",
     "plan_label",
     "plan_phases",
+    "step_latency_s",
     "with_protocol",
 ]

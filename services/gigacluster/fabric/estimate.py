@@ -8,10 +8,12 @@ lives here, not in ``collectives`` (which ``sim`` imports), so the two modules f
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
+from gigacluster.fabric.collectives import ALGORITHMS, LibraryPolicy, linear_costs
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.hw import catalog
@@ -54,6 +56,49 @@ class CollectiveEstimate:
         }
 
 
+def _topology_for(chip: str, count: int, system: str | None, **topo_kw: Any) -> tuple[Any, str]:
+    """The smallest topology that holds ``count`` chips of ``chip`` (whole domains unless they fit in
+    one switched or full-mesh domain), and its system name; SpecError naming a bad field."""
+    if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+        raise SpecError("count", f"must be an integer >= 1, got {count!r}")
+    if chip not in catalog.chip_names():
+        raise SpecError("chip", f"unknown chip {chip!r}; allowed: {', '.join(catalog.chip_names())}")
+    sysname = system or catalog.default_system(chip)
+    if sysname not in catalog.system_names():
+        raise SpecError("system", f"unknown system {sysname!r}; allowed: {', '.join(catalog.system_names())}")
+    dom = catalog.get_system(sysname).chips
+    scaleup = catalog.get_system(sysname).scaleup
+    built = count if (count < dom and scaleup in ("switch", "full_mesh")) else -(-count // dom) * dom
+    return build_topology(TopologyConfig(chip=chip, count=built, system=sysname, **topo_kw)), sysname
+
+
+@functools.cache
+def _cost_lines(op: str, chip: str, count: int, system: str | None) -> tuple[tuple[str, float, float], ...]:
+    topo, _ = _topology_for(chip, count, system)
+    ranks = np.arange(count)
+    lines = []
+    for name in LibraryPolicy.names:
+        if ALGORITHMS[name].supports(op, ranks, topo):
+            lines += [(name, a, b) for a, b in linear_costs(name, op, ranks, topo)]
+    return tuple(lines)
+
+
+def collective_estimate_s(op: str, bytes_: float, chip: str, count: int, system: str | None = None) -> float:
+    """Contention-free seconds of one ``op`` of ``bytes_`` over the first ``count`` chips under the default
+    (library) policy: the analytical twin of :func:`estimate_collective` (the same algorithms, protocols
+    and per-call and per-step costs), cached per (op, chip, count) for callers that price many sizes,
+    such as a serving replica's tensor-parallel all-reduces. 0 for one chip or no bytes."""
+    _check_op(op)
+    if count <= 1 or bytes_ <= 0:
+        return 0.0
+    policy = LibraryPolicy()
+    costs = [a + b * bytes_ for name, a, b in _cost_lines(op, chip, count, system)
+             if policy.considers(name, op, bytes_)]
+    if not costs:
+        raise SpecError("ranks", f"no algorithm runs {op} over {count} {chip}")
+    return min(costs)
+
+
 def estimate_collective(
     op: str, bytes_: float, chip: str, count: int, system: str | None = None, algo: str | None = None,
     **topo_kw: Any,
@@ -65,18 +110,7 @@ def estimate_collective(
     code the live fabric service runs.
     """
     _check_op(op)
-    if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
-        raise SpecError("count", f"must be an integer >= 1, got {count!r}")
-    if chip not in catalog.chip_names():
-        raise SpecError("chip", f"unknown chip {chip!r}; allowed: {', '.join(catalog.chip_names())}")
-    sysname = system or catalog.default_system(chip)
-    if sysname not in catalog.system_names():
-        raise SpecError("system", f"unknown system {sysname!r}; allowed: {', '.join(catalog.system_names())}")
-    dom = catalog.get_system(sysname).chips
-    scaleup = catalog.get_system(sysname).scaleup
-    built = count if (count < dom and scaleup in ("switch", "full_mesh")) else -(-count // dom) * dom
-    cfg = TopologyConfig(chip=chip, count=built, system=sysname, **topo_kw)
-    topo = build_topology(cfg)
+    topo, sysname = _topology_for(chip, count, system, **topo_kw)
     sim = FlowSim(topo)
     h = sim.start_collective(op, np.arange(count), float(bytes_), start_s=0.0, algo=algo)
     sim.run_until_idle()
@@ -85,4 +119,4 @@ def estimate_collective(
     return CollectiveEstimate(op, float(bytes_), count, h.algorithm, h.end_s - h.start_s, chip, sysname)
 
 
-__all__ = ["CollectiveEstimate", "estimate_collective"]
+__all__ = ["CollectiveEstimate", "collective_estimate_s", "estimate_collective"]

@@ -35,7 +35,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
-from gigacluster.fabric.collectives import DEFAULT_POLICY, CollectivePlan, Phase, collective_constants
+from gigacluster.fabric.collectives import (
+    DEFAULT_POLICY,
+    CollectivePlan,
+    Phase,
+    collective_constants,
+    step_latency_s,
+)
 from gigacluster.fabric.flows import (
     DEFAULT_CLASSES,
     EVENT_KINDS,
@@ -410,9 +416,9 @@ class FlowSim:
             hit = r.e_link[self.reserved[r.e_link]]
             if hit.size:
                 self.reserved_hits.append((t, g.id, np.unique(hit)))
-        launch_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
-        lat = ph.steps * ((float(r.latency_s.max()) if k else 0.0) + step_s)
-        g.phase_lat_s = lat + (launch_s if g.phase_idx == 0 else 0.0)
+        base_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
+        lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s)
+        g.phase_lat_s = lat + (base_s if g.phase_idx == 0 else 0.0)
         if k == 0 or ph.bytes_per_hop <= 0:
             self._set_timer(g, t + g.phase_lat_s)
             return []

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from gigacluster.fabric.estimate import collective_estimate_s
 from gigacluster.hw.catalog import Chip, _raw, default_system, get_system
 from gigacluster.inference.config import ReplicaConfig
 from gigacluster.inference.moe_work import half_batch, two_batch_s
@@ -20,6 +21,15 @@ from gigacluster.model.roofline import Work, works_time_s
 
 
 @functools.cache
+def api_request_s() -> float:
+    """Seconds between a client sending a request and its engine seeing it, plus the first token's way
+    back (catalog ``serving.api_request_s``): the HTTP server, tokenisation and the hop to the engine."""
+    v = float((_raw().get("serving") or {}).get("api_request_s", 0.0))
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"catalog serving.api_request_s must be in [0, 1) s, got {v!r}")
+    return v
+
+
 def iteration_overhead_s() -> float:
     """Fixed host seconds of every engine iteration (catalog ``serving.iteration_overhead_s``):
     scheduling, input preparation, sampling and kernel launch, on top of the kernels' time."""
@@ -58,12 +68,18 @@ def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
 
 def iteration_time_s(chip: Chip, shape: ShardShape, tp: int, work: tuple[Work, ...],
                      tokens: int) -> tuple[float, float, float]:
-    """(compute seconds, all-reduce seconds, all-reduce bytes) of one iteration over ``tokens`` tokens."""
+    """(compute seconds, all-reduce seconds, all-reduce bytes) of one iteration over ``tokens`` tokens.
+
+    A dense replica's two all-reduces per layer are each priced as the fabric prices one collective
+    over ``tp`` chips of the chip's system (the library's algorithm and protocol for the size, with
+    NCCL's per-call and per-step costs): small decode all-reduces are latency-bound, large prefill
+    ones run at the links' collective bandwidth."""
     compute_s = works_time_s(chip, work)
     ar = allreduce_bytes(shape, tokens)
     if not shape.classic:
         return compute_s, moe_comm_s(chip, shape, tokens, work=work, compute_s=compute_s), ar
-    comm_s = 2.0 * (tp - 1) / tp * ar / chip.scaleup_Bps if tp > 1 else 0.0
+    calls = 2 * shape.arch.layers
+    comm_s = calls * collective_estimate_s("all_reduce", ar / calls, chip.name, tp) if tp > 1 and ar else 0.0
     return compute_s, comm_s, ar
 
 

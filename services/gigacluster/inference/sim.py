@@ -1,8 +1,10 @@
 """Offline cluster simulation: N replica engines behind a routing policy, in virtual time.
 
 Each replica runs one iteration at a time; an iteration lasts its ``predicted_s`` (the roofline
-of its work, as on the live chips). Arrivals are routed when they arrive, using the same
-:class:`ReplicaView` the live router builds. Nothing sleeps: the loop jumps from event to event,
+of its work, as on the live chips). A request's ``arrival_s`` is when its client sent it; it reaches
+the engines ``serving.api_request_s`` later (the API server's time, so TTFT is the client's, as
+vLLM's benchmark_serving measures it) and is routed then, using the same :class:`ReplicaView` the
+live router builds. Nothing sleeps: the loop jumps from event to event,
 so thousands of requests over 8 replicas take seconds of wall time.
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gigacluster.inference.cost import api_request_s
 from gigacluster.inference.engine import Iteration, ReplicaConfig, ReplicaEngine, ReplicaStats, Request
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.metrics import ServingMetrics
@@ -65,6 +68,7 @@ def simulate(
     metrics = ServingMetrics()
     reqs = sorted(workload, key=lambda r: r.arrival_s)
     bs = cfg.block_size
+    api_s = api_request_s()
     i, now, last = 0, 0.0, 0.0
 
     def start(r: int, t: float) -> None:
@@ -75,7 +79,7 @@ def simulate(
     while True:
         r_next = int(np.argmin(done_at))
         t_done = float(done_at[r_next])
-        t_arr = reqs[i].arrival_s if i < len(reqs) else math.inf
+        t_arr = reqs[i].arrival_s + api_s if i < len(reqs) else math.inf
         now = min(t_done, t_arr)
         if now == math.inf or now > max_time_s:
             break

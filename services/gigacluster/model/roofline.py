@@ -95,10 +95,11 @@ class EfficiencyParams:
     overlap_compute_share: float  # of compute units a communication kernel overlapping compute occupies
     tile_k: int  # K depth of one main-loop step (the stream-K work unit)
     stream_k_fraction: float  # rate of a K-split, balanced GEMM relative to a full-wave tiled one
+    fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
-                  "skinny_hbm_fraction", "stream_k_fraction"):
+                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -157,7 +158,7 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
     if work.kind in _VECTOR_FRACTION:
         return _VECTOR_FRACTION[work.kind]
     if work.kind == "matmul":
-        eff = p.matmul_peak_fraction * p.sustained_fraction
+        eff = _matmul_ceiling(p, work) * p.sustained_fraction
         if len(work.shape) >= 3:
             m, n, k = work.shape[:3]
             if _skinny(work, p):
@@ -177,6 +178,12 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
         seq_q, seq_kv, head_dim = work.shape[:3]
         eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * min(1.0, head_dim / 128.0)
     return max(eff, 1e-3)
+
+
+def _matmul_ceiling(p: EfficiencyParams, work: Work) -> float:
+    """Isolated-benchmark share of the precision's peak a large GEMM reaches: FP8 GEMMs reach less of
+    the FP8 peak than 16-bit GEMMs of theirs (same tiles and epilogue, twice the MAC rate)."""
+    return p.matmul_peak_fraction * (p.fp8_matmul_factor if work.precision == "fp8" else 1.0)
 
 
 def _skinny(work: Work, p: EfficiencyParams) -> bool:
@@ -222,7 +229,7 @@ def compute_bound_fraction(chip: Chip, work: Work, *, clock_factor: float = 1.0)
     if t <= 0:
         return 0.0, 0.0
     if work.kind in ("matmul", "attention"):
-        ceiling = p.matmul_peak_fraction if work.kind == "matmul" else p.attention_peak_fraction
+        ceiling = _matmul_ceiling(p, work) if work.kind == "matmul" else p.attention_peak_fraction
         u_c = work.flops / (t * chip.peak_flops(work.precision) * clock_factor * ceiling * p.sustained_fraction)
     else:
         u_c = 0.0

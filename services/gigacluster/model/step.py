@@ -160,7 +160,8 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     elem_f = 8.0 * (t_sp * h * 4 + T * (q_t + kv_t) + ffn_tok)
     fwd.append(Work(elem_f, elem_b, "bf16", "elementwise"))
     bwd.append(Work(2 * elem_f, 2 * elem_b, "bf16", "elementwise"))
-    if a.is_moe and moe.OPERAND_BYTES[prec] < 2:
+    if moe.OPERAND_BYTES[prec] < 2:
+        # Narrow GEMMs cast their operands online, dense (Transformer Engine) as MoE (DeepGEMM).
         fq, bq = moe.quantize_bytes(gemms)
         fwd.append(Work(fq / 3, fq, "bf16", "elementwise"))
         bwd.append(Work(bq / 3, bq, "bf16", "elementwise"))
