@@ -56,6 +56,8 @@ def test_a_window_is_refused_when_its_step_differs_or_its_links_carry_traffic() 
     d = _driver()
     iso = d.windows.isolated(_pattern())
     assert "not in a steady state" in d.windows.refusal(_pattern(iso.durations_s[0] * 1.1), iso, 10.0)
+    assert d.windows.mismatch(_pattern(iso.durations_s[0] * 1.1), iso) == 0  # the caller gets the alone durations
+    assert d.windows.mismatch(_pattern(iso.durations_s[0]), iso) is None
     assert "ends after the step" in d.windows.refusal(_pattern(iso.durations_s[0]), iso, OFFSET)
     _neighbour(d.sim, 0.0)
     assert "other traffic" in d.windows.refusal(_pattern(iso.durations_s[0]), iso, 10.0)

@@ -9,21 +9,24 @@ from gigacluster.model.training import StepBreakdown
 from gigacluster.scheduler.checkpoint import AsyncCheckpoints
 from gigacluster.scheduler.core import JobRecord
 from gigacluster.scheduler.runner import StepResult
-from gigacluster.scheduler.window import same_step, shifted, window_plan
+from gigacluster.scheduler.window import alike, shifted, window_plan
 from tests.unit.test_scheduler_core import job
 
 BD = StepBreakdown(step_time_s=0.68, compute_s=0.41, exposed_comm_s=0.27, bubble_s=0.0)
 REF = StepResult(10.0, BD, 5965.0, {"dp": 0.06}, ((10.2, 10.26), (10.0, 10.03)), 0.41)
 
 
-def test_a_step_repeats_another_when_its_times_energy_and_collectives_agree() -> None:
-    """The next step, moved by one period, repeats the reference; a slower collective or energy does not."""
+def test_a_step_is_alike_another_when_its_compute_energy_and_call_times_agree() -> None:
+    """The next step, moved by one period, is alike; one whose collective took longer still is (the window asks
+    the fabric for the step alone); other energy, a call starting later or a missing call is not."""
     nxt = shifted(REF, REF.end_s)
-    assert nxt.calls[0] == (REF.calls[0][0] + 0.68, REF.calls[0][1] + 0.68) and same_step(REF, nxt)
+    assert nxt.calls[0] == (REF.calls[0][0] + 0.68, REF.calls[0][1] + 0.68) and alike(REF, nxt)
     slow = dataclasses.replace(nxt, calls=((nxt.calls[0][0], nxt.calls[0][1] + 0.01), nxt.calls[1]))
-    assert not same_step(REF, slow)
-    assert not same_step(REF, dataclasses.replace(nxt, above_idle_j=6000.0))
-    assert not same_step(REF, dataclasses.replace(nxt, calls=nxt.calls[:1]))
+    assert alike(REF, slow)
+    late = dataclasses.replace(nxt, calls=((nxt.calls[0][0] + 0.01, nxt.calls[0][1] + 0.01), nxt.calls[1]))
+    assert not alike(REF, late)
+    assert not alike(REF, dataclasses.replace(nxt, above_idle_j=6000.0))
+    assert not alike(REF, dataclasses.replace(nxt, calls=nxt.calls[:1]))
 
 
 def _per_step(j: JobRecord, ck: AsyncCheckpoints, k: int, t: float, period: float, pause: float,

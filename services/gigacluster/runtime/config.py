@@ -256,8 +256,9 @@ class SchedulerConfig(CommonConfig):
     peer_backoff_max_s: float = _f(5.0, "longest wait between retries while a peer service is unavailable")
     dispatch_interval_s: float = _f(10.0, "wall seconds between dispatch passes when nothing has changed")
     dispatch_debounce_s: float = _f(0.2, "wall seconds a dispatch pass waits after a change, to batch a burst")
-    max_window_steps: int = _f(1000, "most steps a job runs as one steady-state window (scheduler/window.py); "
-                               "0 = every step through the per-step path")
+    max_window_steps: int = _f(5000, "most steps a job runs as one steady-state window (scheduler/window.py; a "
+                                     "watcher's queue holds 10,000 updates: a window's steps and checkpoints fit); "
+                                     "0 = every step through the per-step path")
     wall_clock_windows: bool = _f(False, "use steady-state windows on the wall clock too (they always run in "
                                          "event mode); off keeps a live run's progress step by step")
     event_dispatch_interval_s: float = _f(10.0, "event-clock mode: virtual seconds between dispatch passes while "

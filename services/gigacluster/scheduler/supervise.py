@@ -36,7 +36,7 @@ from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
-from gigacluster.scheduler.window import WindowRun, run_window, same_step, window_plan
+from gigacluster.scheduler.window import NotSteady, WindowRun, alike, alone_reference, run_window, window_plan
 
 log = structlog.get_logger()
 
@@ -62,6 +62,11 @@ class JobSupervisor:
     gangs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, init=False)
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict, init=False)
     loss_events: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
+    # Per job, its last steady step and the names of its collective calls: after a restart the job's first
+    # window tries it on the new chips at once (the fabric and the chips grant it only if the step there is
+    # the same: durations alone on the new links, compute and energy), instead of two steps through the
+    # per-step path first. Not durable: a restarted scheduler simply runs two steps.
+    steady: dict[str, tuple[StepResult, tuple[str, ...]]] = dataclasses.field(default_factory=dict, init=False)
 
     def start(self, job: JobRecord, devices: np.ndarray, capability: str, expires_s: float) -> None:
         """Run a job just placed on ``devices`` (already in ``gangs``) in its own task."""
@@ -94,6 +99,8 @@ class JobSupervisor:
                 self.book.set_state(job, State.FAILED, f"internal error: {exc}")
         finally:
             await runner.close()
+            if job.state in TERMINAL:
+                self.steady.pop(job.job_id, None)
             if self.tasks.get(job.job_id) is asyncio.current_task():
                 self.tasks.pop(job.job_id, None)
             if self.gangs.get(job.job_id) is devices:
@@ -116,6 +123,9 @@ class JobSupervisor:
             job.restart_s += cost
             job.resume_pending = False
         recent: list[StepResult] = []  # the last two steps run, the reference of a steady-state window
+        carried = self.steady.get(job.job_id)
+        if carried is not None and carried[1] == tuple(n for n, _ in runner.collective_calls):
+            recent = [carried[0], carried[0]]
         while job.step < job.steps_total and job.state == State.RUNNING:
             if job.preempt_reason:
                 await self.evict(job, t, ckpt, pause, write)
@@ -179,22 +189,34 @@ class JobSupervisor:
 
     async def window(self, job: JobRecord, runner: JobRunner, recent: list[StepResult], t: float,
                      ckpt: checkpoint.AsyncCheckpoints) -> WindowRun | None:
-        """The next steps as one steady-state window (scheduler/window.py) when the last two steps were the
-        same and the fabric grants it; None to run the next step through the per-step path. The job book
-        saves a window's steps when it ends: a crash mid-window loses only steps never accounted."""
-        if len(recent) < 2 or not same_step(recent[0], recent[1]):
+        """The next steps as one steady-state window (scheduler/window.py) when the last two steps were alike
+        (the same compute and call times) and the fabric grants it, with the reference step or, if the fabric
+        runs its pattern alone in other durations, with those; None to run the next step through the per-step
+        path. The job book saves a window's steps when it ends: a crash mid-window loses only steps never
+        accounted."""
+        if len(recent) < 2 or not alike(recent[0], recent[1]):
             return None
         if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
             return None
-        k, pauses = window_plan(job, ckpt, self.config.max_window_steps, t, recent[1].breakdown.step_time_s,
-                                checkpoint.pause_s(job.plan), checkpoint.write_s(job.spec))
-        if not k:
-            return None
+        ref = recent[1]
+        out: WindowRun | None = None
         wake = self.book.watch(job)
         try:
-            out = await run_window(runner, recent[1], t, k,
-                                   lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake,
-                                   pauses, checkpoint.pause_s(job.plan))
+            for attempt in range(2):
+                k, pauses = window_plan(job, ckpt, self.config.max_window_steps, t, ref.breakdown.step_time_s,
+                                        checkpoint.pause_s(job.plan), checkpoint.write_s(job.spec))
+                if not k:
+                    return None
+                try:
+                    out = await run_window(runner, ref, t, k,
+                                           lambda: bool(job.preempt_reason) or job.state != State.RUNNING, wake,
+                                           pauses, checkpoint.pause_s(job.plan))
+                except NotSteady as exc:  # the step as the fabric runs it alone is the steady one: ask with it
+                    if attempt:
+                        break
+                    ref = alone_reference(runner, ref, exc.alone_s)
+                    continue
+                break
         except (Unavailable, CapabilityRejected) as exc:
             log.warning("window abandoned; the per-step path retries", job=job.name, error=str(exc))
             return None
@@ -204,6 +226,7 @@ class JobSupervisor:
             recent.clear()  # not granted now: try again after two more steps
             return None
         log.info("window", job=job.name, steps=len(out.steps), start_s=t, cause=out.cause, cut_s=out.cut_s)
+        self.steady[job.job_id] = (ref, tuple(n for n, _ in runner.collective_calls))
         if job.state not in (State.RUNNING, State.CHECKPOINTING):  # cancelled: as in the per-step loop, the
             return dataclasses.replace(out, steps=out.steps[:-1])  # step in progress does not count
         return out

@@ -23,6 +23,12 @@ the job's own checkpoint state machine takes them (:func:`window_plan`). Anythin
 fails mid-window (a peer unavailable) unbooks the whole window on the chips and cuts the fabric's,
 so the per-step path retries from the window's start: nothing of a window is accounted before it
 ends, and then every step of it is accounted (and shown by ``watch``, GetJob and the trace) one by one.
+
+A window is tried once the last two steps are alike (the same compute, energy and call times). The steady
+step is the one the fabric runs the pattern in alone: concurrent calls reach the fabric in a different
+order each step, so load-aware routing may make two of them collide on a link in one step and not in the
+next. When the reference's collective durations are not those, the fabric answers with the durations alone
+(``alone_s``) and the window is asked again with them (:func:`alone_reference`).
 """
 
 from __future__ import annotations
@@ -52,16 +58,42 @@ SAME_REL = 1e-9  # two steps are "the same" when their times agree this closely
 MIN_WINDOW = 2  # fewer steps than this run through the per-step path
 
 
-def same_step(a: StepResult, b: StepResult) -> bool:
-    """Whether ``b`` repeats ``a``: the same step time, compute, energy and collective durations."""
+def alike(a: StepResult, b: StepResult) -> bool:
+    """Whether ``b`` is ``a`` but for how long its collectives took: the same compute, energy and call times.
+    (A job whose calls arrive at the fabric in another order each step may route them differently and collide
+    on a link in one step and not the next; the window then asks the fabric for the step as it runs alone.)"""
     def close(x: float, y: float) -> bool:
         return abs(x - y) <= SAME_REL * max(abs(x), abs(y), 1e-12)
-    if len(a.calls) != len(b.calls):
-        return False
-    return (close(a.breakdown.step_time_s, b.breakdown.step_time_s) and close(a.chip_s, b.chip_s)
-            and close(a.above_idle_j, b.above_idle_j)
-            and all(close(x1 - x0, y1 - y0) and close(x0 - a.start_s, y0 - b.start_s)
-                    for (x0, x1), (y0, y1) in zip(a.calls, b.calls, strict=True)))
+    return (len(a.calls) == len(b.calls) and close(a.chip_s, b.chip_s) and close(a.above_idle_j, b.above_idle_j)
+            and all(close(x0 - a.start_s, y0 - b.start_s) for (x0, _), (y0, _) in zip(a.calls, b.calls, strict=True)))
+
+
+class NotSteady(Exception):
+    """The fabric refused a window because its pattern alone takes other durations than the reference step's:
+    ``alone_s`` are those durations (one per collective call)."""
+
+    def __init__(self, alone_s: tuple[float, ...]) -> None:
+        super().__init__("the step alone differs from the reference")
+        self.alone_s = alone_s
+
+
+def step_from(runner: JobRunner, ref: StepResult, start_s: float, starts: list[float],
+              ends: list[float], sel: list[int] | None = None) -> StepResult:
+    """``ref``'s compute with collective calls ``sel`` (all if None) run from ``starts`` to ``ends``, timed as
+    the per-step path times a step (scheduler/step_comm.py: each demand's samples, longest call per sample)."""
+    names = [n for n, _ in runner.collective_calls]
+    idx = list(range(len(names))) if sel is None else sel
+    plan = runner.job.plan
+    comm = step_comm.demand_s(plan, step_comm.per_call_s([names[i] for i in idx],
+                                                         [runner.call_samples[i] for i in idx], starts, ends))
+    bd = compose_step(plan, ref.chip_s, comm)
+    return StepResult(start_s, bd, ref.above_idle_j, comm, tuple(zip(starts, ends, strict=True)), ref.chip_s)
+
+
+def alone_reference(runner: JobRunner, ref: StepResult, alone_s: tuple[float, ...]) -> StepResult:
+    """``ref`` with its collectives taking ``alone_s`` (the fabric's run of the step alone)."""
+    starts = [a for a, _ in ref.calls]
+    return step_from(runner, ref, ref.start_s, starts, [a + d for a, d in zip(starts, alone_s, strict=True)])
 
 
 def shifted(ref: StepResult, start_s: float) -> StepResult:
@@ -186,6 +218,8 @@ async def _run(w: _Open, runner: JobRunner, ref: StepResult, interrupted: Callab
     grant = await fab.read()
     if not grant.granted:
         log.debug("window not granted", job=job.name, refused=grant.refused)
+        if len(grant.alone_s) == len(runner.collective_calls):
+            raise NotSteady(tuple(grant.alone_s))
         return None
     w.name = grant.name
     items = runner.work_items()
@@ -246,18 +280,11 @@ async def _finish_step(runner: JobRunner, ref: StepResult, start_s: float,
                        flows: list[fabric_pb2.WindowFlow]) -> StepResult:
     """The step a cut fell in: its compute as booked, its collectives as run alone before the cut and as
     real flows (sharing the links) after it; returns when it ends in virtual time."""
-    names = [n for n, _ in runner.collective_calls]
     starts = [f.start_s for f in flows]
     ends = [f.end_s for f in flows]
     live = [i for i, f in enumerate(flows) if f.flow]
     for i, end in zip(live, await runner.flow_ends([flows[i].flow for i in live]), strict=True):
         ends[i] = end
-    plan = runner.job.plan
-    # timed as the per-step path does (scheduler/step_comm.py): each demand's samples, longest call per sample
-    sel = [f.index for f in flows]
-    comm = step_comm.demand_s(plan, step_comm.per_call_s([names[i] for i in sel],
-                                                         [runner.call_samples[i] for i in sel], starts, ends))
-    bd = compose_step(plan, ref.chip_s, comm)
-    await runner.clock.sleep_until(start_s + bd.step_time_s)
-    calls = tuple(zip(starts, ends, strict=True))
-    return StepResult(start_s, bd, ref.above_idle_j, comm, calls, ref.chip_s)
+    res = step_from(runner, ref, start_s, starts, ends, [f.index for f in flows])
+    await runner.clock.sleep_until(res.end_s)
+    return res

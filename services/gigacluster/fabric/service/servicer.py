@@ -210,8 +210,9 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         windows = self.driver.windows
         iso = await self.driver.isolated(pattern)
         refused = windows.refusal(pattern, iso, request.period_s)
-        if refused:
-            yield fabric_pb2.ReserveWindowResponse(granted=False, refused=refused, final=True)
+        if refused:  # with the durations alone when those differ: the caller may ask again with them
+            alone = iso.durations_s if windows.mismatch(pattern, iso) is not None else ()
+            yield fabric_pb2.ReserveWindowResponse(granted=False, refused=refused, final=True, alone_s=alone)
             return
         self.charge_bytes(cap.tenant, float(sum(c.bytes_ * c.groups * c.ranks.size for c in pattern)) * request.repeat)
         win = windows.grant(tenant=f"tenants/{cap.tenant}", instance=cap.instance, tag=request.tag, pattern=pattern,

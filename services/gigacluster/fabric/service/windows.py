@@ -54,11 +54,12 @@ class PatternCollective:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IsolatedStep:
-    """One step of a pattern run alone: each collective's duration, and the links and bytes each moves."""
+    """One step of a pattern run alone: each collective's duration, the links it uses and the bytes one step
+    moves on each (what a window of whole steps credits)."""
 
     durations_s: tuple[float, ...]
-    link_bytes: tuple[tuple[np.ndarray, np.ndarray], ...]  # per collective: (link ids, bytes on each)
     links: np.ndarray  # every link the pattern uses
+    step_bytes: np.ndarray  # bytes one step moves on each of ``links``
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -107,16 +108,23 @@ def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedSt
         if failed:
             raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
         durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
-    per = []
-    for c in pattern:  # the bytes each collective moves on each link (contention does not change them)
+    b = scratch.link_stats().bytes_carried
+    links = np.flatnonzero(b > 0)
+    return IsolatedStep(tuple(durations), links, b[links])
+
+
+def collective_bytes(ls: LinkState, pattern: list[PatternCollective]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(link ids, bytes) each collective of ``pattern`` moves in one step, each run alone under ``ls`` (only a
+    cut that splits a step needs them: a window of whole steps credits :attr:`IsolatedStep.step_bytes`)."""
+    out = []
+    for c in pattern:
         alone = _scratch(ls)
         _start(alone, c, 0.0)
         alone.run_until_idle()
         b = alone.link_stats().bytes_carried
         ids = np.flatnonzero(b > 0)
-        per.append((ids, b[ids]))
-    links = np.unique(np.concatenate([ids for ids, _ in per])) if per else np.empty(0, np.int64)
-    return IsolatedStep(tuple(durations), tuple(per), links)
+        out.append((ids, b[ids]))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +149,7 @@ class Window:
     tag: str
     pattern: list[PatternCollective]
     iso: IsolatedStep
+    link_state: LinkState  # the links' state the window was granted under (a cut splitting a step needs it)
     cadence: Cadence  # when each step starts (a period, and checkpoint pauses: model/cadence.py)
     repeat: int
     final: bool = False
@@ -188,14 +197,16 @@ def cut_plan(win: Window, t: float) -> tuple[int, list[StepFlow]]:
 def credit(win: Window, steps: int, flows: list[StepFlow]) -> tuple[np.ndarray, np.ndarray]:
     """(link ids, bytes) that ``steps`` whole steps moved, plus what the collectives of the step in progress
     moved before the cut (all of one that ended, the share sent of one in flight)."""
-    n = np.full(len(win.pattern), float(steps))
+    whole = (win.iso.links, win.iso.step_bytes * steps)
+    if not flows:
+        return whole
+    part = np.zeros(len(win.pattern))
     for f in flows:
         full = win.pattern[f.index].bytes_
-        n[f.index] += 1.0 if f.end_s > 0 else (full - f.bytes_) / full
-    if not win.iso.link_bytes:
-        return np.empty(0, np.int64), np.empty(0)
-    return (np.concatenate([ids for ids, _ in win.iso.link_bytes]),
-            np.concatenate([b * k for (_, b), k in zip(win.iso.link_bytes, n, strict=True)]))
+        part[f.index] = 1.0 if f.end_s > 0 else (full - f.bytes_) / full
+    per = collective_bytes(win.link_state, win.pattern)
+    return (np.concatenate([whole[0], *(ids for ids, _ in per)]),
+            np.concatenate([whole[1], *(b * k for (_, b), k in zip(per, part, strict=True))]))
 
 
 class WindowBook:
@@ -230,12 +241,22 @@ class WindowBook:
             self.remember(key, iso)
         return iso
 
+    @staticmethod
+    def mismatch(pattern: list[PatternCollective], iso: IsolatedStep) -> int | None:
+        """The index of the first collective whose alone duration is not the caller's reference (None: all match)."""
+        for i, (c, d) in enumerate(zip(pattern, iso.durations_s, strict=True)):
+            if abs(d - c.expected_s) > MATCH_REL * max(c.expected_s, 1e-9):
+                return i
+        return None
+
     def refusal(self, pattern: list[PatternCollective], iso: IsolatedStep, period_s: float) -> str:
         """Why a window of ``pattern`` cannot be granted now ('' if it can)."""
+        i = self.mismatch(pattern, iso)
+        if i is not None:
+            c, d = pattern[i], iso.durations_s[i]
+            return (f"the {c.op} at offset {c.offset_s:.6g} s takes {d:.6g} s alone, the reference step "
+                    f"{c.expected_s:.6g} s: the step is not in a steady state")
         for c, d in zip(pattern, iso.durations_s, strict=True):
-            if abs(d - c.expected_s) > MATCH_REL * max(c.expected_s, 1e-9):
-                return (f"the {c.op} at offset {c.offset_s:.6g} s takes {d:.6g} s alone, the reference step "
-                        f"{c.expected_s:.6g} s: the step is not in a steady state")
             if c.offset_s + d > period_s * (1 + MATCH_REL):
                 return f"the {c.op} at offset {c.offset_s:.6g} s ends after the step ({period_s:.6g} s)"
         if iso.links.size and self._held[iso.links].any():
@@ -246,7 +267,8 @@ class WindowBook:
 
     def grant(self, *, tenant: str, instance: str, tag: str, pattern: list[PatternCollective], iso: IsolatedStep,
               cadence: Cadence) -> Window:
-        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, cadence, cadence.repeat)
+        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, LinkState.of(self.sim),
+                     cadence, cadence.repeat)
         self.windows[win.name] = win
         self._held[iso.links] += 1
         self._publish_held()

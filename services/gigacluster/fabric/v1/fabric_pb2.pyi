@@ -363,7 +363,7 @@ class WindowFlow(_message.Message):
     def __init__(self, index: _Optional[int] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., flow: _Optional[str] = ...) -> None: ...
 
 class ReserveWindowResponse(_message.Message):
-    __slots__ = ("name", "granted", "refused", "steps", "end_s", "final", "cause", "cut_s", "step_flows")
+    __slots__ = ("name", "granted", "refused", "steps", "end_s", "final", "cause", "cut_s", "step_flows", "alone_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +373,7 @@ class ReserveWindowResponse(_message.Message):
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     CUT_S_FIELD_NUMBER: _ClassVar[int]
     STEP_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    ALONE_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     granted: bool
     refused: str
@@ -382,7 +383,8 @@ class ReserveWindowResponse(_message.Message):
     cause: str
     cut_s: float
     step_flows: _containers.RepeatedCompositeFieldContainer[WindowFlow]
-    def __init__(self, name: _Optional[str] = ..., granted: _Optional[bool] = ..., refused: _Optional[str] = ..., steps: _Optional[int] = ..., end_s: _Optional[float] = ..., final: _Optional[bool] = ..., cause: _Optional[str] = ..., cut_s: _Optional[float] = ..., step_flows: _Optional[_Iterable[_Union[WindowFlow, _Mapping]]] = ...) -> None: ...
+    alone_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., granted: _Optional[bool] = ..., refused: _Optional[str] = ..., steps: _Optional[int] = ..., end_s: _Optional[float] = ..., final: _Optional[bool] = ..., cause: _Optional[str] = ..., cut_s: _Optional[float] = ..., step_flows: _Optional[_Iterable[_Union[WindowFlow, _Mapping]]] = ..., alone_s: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CutWindowRequest(_message.Message):
     __slots__ = ("name", "at_s")
