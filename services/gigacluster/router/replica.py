@@ -32,6 +32,7 @@ from gigacluster.errors import DomainError
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.policies import ReplicaView
 from gigacluster.inference.request import Iteration
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.reporting import TOKEN_REFUSED, WorkReporter  # noqa: F401  (TOKEN_REFUSED: re-exported)
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
@@ -156,7 +157,7 @@ class Lease:
 class Stream:
     """Where a request's tokens go, and what the router recorded for it."""
 
-    queue: asyncio.Queue[TokenEvent | Exception]
+    queue: TokenBox  # its events on their way to the writer (router/pacing.py)
     req: Request
     owner: Replica
     last_token_s: float = float("nan")
