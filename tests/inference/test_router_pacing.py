@@ -115,3 +115,21 @@ def test_pacing_bounds_are_checked() -> None:
         RouterConfig(stream_messages_per_s=-1)
     with pytest.raises(ConfigError):
         RouterConfig(stream_max_hold_s=2.0)
+
+
+async def test_reports_wait_out_the_interval_so_iterations_batch() -> None:
+    """With report_interval_s, iterations added while a report is in flight or its interval runs go in one
+    next call: a busy replica books a few calls a second, not one per round trip."""
+    from tests.inference.test_router_units import _iterations, _replica
+
+    rep, chip = await _replica(None)
+    rep.lease.token = "new"
+    rep.reporter.interval_s = 0.02
+    its = _iterations(5)
+    rep.reporter.add(*its[0])
+    await asyncio.sleep(0)  # the first call goes out at once
+    for it, start in its[1:]:
+        rep.reporter.add(it, start)
+    await rep.reporter.drain()
+    assert chip.calls == [1, 4] and rep.reporter.error is None
+    await rep.channel.close()

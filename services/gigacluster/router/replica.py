@@ -182,7 +182,7 @@ def replica_memory_bytes(engine: ReplicaEngine) -> int:
 class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
                  endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5,
-                 report_max_iterations: int = 1024,
+                 report_max_iterations: int = 1024, report_interval_s: float = 0.0,
                  shards: list[tuple[str, list[tuple[int, int]]]] | None = None) -> None:
         self.index = index
         self.engine = ReplicaEngine(cfg)
@@ -217,7 +217,8 @@ class Replica:
         self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
         self._idle_report: asyncio.Future[None] | None = None
         self.reporter = WorkReporter(self._report_target, self._on_reported, self.wake.set,
-                                     max_batch=report_max_iterations, tag=lambda: self.instance)
+                                     max_batch=report_max_iterations, tag=lambda: self.instance,
+                                     interval_s=report_interval_s)
 
     @property
     def role(self) -> str:

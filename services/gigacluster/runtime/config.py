@@ -305,6 +305,8 @@ class RouterConfig(CommonConfig):
     stream_max_hold_s: float = _f(0.05, "longest a stream message waits for more tokens under that budget")
     report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
                                           "(at most the shards' max_report_iterations)")
+    report_interval_s: float = _f(0.05, "wall seconds between a replica's ReportWork calls at the most: under load "
+                                        "each carries the iterations of this long (wall clock only)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
     frontends: int = _f(0, "front-end processes sharing the router's gRPC and HTTP ports (SO_REUSEPORT): each "
@@ -329,6 +331,8 @@ class RouterConfig(CommonConfig):
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
         if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
+        if not 0 <= self.report_interval_s <= 10:
+            raise ConfigError(f"report_interval_s must be in [0, 10], got {self.report_interval_s}")
         if not (self.stream_messages_per_s >= 0 and 0 <= self.stream_max_hold_s <= 1):
             raise ConfigError("stream_messages_per_s must be >= 0 and stream_max_hold_s in [0, 1]")
         if not 0 <= self.frontends <= 64:
