@@ -133,3 +133,19 @@ async def test_reports_wait_out_the_interval_so_iterations_batch() -> None:
     await rep.reporter.drain()
     assert chip.calls == [1, 4] and rep.reporter.error is None
     await rep.channel.close()
+
+
+@pytest.mark.parametrize("kind", ["text_completion", "chat.completion"])
+def test_pre_rendered_sse_chunks_are_the_same_bytes(kind: str) -> None:
+    """A middle chunk's pre-rendered server-sent event is byte for byte the event built from its object."""
+    from types import SimpleNamespace
+
+    from gigacluster.router.generation import Chunk
+    from gigacluster.router.http import _Format
+
+    fmt = _Format(kind, SimpleNamespace(request_id="r\\1", generated=3, prompt_tokens=7), 'm"é')  # type: ignore[arg-type]
+    for c in (Chunk("r", 1, [5, 6], 'a"b\\né✓', 0.1 + 0.2, "d/replicas/0"), Chunk("r", 2, [7], "", 1e-7, "x")):
+        assert fmt.chunk_sse(c) == fmt.sse(fmt.chunk(c))
+    fmt.continuous = True  # usage on every chunk: built from the object
+    c = Chunk("r", 1, [5], "t", 0.5, "d/replicas/0")
+    assert fmt.chunk_sse(c) == fmt.sse(fmt.chunk(c))
