@@ -149,3 +149,29 @@ def test_pre_rendered_sse_chunks_are_the_same_bytes(kind: str) -> None:
     fmt.continuous = True  # usage on every chunk: built from the object
     c = Chunk("r", 1, [5], "t", 0.5, "d/replicas/0")
     assert fmt.chunk_sse(c) == fmt.sse(fmt.chunk(c))
+
+
+def test_a_front_end_paces_the_cores_link_events_alike() -> None:
+    """A front end's pacer reads LinkEvents: an error or a finished chunk is never held, a middle chunk is."""
+    from gigacluster.router.v1 import frontend_pb2, router_pb2
+
+    clock = VirtualClock.starting_now()
+    p = Pacer(clock, lambda: 20, 1000.0, 0.05, 0.005, 0.0,
+              final=lambda ev: bool(ev.error_code or ev.chunk.finish_reason), time_of=lambda ev: float(ev.chunk.time_s))
+    mid = frontend_pb2.LinkEvent(stream=1, chunk=router_pb2.GenerateResponse(token_ids=[5], time_s=clock.now()))
+    last = frontend_pb2.LinkEvent(stream=1, chunk=router_pb2.GenerateResponse(token_ids=[6], finish_reason="length"))
+    err = frontend_pb2.LinkEvent(stream=1, error_code="UNAVAILABLE")
+    assert p.hold_s([mid]) == pytest.approx(0.02)
+    assert p.hold_s([mid, last]) == 0.0 and p.hold_s([mid, err]) == 0.0
+
+
+async def test_the_load_client_counts_the_messages_tokens_came_in() -> None:
+    """The load client's result says how many stream messages carried its tokens (tokens per message)."""
+    from gigacluster.loadtest.drivers import Result, Timebase, _Tokens
+
+    r = Result(0, 0.0)
+    tok = _Tokens(r, 0.0, Timebase())
+    tok.chunk(1, 0.5)
+    tok.chunk(3, 0.6)
+    tok.chunk(0, 0.7)  # an event without tokens (usage) is no token message
+    assert (r.tokens, r.chunks) == (4, 2)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from gigacluster.inference.engine import TokenEvent
 from gigacluster.runtime.clock import VirtualClock
 
 
@@ -38,36 +38,38 @@ class Pacer:
     max_hold_s: float = 0.05  # ... never holding a message longer than this after the last
     lag_s: float = 0.005  # a stream this far behind its virtual time ...
     behind_hold_s: float = 0.0  # ... holds each message at least this long (0: never)
+    # What the stream's events are: the last (or an error), and their virtual time. By default a replica's
+    # TokenEvents and exceptions; a front end's are the core's LinkEvents.
+    final: Callable[[Any], bool] = lambda ev: isinstance(ev, Exception) or ev.finished
+    time_of: Callable[[Any], float] = lambda ev: float(ev.time_s)
 
-    def hold_s(self, pending: Sequence[TokenEvent | Exception]) -> float:
+    def hold_s(self, pending: Sequence[Any]) -> float:
         """Wall seconds the next message of a stream with ``pending`` events may wait after its last one
         (0 when one of them is the last token or an error)."""
-        for ev in pending:
-            if isinstance(ev, Exception) or ev.finished:
-                return 0.0
+        if not pending or any(self.final(ev) for ev in pending):
+            return 0.0
         hold = min(self.max_hold_s, self.open_streams() / self.messages_per_s) if self.messages_per_s > 0 else 0.0
-        first = pending[0] if pending else None
-        if (self.behind_hold_s > hold and isinstance(first, TokenEvent)
-                and self.clock.lag_wall_s(first.time_s) > self.lag_s):
+        if self.behind_hold_s > hold and self.clock.lag_wall_s(self.time_of(pending[0])) > self.lag_s:
             hold = self.behind_hold_s
         return hold
 
 
 class TokenBox:
-    """A request's events on their way to its writer (in place of an ``asyncio.Queue``): replicas
-    :meth:`put_nowait`, the writer awaits :meth:`take` for everything pending, paced by ``pacer``."""
+    """A request's events on their way to its writer (in place of an ``asyncio.Queue``): replicas (or a front
+    end's link reader) :meth:`put_nowait`, the writer awaits :meth:`take` for everything pending, paced by
+    ``pacer``."""
 
     __slots__ = ("_last_s", "_timer", "_waiter", "items", "pacer", "sent")
 
     def __init__(self, pacer: Pacer | None = None) -> None:
-        self.items: list[TokenEvent | Exception] = []
+        self.items: list[Any] = []
         self.pacer = pacer
         self.sent = 0  # messages taken so far
         self._last_s = 0.0  # loop time of the last take
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def put_nowait(self, ev: TokenEvent | Exception) -> None:
+    def put_nowait(self, ev: Any) -> None:
         self.items.append(ev)
         w = self._waiter
         if w is not None and not w.done():
@@ -76,7 +78,7 @@ class TokenBox:
     def empty(self) -> bool:
         return not self.items
 
-    def get_nowait(self) -> TokenEvent | Exception:
+    def get_nowait(self) -> Any:
         """The oldest pending event (as ``asyncio.Queue``'s, for code moving a stream elsewhere)."""
         if not self.items:
             raise asyncio.QueueEmpty
@@ -105,7 +107,7 @@ class TokenBox:
         if not w.done():
             self._arm(w)  # pending events may have changed the hold meanwhile
 
-    async def take(self) -> list[TokenEvent | Exception]:
+    async def take(self) -> list[Any]:
         """Everything pending, once the first message, the last token, an error or the pacer's hold is due."""
         loop = asyncio.get_running_loop()
         if self.delay_s(loop.time()) > 0:
