@@ -175,3 +175,14 @@ async def test_the_load_client_counts_the_messages_tokens_came_in() -> None:
     tok.chunk(3, 0.6)
     tok.chunk(0, 0.7)  # an event without tokens (usage) is no token message
     assert (r.tokens, r.chunks) == (4, 2)
+
+
+def test_a_body_with_few_brackets_skips_the_depth_scan_and_a_deep_one_is_refused() -> None:
+    """Bracket counting bounds the depth: a shallow body parses, one nested past the bound is still refused."""
+    from gigacluster.errors import InvalidArgument
+    from gigacluster.router.openai_body import parse_json_body
+
+    assert parse_json_body(b'{"prompt": [1, 2, 3]}', 2)["prompt"] == [1, 2, 3]  # 2 openers: no scan
+    assert parse_json_body(b'{"prompt": [1, 2, 3], "s": "[[[[["}', 2)["s"] == "[[[[["  # scanned: strings skipped
+    with pytest.raises(InvalidArgument):
+        parse_json_body(b'{"a": [[[1]]]}', 3)

@@ -72,7 +72,8 @@ class TokenBox:
     def put_nowait(self, ev: Any) -> None:
         self.items.append(ev)
         w = self._waiter
-        if w is not None and not w.done():
+        # A hold already timed stays as it is unless this event ends the stream (the common case: one check).
+        if w is not None and not w.done() and (self._timer is None or self.pacer is None or self.pacer.final(ev)):
             self._arm(w)
 
     def empty(self) -> bool:
@@ -98,6 +99,9 @@ class TokenBox:
         loop = w.get_loop()
         d = self.delay_s(loop.time())
         if d <= 0:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             w.set_result(None)
         elif self._timer is None:
             self._timer = loop.call_later(d, self._due, w)
