@@ -24,10 +24,10 @@ from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
 from gigacluster.router.generation import Generation
-from gigacluster.router.pacing import TokenBox
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
 from gigacluster.router.overload import Overload
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
