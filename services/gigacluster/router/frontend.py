@@ -131,6 +131,8 @@ class FrontendService(Service[RouterConfig]):
         super().__init__(config)
         self.auth = self.broker_auth()
         self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s)
+        # (Its clock starts after the core's unless clock_epoch is set: the "behind" hold may then start late,
+        # never early; the message budget does not depend on it.)
         self.pacer = Pacer(self.clock, lambda: self.overload.open, config.stream_messages_per_s,
                            config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s,
                            final=lambda ev: bool(ev.error_code or ev.chunk.finish_reason),
