@@ -90,7 +90,7 @@ async def _drive(proto: str, rate: float, seconds: float, seed: int, target: run
     for r in run.results:
         rows.append((r.status, r.ttft_s - r.send_lag_s, r.virtual_ttft_s, r.e2e_s - r.send_lag_s,
                      getattr(r, "virtual_e2e_s", math.nan),  # absent from older load clients
-                     r.send_lag_s, r.e2e_s, r.detail[:80]))
+                     r.send_lag_s, r.e2e_s, r.detail[:80], getattr(r, "chunks", 0), r.tokens))
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"rows": rows, "cpu_s": cpu, "wall_s": wall, "window": window}
 
@@ -151,6 +151,7 @@ async def phase(st: Stack, key: str, proto: str, rate: float, args: argparse.Nam
             "ttft_p50": _pct(ttft_over, 50), "ttft_p99": _pct(ttft_over, 99),
             "e2e_p50": _pct(e2e_over, 50), "e2e_p99": _pct(e2e_over, 99),
             "send_lag_p99": _pct([r[5] * 1e3 for r in rows], 99),
+            "tokens_per_msg": sum(r[9] for r in ok) / max(1, sum(r[8] for r in ok)),
             "router_cpu": _share(samples, "router", w0, w1), "frontends_cpu": _share(samples, "frontends", w0, w1),
             "load": os.getloadavg()[0], "chip_cpu": _share(samples, "chip", w0, w1),
             "client_cpu": _share(samples, "client", w0, w1),
@@ -170,7 +171,7 @@ def row(r: dict[str, Any]) -> str:
             f"{r['ttft_p50']:.1f} | "
             f"{r['ttft_p99']:.1f} | {r['e2e_p50']:.1f} | {r['e2e_p99']:.1f} | {r['router_cpu']:.0%} | "
             f"{r['frontends_cpu']:.0%} | {cpu_per_request_ms(r):.2f} | {r['chip_cpu']:.0%} | {r['client_cpu']:.0%} | "
-            f"{r['load']:.1f} |")
+            f"{r['load']:.1f} | {r['tokens_per_msg']:.1f} |")
 
 
 def cpu_per_request_ms(r: dict[str, Any]) -> float:
@@ -181,8 +182,8 @@ def cpu_per_request_ms(r: dict[str, Any]) -> float:
 
 HEAD = ("| build | protocol | offered req/s | sent | ok | other statuses | TTFT overhead p50 ms | p99 ms | "
         "latency overhead p50 ms | p99 ms | router CPU | of which front ends | router CPU ms/request | chip CPU | "
-        "load client CPU | load avg |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "load client CPU | load avg | tokens per message |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 async def start_stack(tmp: pathlib.Path, env: dict[str, str], replicas: int, max_queue: int) -> tuple[Stack, str]:

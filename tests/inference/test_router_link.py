@@ -17,6 +17,7 @@ from gigacluster.router.frontends import reserve_port
 from gigacluster.router.generation import Generation
 from gigacluster.router.link import CoreLink, Outbox, domain_error, error_event, read_frame
 from gigacluster.router.messages import chunk_of, merged
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.v1 import frontend_pb2, router_pb2
 from gigacluster.runtime.config import ConfigError, RouterConfig
 
@@ -64,7 +65,7 @@ class _Stream:
     """A replica stream's surface for Generation: the queue the replica fills, and close (client gone)."""
 
     def __init__(self, rid: str) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queue = TokenBox()
         self.req = types.SimpleNamespace(id=rid)
         self.owner = types.SimpleNamespace(index=0)
         self.prefill_replica = -1

@@ -23,10 +23,11 @@ from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, 
 from gigacluster.inference.policies import make_policy
 from gigacluster.model.arch import preset
 from gigacluster.router.deployment import Lease, LiveDeployment, Replica, ReplicaFailed, Stream
-from gigacluster.router.generation import Coalesce, Generation
+from gigacluster.router.generation import Generation
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
 from gigacluster.router.overload import Overload
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
@@ -355,7 +356,7 @@ async def test_dropped_requests_end_with_a_retryable_error() -> None:
     rep, _ = await _replica(None)
     req = Request("r1", np.arange(32), 4)
     rep.engine.admit(req, 0.0)
-    stream = Stream(asyncio.Queue(), req, rep)
+    stream = Stream(TokenBox(), req, rep)
     rep.streams[req.id] = stream
     rep._drop_all("replica 0 lost its chips; the request was dropped: retry it")
     err = stream.queue.get_nowait()
@@ -542,24 +543,13 @@ async def test_tokens_that_piled_up_go_out_as_one_message() -> None:
     dep = _dep(svc, "tenants/alice", "m")
     release = svc.admission.overload.admit()
     req = Request("r1", np.arange(8), 3)
-    stream = Stream(asyncio.Queue(), req, SimpleNamespace(index=0))  # type: ignore[arg-type]
+    stream = Stream(TokenBox(), req, SimpleNamespace(index=0))  # type: ignore[arg-type]
     gen = Generation(dep, stream, svc.admission.tokenizer(dep.cfg.arch.vocab), 8, release=release)
     for i, tok in enumerate((300, 301, 302)):
         stream.queue.put_nowait(TokenEvent("r1", i, tok, 0.01 * i, finished=i == 2, finish_reason="length"))
     got = [c async for c in gen.chunks()]
     assert len(got) == 1 and got[0].token_ids == [300, 301, 302] and got[0].finish_reason == "length"
     assert svc.admission.overload.open == 0
-
-
-def test_only_late_tokens_that_are_not_the_last_are_held() -> None:
-    """A token going out behind its virtual time is held for more (unless it is the last); one on time is not."""
-    clock = VirtualClock.starting_now()
-    co = Coalesce(clock, lag_s=0.005, hold_s=0.01)
-    now = clock.now()
-    assert co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=False))
-    assert not co.behind(TokenEvent("r", 3, 300, now - 0.5, finished=True))
-    assert not co.behind(TokenEvent("r", 3, 300, now + 0.5, finished=False))
-    assert not co.behind(ReplicaFailed("gone"))
 
 
 async def test_a_rate_limited_report_is_sent_again_not_a_failure() -> None:

@@ -75,6 +75,7 @@ class Result:
     ttft_s: float = math.nan
     e2e_s: float = math.nan
     tokens: int = 0
+    chunks: int = 0  # stream messages (gRPC responses, SSE token events) the tokens came in
     itl_s: list[float] = dataclasses.field(default_factory=list)  # per token, from chunk gaps
     virtual_ttft_s: float = math.nan  # the server's own (virtual-clock) TTFT
     virtual_e2e_s: float = math.nan  # the server's own (virtual-clock) end-to-end latency
@@ -108,6 +109,7 @@ class _Tokens:
             self.r.itl_s.extend([(now - self.last) / n_tokens] * n_tokens)
         self.last = now
         self.r.tokens += n_tokens
+        self.r.chunks += 1
 
     def done(self) -> None:
         self.r.e2e_s = (self.last if self.tb.virtual and not math.isnan(self.last) else self.tb.now()) - self.t0

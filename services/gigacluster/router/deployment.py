@@ -29,6 +29,7 @@ from gigacluster.inference.engine import Handoff, ReplicaConfig, Request, TokenE
 from gigacluster.inference.errors import AdmissionError
 from gigacluster.inference.metrics import ServingMetrics
 from gigacluster.inference.policies import RoutingPolicy
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.replica import (  # noqa: F401  (re-exported: the deployment's parts)
     HEAL_FIRST_PROBE_S,
     REFRESH_FRACTION,
@@ -209,7 +210,7 @@ class LiveDeployment:
             self.metrics.record_rejected()
             raise
         self.policy.on_routed(req, pick.index)
-        stream = Stream(asyncio.Queue(), req, pick, prefill_replica=pick.index if self.disaggregated else -1)
+        stream = Stream(TokenBox(), req, pick, prefill_replica=pick.index if self.disaggregated else -1)
         pick.streams[req.id] = stream
         for shed_req, err in pick.engine.drain_shed():
             self.metrics.record_rejected(shed=True)

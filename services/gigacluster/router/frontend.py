@@ -37,6 +37,7 @@ from gigacluster.router.link import Outbox, domain_error, read_frame
 from gigacluster.router.manager import find_visible
 from gigacluster.router.messages import chunk_of, generate_args, generate_request, merged
 from gigacluster.router.overload import Overload
+from gigacluster.router.pacing import Pacer, TokenBox
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime.auth import Principal
@@ -86,7 +87,7 @@ class RemoteGeneration:
         self.fe = fe
         self.stream = stream
         self.request_id = request_id
-        self.queue: asyncio.Queue[frontend_pb2.LinkEvent] = asyncio.Queue()
+        self.queue = TokenBox(fe.pacer)  # the core's events for it, paced as the core paces its own streams
         self._release = release
         self.done = False
         self.generated = 0
@@ -94,12 +95,9 @@ class RemoteGeneration:
 
     async def responses(self) -> AsyncIterator[router_pb2.GenerateResponse]:
         """The request's chunks (those that piled up merged) until the last; raises the core's domain error."""
-        q = self.queue
         try:
             while not self.done:
-                evs = [await q.get()]
-                while not q.empty():
-                    evs.append(q.get_nowait())
+                evs = await self.queue.take()
                 for ev in evs:
                     if ev.error_code:
                         self.done = True  # the core has dropped it already
@@ -133,6 +131,12 @@ class FrontendService(Service[RouterConfig]):
         super().__init__(config)
         self.auth = self.broker_auth()
         self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s)
+        # (Its clock starts after the core's unless clock_epoch is set: the "behind" hold may then start late,
+        # never early; the message budget does not depend on it.)
+        self.pacer = Pacer(self.clock, lambda: self.overload.open, config.stream_messages_per_s,
+                           config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s,
+                           final=lambda ev: bool(ev.error_code or ev.chunk.finish_reason),
+                           time_of=lambda ev: float(ev.chunk.time_s))
         self.link_path, self.secret, self.index = link_path, secret, index
         self.core_channel = open_channel(core)
         self.core = router_pb2_grpc.RouterServiceStub(self.core_channel)

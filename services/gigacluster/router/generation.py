@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -18,8 +17,9 @@ from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model.arch import ModelArch
 from gigacluster.router.deployment import LiveDeployment, ReplicaFailed, Stream
 from gigacluster.router.overload import Overload
+from gigacluster.router.pacing import Pacer
 from gigacluster.runtime.auth import Principal
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.config import RouterConfig
 
 
@@ -39,26 +39,6 @@ class Chunk:
     kv_transfer_bytes: float = 0.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Coalesce:
-    """When a stream's tokens go out more than ``lag_s`` (wall) behind their virtual time, hold each message
-    after the first ``hold_s`` for the tokens behind it: a router that fell behind sends fewer, fuller
-    messages (each costs it a write) instead of falling further behind. TTFT is never held."""
-
-    clock: VirtualClock
-    lag_s: float
-    hold_s: float
-
-    def behind(self, ev: TokenEvent | Exception) -> bool:
-        """``ev`` is a token (not the last) going out more than ``lag_s`` after its virtual time."""
-        return (isinstance(ev, TokenEvent) and not ev.finished
-                and self.clock.lag_wall_s(ev.time_s) > self.lag_s)
-
-    async def hold(self, ev: TokenEvent | Exception) -> None:
-        if self.behind(ev):
-            await asyncio.sleep(self.hold_s)
-
-
 class Generation:
     """A routed request: iterate :meth:`chunks` for its tokens. Used by gRPC Generate and the HTTP API.
 
@@ -68,9 +48,9 @@ class Generation:
 
     def __init__(self, dep: LiveDeployment, stream: Stream, tok: Tokenizer, prompt_tokens: int,
                  stop_chars: int | None = None, release: Callable[[], None] = lambda: None,
-                 coalesce: Coalesce | None = None) -> None:
+                 pacer: Pacer | None = None) -> None:
         self.dep = dep
-        self.coalesce = coalesce
+        stream.queue.pacer = pacer
         self._release = release  # gives back the router-wide stream slot (idempotent)
         self.stream = stream
         self.tok = tok
@@ -86,12 +66,7 @@ class Generation:
         st = self.stream
         try:
             while not self.done:
-                batch = [await st.queue.get()]
-                if self.generated and self.coalesce is not None:
-                    await self.coalesce.hold(batch[0])
-                while not st.queue.empty():
-                    batch.append(st.queue.get_nowait())
-                yield self.take(batch)
+                yield self.take(await st.queue.take())  # everything pending, paced (router/pacing.py)
         finally:
             self._release()
             if not self.done:
@@ -139,8 +114,10 @@ class Admission:
                  find: Callable[[Principal, str], LiveDeployment]) -> None:
         self.config = config
         self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s)
-        self._coalesce = (Coalesce(clock, config.coalesce_lag_s, config.coalesce_hold_s)
-                          if config.coalesce_hold_s > 0 else None)
+        # Pacing is off on the event clock: its clients read each token's virtual time, not the wire's.
+        self.pacer = Pacer(clock, lambda: self.overload.open,
+                           0.0 if isinstance(clock, EventClock) else config.stream_messages_per_s,
+                           config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s)
         self.clock = clock
         self.find = find
         self._tokenizers: dict[int, Tokenizer] = {}
@@ -260,4 +237,4 @@ class Admission:
         except ReplicaFailed as exc:
             raise Unavailable(str(exc)) from exc
         return Generation(dep, stream, tok, len(prompt), cut.chars if cut is not None else None, release,
-                          self._coalesce)
+                          self.pacer)

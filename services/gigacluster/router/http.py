@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from gigacluster.router.service import RouterService
 
 log = structlog.get_logger()
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 UNAVAILABLE_RETRY_S = 1.0  # Retry-After of a 503 (replicas heal, or the router restores, in about a second)
 STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
           "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
@@ -304,7 +305,7 @@ class OpenAIServer:
         try:
             c: Chunk | None = first
             while c is not None:
-                out = head + fmt.sse(fmt.chunk(c))
+                out = head + fmt.chunk_sse(c)
                 head = b""
                 if c.finish_reason:
                     if include_usage:
@@ -331,6 +332,7 @@ class _Format:
         self.id = ("chatcmpl-" if kind == "chat.completion" else "cmpl-") + gen.request_id
         self.created = int(time.time())
         self.continuous = False
+        self._pre: tuple[str, str] | None = None  # chunk_sse's text around a chunk's fields
 
     @staticmethod
     def sse(obj: dict[str, Any]) -> bytes:
@@ -376,6 +378,24 @@ class _Format:
                             {"prompt_tokens": self.gen.prompt_tokens, "completion_tokens": done,
                              "total_tokens": self.gen.prompt_tokens + done})
         return out
+
+    def chunk_sse(self, c: Chunk) -> bytes:
+        """``sse(chunk(c))``; a chunk that is not the last (no usage, no finish) from a pre-rendered head and
+        tail around its text, replica, time and token count: the same bytes without building the object."""
+        if c.summary is not None or c.finish_reason or self.continuous or not math.isfinite(c.time_s):
+            return self.sse(self.chunk(c))
+        if self._pre is None:
+            obj = "chat.completion.chunk" if self.kind == "chat.completion" else "text_completion"
+            head = json.dumps(self._head(obj), separators=(",", ":"))[:-1]
+            if self.kind == "chat.completion":
+                self._pre = (f'data: {head},"choices":[{{"index":0,"delta":{{"content":',
+                             '},"finish_reason":null}],"gigacluster":{"replica":')
+            else:
+                self._pre = (f'data: {head},"choices":[{{"index":0,"text":',
+                             ',"logprobs":null,"finish_reason":null}],"gigacluster":{"replica":')
+        a, b = self._pre
+        q = _quote  # json.dumps's own string encoder; a finite float is its repr there too
+        return f'{a}{q(c.text)}{b}{q(c.replica)},"time_s":{c.time_s!r},"tokens":{len(c.token_ids)}}}}}\n\n'.encode()
 
     def usage_chunk(self, last: Chunk) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.kind == "chat.completion" else "text_completion"

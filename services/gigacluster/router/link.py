@@ -34,6 +34,7 @@ from gigacluster.errors import (
 )
 from gigacluster.router.generation import Generation
 from gigacluster.router.messages import generate_args, generate_response
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.v1 import frontend_pb2
 from gigacluster.runtime.auth import Principal
 
@@ -108,7 +109,7 @@ def domain_error(ev: frontend_pb2.LinkEvent) -> DomainError:
     return exc
 
 
-class _Sink(asyncio.Queue):  # type: ignore[type-arg]
+class _Sink(TokenBox):
     """Takes the place of a request's stream queue in the core: the replica's events go straight to the link's
     next frame (:meth:`_Served.flush`), with no task per request and no wake-up per token."""
 

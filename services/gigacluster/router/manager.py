@@ -36,7 +36,7 @@ from gigacluster.router.store import DeploymentStore, StoredDeployment
 from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import BrokerAuth, Principal, call_metadata
-from gigacluster.runtime.clock import VirtualClock
+from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.config import RouterConfig
 
 log = structlog.get_logger()
@@ -192,7 +192,9 @@ class DeploymentManager:
                      devs: list[tuple[int, int]], inv: Any, lease: Lease) -> None:
         rep = Replica(i, cfg, instance=instance, devices=devs, endpoint=shard_endpoint(inv, devs), lease=lease,
                       clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s,
-                      report_max_iterations=self.config.report_max_iterations, shards=shard_ranges(inv, devs))
+                      report_max_iterations=self.config.report_max_iterations, shards=shard_ranges(inv, devs),
+                      # On the event clock a report is part of the mesh's work at its virtual time: never deferred.
+                      report_interval_s=0.0 if isinstance(self.clock, EventClock) else self.config.report_interval_s)
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         rep.on_lag = self.on_lag

@@ -32,6 +32,7 @@ from gigacluster.errors import DomainError
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request, TokenEvent
 from gigacluster.inference.policies import ReplicaView
 from gigacluster.inference.request import Iteration
+from gigacluster.router.pacing import TokenBox
 from gigacluster.router.reporting import TOKEN_REFUSED, WorkReporter  # noqa: F401  (TOKEN_REFUSED: re-exported)
 from gigacluster.runtime import convert
 from gigacluster.runtime.auth import call_metadata
@@ -156,7 +157,7 @@ class Lease:
 class Stream:
     """Where a request's tokens go, and what the router recorded for it."""
 
-    queue: asyncio.Queue[TokenEvent | Exception]
+    queue: TokenBox  # its events on their way to the writer (router/pacing.py)
     req: Request
     owner: Replica
     last_token_s: float = float("nan")
@@ -181,7 +182,7 @@ def replica_memory_bytes(engine: ReplicaEngine) -> int:
 class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
                  endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5,
-                 report_max_iterations: int = 1024,
+                 report_max_iterations: int = 1024, report_interval_s: float = 0.0,
                  shards: list[tuple[str, list[tuple[int, int]]]] | None = None) -> None:
         self.index = index
         self.engine = ReplicaEngine(cfg)
@@ -216,7 +217,8 @@ class Replica:
         self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
         self._idle_report: asyncio.Future[None] | None = None
         self.reporter = WorkReporter(self._report_target, self._on_reported, self.wake.set,
-                                     max_batch=report_max_iterations, tag=lambda: self.instance)
+                                     max_batch=report_max_iterations, tag=lambda: self.instance,
+                                     interval_s=report_interval_s)
 
     @property
     def role(self) -> str:

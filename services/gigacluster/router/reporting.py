@@ -4,7 +4,9 @@ The replica times each iteration itself where the batch is formed (the engine's 
 scaled by what the chips said of the last iterations: a throttled or slow chip shows there) and
 emits its tokens at that virtual time; :class:`WorkReporter` books the iterations on the chips
 with ``ReportWork``, one call in flight per replica carrying every iteration that ran meanwhile
-(at most ``max_batch`` a call). The shard books each exactly as ``ExecuteWork`` would, so its
+(at most ``max_batch`` a call, and at most one call every ``interval_s`` wall seconds: a report
+costs the router and the shard a gRPC call each, so under load each call carries the iterations of
+``interval_s``, not of one round trip). The shard books each exactly as ``ExecuteWork`` would, so its
 busy time, energy and memory-in-use totals are unchanged; only the round trip left the path of
 the tokens. A failed report (chips gone, capability refused and not renewable) is kept in
 :attr:`WorkReporter.error` and the replica is woken to heal, as a failed ExecuteWork used to.
@@ -47,12 +49,14 @@ class WorkReporter:
 
     def __init__(self, target: Callable[[], tuple[list[tuple[Any, Any]], Any, int]],
                  on_result: Callable[[Iteration, Any], None], wake: Callable[[], None], *, max_batch: int,
-                 tag: Callable[[], str]) -> None:
+                 tag: Callable[[], str], interval_s: float = 0.0) -> None:
         self._target = target
         self._on_result = on_result
         self._wake = wake
         self._tag = tag
         self.max_batch = max_batch
+        self.interval_s = interval_s
+        self._sent_s = -float("inf")  # loop time of the last call
         self.pending: list[tuple[Iteration, float]] = []
         self.task: asyncio.Task[None] | None = None
         self.error: grpc.aio.AioRpcError | None = None
@@ -94,7 +98,13 @@ class WorkReporter:
         self._epoch += 1
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while self.pending and self.error is None and not self.lost:
+            wait_s = self._sent_s + self.interval_s - loop.time()
+            if wait_s > 0:  # the last call went out less than interval_s ago: let more iterations join
+                await asyncio.sleep(wait_s)
+                continue  # (reset() may have emptied pending meanwhile)
+            self._sent_s = loop.time()
             batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
             epoch = self._epoch
             try:

@@ -299,8 +299,15 @@ class RouterConfig(CommonConfig):
     coalesce_lag_s: float = _f(0.005, "a stream whose tokens go out more than this (wall s) behind their virtual time "
                                       "holds each message after the first coalesce_hold_s for the tokens behind it")
     coalesce_hold_s: float = _f(0.01, "how long such a message waits for more tokens (0 = never hold)")
+    stream_messages_per_s: float = _f(4000.0, "stream messages (gRPC responses, SSE writes) a second the router "
+                                              "aims to send: a stream's tokens after its first wait up to "
+                                              "open streams / this after its last message, to leave together "
+                                              "(0 = every token its own message); first and last never wait")
+    stream_max_hold_s: float = _f(0.05, "longest a stream message waits for more tokens under that budget")
     report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
                                           "(at most the shards' max_report_iterations)")
+    report_interval_s: float = _f(0.05, "wall seconds between a replica's ReportWork calls at the most: under load "
+                                        "each carries the iterations of this long (wall clock only)")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
     frontends: int = _f(0, "front-end processes sharing the router's gRPC and HTTP ports (SO_REUSEPORT): each "
@@ -325,6 +332,10 @@ class RouterConfig(CommonConfig):
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
         if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
+        if not 0 <= self.report_interval_s <= 10:
+            raise ConfigError(f"report_interval_s must be in [0, 10], got {self.report_interval_s}")
+        if not (self.stream_messages_per_s >= 0 and 0 <= self.stream_max_hold_s <= 1):
+            raise ConfigError("stream_messages_per_s must be >= 0 and stream_max_hold_s in [0, 1]")
         if not 0 <= self.frontends <= 64:
             raise ConfigError(f"frontends must be in [0, 64], got {self.frontends}")
         if self.frontends and self.clock == "event":
