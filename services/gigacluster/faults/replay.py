@@ -147,12 +147,13 @@ async def replay(r: Replay) -> dict[str, Any]:
                 async with Client(st.endpoints, key) as gc:
                     events: list[tuple[float, str]] = []  # (mesh time, reason) of each job failure seen
                     final = None
-                    async for upd in gc.watch_job(sub.name):
-                        seen = final.failures if final is not None else 0
+                    seen = 0  # the most failures any update showed (a window's steps come as copies of the
+                    async for upd in gc.watch_job(sub.name):  # job taken at each step, after newer updates)
                         final = upd.job
                         if upd.job.failures > seen:  # updates may coalesce: one entry per failure counted
                             now = await mesh_time(st)
                             events += [(now, upd.job.reason)] * (upd.job.failures - seen)
+                            seen = upd.job.failures
                     wall = time.monotonic() - t0
                     final = await gc.get_job(sub.name)
             finally:

@@ -36,7 +36,15 @@ from gigacluster.scheduler.core import TERMINAL, JobRecord, State
 from gigacluster.scheduler.diagnose import THRESHOLD as DRIFT_THRESHOLD
 from gigacluster.scheduler.diagnose import Observed, diagnose
 from gigacluster.scheduler.runner import CapabilityRejected, JobRunner, StepFailed, StepResult, account
-from gigacluster.scheduler.window import NotSteady, WindowRun, alike, alone_reference, run_window, window_plan
+from gigacluster.scheduler.window import (
+    NotSteady,
+    WindowRun,
+    alike,
+    alone_reference,
+    carried_reference,
+    run_window,
+    window_plan,
+)
 
 log = structlog.get_logger()
 
@@ -124,8 +132,9 @@ class JobSupervisor:
             job.resume_pending = False
         recent: list[StepResult] = []  # the last two steps run, the reference of a steady-state window
         carried = self.steady.get(job.job_id)
-        if carried is not None and carried[1] == tuple(n for n, _ in runner.collective_calls):
-            recent = [carried[0], carried[0]]
+        ref = carried_reference(runner, *carried) if carried is not None else None
+        if ref is not None:
+            recent = [ref, ref]
         while job.step < job.steps_total and job.state == State.RUNNING:
             if job.preempt_reason:
                 await self.evict(job, t, ckpt, pause, write)

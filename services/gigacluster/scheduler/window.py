@@ -96,6 +96,22 @@ def alone_reference(runner: JobRunner, ref: StepResult, alone_s: tuple[float, ..
     return step_from(runner, ref, ref.start_s, starts, [a + d for a, d in zip(starts, alone_s, strict=True)])
 
 
+def carried_reference(runner: JobRunner, ref: StepResult, names: tuple[str, ...]) -> StepResult | None:
+    """``ref`` (a steady step whose collective calls were ``names``) on the runner's chips after a restart: each
+    of the runner's calls at the offset and with the duration of ``ref``'s first call of the same demand (a
+    new placement may split a demand's groups into another number of calls). None if a demand is missing.
+    The fabric answers the durations the calls take alone on the new chips (:class:`NotSteady`)."""
+    first: dict[str, tuple[float, float]] = {}
+    for n, (a, b) in zip(names, ref.calls, strict=True):
+        first.setdefault(n, (a - ref.start_s, b - a))
+    try:
+        calls = [first[n] for n, _ in runner.collective_calls]
+    except KeyError:
+        return None
+    starts = [ref.start_s + off for off, _ in calls]
+    return step_from(runner, ref, ref.start_s, starts, [a + d for a, (_, d) in zip(starts, calls, strict=True)])
+
+
 def shifted(ref: StepResult, start_s: float) -> StepResult:
     """``ref`` run again from ``start_s`` (its collective calls moved with it)."""
     dt = start_s - ref.start_s
