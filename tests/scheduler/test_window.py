@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import types
+from typing import Any
+
+import pytest
 
 from gigacluster.model.training import StepBreakdown
 from gigacluster.scheduler.checkpoint import AsyncCheckpoints
 from gigacluster.scheduler.core import JobRecord
 from gigacluster.scheduler.runner import StepResult
-from gigacluster.scheduler.window import alike, shifted, window_plan
+from gigacluster.scheduler.window import alike, alone_reference, carried_reference, shifted, window_plan
 from tests.unit.test_scheduler_core import job
 
 BD = StepBreakdown(step_time_s=0.68, compute_s=0.41, exposed_comm_s=0.27, bubble_s=0.0)
@@ -71,3 +75,33 @@ def test_deferred_checkpoints_pause_where_the_per_step_loop_would() -> None:
         assert pauses and all(b - a > 10 for a, b in itertools.pairwise(pauses))  # writes outlast 10 steps
     assert window_plan(j, AsyncCheckpoints(inflight=(10, 3.0), deferred=True), 400, 0.0, 0.68, 0.5, 10.0)[1][0] == 4
     assert window_plan(j, AsyncCheckpoints(deferred=True), 1000, 0.0, 0.68, 0.5, 1.0) == (0, ())
+
+
+def _runner(names: list[str]) -> Any:
+    """The parts of a JobRunner the reference builders read: its calls (names) and the job's plan."""
+    return types.SimpleNamespace(collective_calls=[(n, None) for n in names], call_samples=[0] * len(names),
+                                 job=job())
+
+
+def test_a_steady_step_is_carried_onto_a_placement_with_another_number_of_calls_per_demand() -> None:
+    """After a restart the data-parallel demand splits into three calls instead of one: each new call takes its
+    demand's offset and duration; the step is composed as the per-step path would; a missing demand gives None."""
+    names = ("tp", "dp_grad", "dp_param")
+    ref = StepResult(10.0, BD, 5965.0, {}, ((10.2, 10.201), (10.3, 10.36), (10.0, 10.03)), 0.41)
+    new = _runner(["tp", "dp_grad", "dp_grad", "dp_grad", "dp_param"])
+    got = carried_reference(new, ref, names)
+    assert got is not None and got.start_s == 10.0 and got.chip_s == 0.41 and got.above_idle_j == 5965.0
+    assert [round(b - a, 6) for a, b in got.calls] == [0.001, 0.06, 0.06, 0.06, 0.03]
+    assert [round(a - 10.0, 6) for a, _ in got.calls] == [0.2, 0.3, 0.3, 0.3, 0.0]
+    assert got.comm_s["tp"] == pytest.approx(0.001 * 2560) and got.comm_s["dp_grad"] == pytest.approx(0.06)
+    assert carried_reference(_runner(["tp", "ep"]), ref, names) is None
+
+
+def test_the_alone_reference_takes_the_fabrics_durations() -> None:
+    """The fabric's durations alone replace the reference's; the step time follows them."""
+    ref = StepResult(10.0, BD, 5965.0, {}, ((10.2, 10.201), (10.3, 10.36), (10.0, 10.03)), 0.41)
+    r = _runner(["tp", "dp_grad", "dp_param"])
+    slow = alone_reference(r, ref, (0.001, 0.5, 0.03))
+    fast = alone_reference(r, ref, (0.001, 0.06, 0.03))
+    assert slow.calls[1] == pytest.approx((10.3, 10.8)) and slow.comm_s["dp_grad"] == pytest.approx(0.5)
+    assert slow.breakdown.step_time_s >= fast.breakdown.step_time_s
