@@ -154,6 +154,10 @@ class JobSupervisor:
                                           last_of_window=i == len(out.steps) - 1)
             if out.failed is not None:
                 raise out.failed
+            # A window cut before its first step (a fault while its start was still ahead) leaves the mesh's time
+            # past the step's start: the next step starts now, never in the past (its calls would start late and
+            # no two steps would be alike again).
+            t = max(t, self.clock.now())
             recent = out.steps[-2:]  # a step finished after a cut differs from the reference: no window until two agree
         if job.state == State.RUNNING and job.step >= job.steps_total:
             job.last_checkpoint_step = job.step
@@ -204,6 +208,10 @@ class JobSupervisor:
         path. The job book saves a window's steps when it ends: a crash mid-window loses only steps never
         accounted."""
         if len(recent) < 2 or not alike(recent[0], recent[1]):
+            if len(recent) == 2:
+                a, b = recent
+                log.debug("no window: the last two steps differ", job=job.name, chip_s=(a.chip_s, b.chip_s),
+                          energy_j=(a.above_idle_j, b.above_idle_j), calls=(len(a.calls), len(b.calls)))
             return None
         if not (self.config.wall_clock_windows or isinstance(self.clock, EventClock)):
             return None
@@ -215,6 +223,8 @@ class JobSupervisor:
                 k, pauses = window_plan(job, ckpt, self.config.max_window_steps, t, ref.breakdown.step_time_s,
                                         checkpoint.pause_s(job.plan), checkpoint.write_s(job.spec))
                 if not k:
+                    log.debug("no window: fewer than two steps to run", job=job.name, step=job.step,
+                              deferred=ckpt.deferred, inflight=ckpt.inflight)
                     return None
                 try:
                     out = await run_window(runner, ref, t, k,
