@@ -30,6 +30,7 @@ from gigacluster.errors import InvalidArgument, ResourceExhausted
 from gigacluster.fabric.service.book import FlowBook, FlowRecord
 from gigacluster.fabric.service.windows import (
     IsolatedStep,
+    LinkState,
     PatternCollective,
     Window,
     WindowBook,
@@ -125,9 +126,10 @@ class SimDriver:
         self._wake.set()
 
     # -- steady-state windows ---------------------------------------------------------------------
-    async def isolated(self, pattern: list[PatternCollective]) -> IsolatedStep:
-        """A step pattern's alone run (cached per link state); a new one runs on the planning thread, off the loop
-        (holding the event clock: a call open at both ends, its handler awaiting a thread, looks idle)."""
+    async def isolated(self, pattern: list[PatternCollective]) -> tuple[IsolatedStep, LinkState]:
+        """A step pattern's alone run (cached per link state) and the link state it was run under; a new one runs
+        on the planning thread, off the loop (holding the event clock: a call open at both ends, its handler
+        awaiting a thread, looks idle)."""
         key, ls, iso = self.windows.lookup(pattern)
         if iso is None:
             if sum(c.groups * c.ranks.size for c in pattern) <= INLINE_PLAN_MAX_RANKS:
@@ -137,7 +139,7 @@ class SimDriver:
                     iso = await asyncio.get_running_loop().run_in_executor(self._planner, isolated_step, ls,
                                                                            pattern)
             self.windows.remember(key, iso)
-        return iso
+        return iso, ls
 
     def open_window(self, win: Window) -> asyncio.Event:
         """Track a granted window's stream: the event is set when the window is cut."""

@@ -208,7 +208,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             cap.require("fabric.send", DeviceSet.from_ids(ranks))
         self.driver.catch_up()
         windows = self.driver.windows
-        iso = await self.driver.isolated(pattern)
+        iso, ls = await self.driver.isolated(pattern)
         refused = windows.refusal(pattern, iso, request.period_s)
         if refused:  # with the durations alone when those differ: the caller may ask again with them
             alone = iso.durations_s if windows.mismatch(pattern, iso) is not None else ()
@@ -216,7 +216,7 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
             return
         self.charge_bytes(cap.tenant, float(sum(c.bytes_ * c.groups * c.ranks.size for c in pattern)) * request.repeat)
         win = windows.grant(tenant=f"tenants/{cap.tenant}", instance=cap.instance, tag=request.tag, pattern=pattern,
-                            iso=iso, cadence=cad)
+                            iso=iso, cadence=cad, link_state=ls)
         wake = self.driver.open_window(win)
         try:
             yield fabric_pb2.ReserveWindowResponse(name=win.name, granted=True, steps=win.repeat, end_s=win.end_s)

@@ -266,9 +266,10 @@ class WindowBook:
         return ""
 
     def grant(self, *, tenant: str, instance: str, tag: str, pattern: list[PatternCollective], iso: IsolatedStep,
-              cadence: Cadence) -> Window:
-        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso, LinkState.of(self.sim),
-                     cadence, cadence.repeat)
+              cadence: Cadence, link_state: LinkState | None = None) -> Window:
+        """Grant a window; ``link_state`` is the one its alone run was made under (read now if not given)."""
+        win = Window(f"windows/w-{next(self._ids)}", tenant, instance, tag, pattern, iso,
+                     link_state or LinkState.of(self.sim), cadence, cadence.repeat)
         self.windows[win.name] = win
         self._held[iso.links] += 1
         self._publish_held()
