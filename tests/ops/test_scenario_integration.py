@@ -64,3 +64,27 @@ async def test_a_tiny_scenario_runs_end_to_end_and_its_report_adds_up(
     assert conv["offered"] > 0 and conv["ok"] == conv["offered"] and conv["ttft_p50_s"] > 0
     assert rep["speedup_reached"] == pytest.approx(rep["speedup_stack"], rel=0.2)
     assert runner.end_to_end_check(rep) == []
+
+
+async def test_the_tiny_scenario_runs_on_the_event_clock_with_every_action_at_its_virtual_time(
+        mosquitto: str, tmp_path: pathlib.Path) -> None:
+    """On an event-clock mesh the runner joins the clock: the fault lands at exactly its virtual time and clears
+    exactly ``clear_after_s`` later, the jobs are accounted for as on the wall clock, the fleet is served, and the
+    report says which clock it ran on."""
+    sc = spec.parse(TINY, base_dir=ROOT)
+    async with live_stack("scenev", mosquitto, tmp_path, clock="event") as st:
+        rep = await runner.run(sc, runner.Target(st.endpoints, st.admin_key,
+                                                 clock_coordinator=st.endpoint_of("clock")))
+    assert rep["clock"] == "event"
+    jobs = {j["key"]: j for j in rep["jobs"]}
+    assert all(j["job"] and not j["error"] for j in jobs.values()), [j["error"] for j in jobs.values()]
+    assert all(j["steps"] > 0 and j["mean_step_s"] for j in jobs.values())
+    assert jobs["alpha/big"]["failures"] == 1 and jobs["alpha/big"]["restarts"] == 1
+    fault = rep["faults"][0]
+    assert fault["error"] == "" and fault["affected"] == 1
+    assert fault["injected_s"] == pytest.approx(60.0, abs=1e-6)
+    assert fault["cleared_s"] == pytest.approx(120.0, abs=1e-6)
+    assert rep["virtual_s"] == pytest.approx(240.0, abs=1.0)  # the run ends at duration_s of virtual time
+    conv = rep["inference"]["streams"][0]
+    assert conv["offered"] > 0 and conv["ok"] == conv["offered"] and conv["server_ttft_p50_s"] > 0
+    assert runner.end_to_end_check(rep) == []

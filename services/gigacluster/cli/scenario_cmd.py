@@ -1,6 +1,7 @@
 """``gigacluster scenario run FILE [--cluster NAME] [--speedup X] [--duration-s S] [--out report.json] [--markdown]``:
 run a multi-tenant scenario (examples/gigawatt*.yaml, docs/scenarios.md) against the stack ``gigacluster up``
-started, and print its report; ``gigacluster scenario check FILE`` validates a file without a stack.
+started (on the wall clock at its speed-up, or on the event clock of ``up --clock event``, which the run joins),
+and print its report; ``gigacluster scenario check FILE`` validates a file without a stack.
 
 Endpoints and the admin key as the other client commands find them (``Client.connect``; the admin key from
 ``GIGACLUSTER_ADMIN_KEY`` or the credentials file ``up`` writes).
@@ -72,7 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("gigacluster scenario: no admin key: run 'gigacluster up' first, or set GIGACLUSTER_ADMIN_KEY",
               file=sys.stderr)
         return 2
-    target = runner.Target(client.endpoints, str(admin), client.tls)
+    coordinator = os.environ.get("GIGACLUSTER_CLOCK_COORDINATOR") or str(
+        load_credentials(args.cluster).get("clock_coordinator") or "")
+    target = runner.Target(client.endpoints, str(admin), client.tls, clock_coordinator=coordinator)
     try:
         rep = asyncio.run(runner.run(sc, target, progress=lambda m: print(m, file=sys.stderr, flush=True)))
     except DomainError as exc:

@@ -133,8 +133,11 @@ def synthetic_prompt(seed: int, index: int, n_tokens: int) -> list[int]:
 
 
 async def run(scenario: Scenario, target: Target, *, run_id: str | None = None,
-              progress: Callable[[str], None] | None = None) -> Run:
-    """Set up, send the whole timeline open-loop, drain, clean up; returns every arrival's result."""
+              progress: Callable[[str], None] | None = None, timebase: Timebase | None = None) -> Run:
+    """Set up, send the whole timeline open-loop, drain, clean up; returns every arrival's result. ``timebase``:
+    the event clock this process already takes part in (a scenario run), instead of joining one."""
+    if timebase is not None:
+        return await _run(scenario, target, timebase, run_id, progress)
     if not target.clock_coordinator:
         return await _run(scenario, target, Timebase(), run_id, progress)
     if not target.admin_key:

@@ -139,7 +139,8 @@ def build(obs: dict[str, Any]) -> dict[str, Any]:
     total_ch = sum(t["chip_hours"] for t in tenants)
     return {
         "scenario": obs["scenario"], "site": obs["site"], "speedup_expected": obs.get("speedup_expected") or None,
-        "speedup_stack": obs["speedup_stack"], "wall_s": obs["wall_s"], "virtual_s": obs["virtual_s"],
+        "speedup_stack": obs["speedup_stack"], "clock": obs.get("clock", "wall"), "wall_s": obs["wall_s"],
+        "virtual_s": obs["virtual_s"],
         "speedup_reached": _div(obs["virtual_s"], obs["wall_s"]),
         "totals": {
             "jobs": len(jobs), "jobs_submitted": sum(1 for j in jobs if j["job"]),
@@ -183,7 +184,9 @@ def markdown(rep: dict[str, Any]) -> str:
     t = rep["totals"]
     lines = [f"# Scenario {rep['scenario']} on {rep['site']['chips']:,} x {rep['site']['chip']}", "",
              f"{rep['virtual_s']:.0f} virtual s in {rep['wall_s']:.1f} wall s: speed-up reached "
-             f"{_f(rep['speedup_reached'], '.1f')}x (stack clock {rep['speedup_stack']:.1f}x; jobs in steps "
+             f"{_f(rep['speedup_reached'], '.1f')}x ("
+             + ("event clock" if rep.get("clock") == "event" else f"stack clock {rep['speedup_stack']:.1f}x")
+             + "; jobs in steps "
              f"{_f(t['stepping_share'], '.0%')} of their allocated time); "
              f"{t['jobs_submitted']}/{t['jobs']} jobs submitted, {t['chip_hours']:.1f} chip-hours, goodput "
              f"{_f(t['goodput'], '.3f')}, {t['energy_it_kwh']:.1f} kWh IT / "
@@ -209,7 +212,8 @@ def markdown(rep: dict[str, Any]) -> str:
                       f"{r['peak_utilization'] * 100:.1f}%", str(r["max_links_faulty"])) for r in rep["tiers"]])
     inf = rep["inference"]
     if inf["streams"] or inf["error"]:
-        lines += ["", f"## Inference ({inf['deployment']}, {inf['wall_qps_offered']:.1f} req/s offered per wall s)"
+        per = "virtual" if rep.get("clock") == "event" else "wall"
+        lines += ["", f"## Inference ({inf['deployment']}, {inf['wall_qps_offered']:.2f} req/s offered per {per} s)"
                   + (f": {inf['error']}" if inf["error"] else ""), ""]
         lines += _table(("stream", "offered", "ok", "TTFT p50 s", "TTFT p99 s", "TPOT p50 s", "TPOT p99 s",
                          "server TTFT p50 s", "SLO met %", "SLO goodput req/s"),

@@ -6,6 +6,12 @@ stack's virtual clock: job submissions and faults at their times, a sampler (job
 stats) and the inference fleet (a :mod:`gigacluster.loadtest` run). At ``duration_s`` every job still
 running is cancelled (usage stops), faults are cleared, and the Job messages and tenant usage are read
 for :func:`gigacluster.scenario.report.build`.
+
+Against a stack on the event clock (``Target.clock_coordinator``, as ``up --clock event`` writes it) the
+runner takes part in the clock (``runtime/participant.py``, with the admin key): its submissions, faults,
+samples and the fleet's arrivals are wake-ups the coordinator knows, so the day runs as fast as the mesh
+can serve it and every action lands at its exact virtual time. The fleet is thinned as the file's
+``speedup`` would thin it on the wall clock (the same workload in both modes).
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ from gigacluster.errors import FailedPrecondition, InvalidArgument
 from gigacluster.fabric.v1 import fabric_pb2
 from gigacluster.loadtest import report as lt_report
 from gigacluster.loadtest import runner as lt_runner
+from gigacluster.loadtest.drivers import Timebase
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
+from gigacluster.runtime.clock import EventClock
+from gigacluster.runtime.participant import participate
 from gigacluster.scenario import contention, fleet, report
 from gigacluster.scenario.spec import CHIP_FAULTS, LINK_FAULTS, Fault, Job, Scenario
 from gigacluster.scheduler.v1 import scheduler_pb2
@@ -39,6 +48,7 @@ SPEEDUP_TOLERANCE = 0.2  # the stack's clock may differ this much from the file'
 CLOCK_PROBE_S = 1.0  # wall seconds between the two clock reads that measure the stack's speed-up
 CLOCK_PROBES = 3  # tries when round trips are too slow for a clean measurement
 RPC_TIMEOUT_S = 30.0
+FAULT_POLL_S = 10.0  # virtual seconds between looks for a fault's job to be placed
 TERMINAL = {scheduler_pb2.Job.STATE_SUCCEEDED, scheduler_pb2.Job.STATE_FAILED, scheduler_pb2.Job.STATE_CANCELLED}
 JOB_FIELDS = ("name", "step", "steps_total", "goodput", "started_s", "finished_s", "lost_s", "restart_s",
               "checkpoint_pause_s", "failures", "restarts", "preemptions", "mfu", "compute_s", "exposed_comm_s",
@@ -52,6 +62,7 @@ class Target:
     endpoints: Endpoints
     admin_key: str
     tls: Any = None
+    clock_coordinator: str = ""  # HOST:PORT of an event-clock stack's coordinator: the runner joins its clock
 
 
 def job_dict(job: scheduler_pb2.Job) -> dict[str, Any]:
@@ -65,8 +76,9 @@ def job_dict(job: scheduler_pb2.Job) -> dict[str, Any]:
 class _Run:
     """One run's state: clients, the clock mapping, and what was observed."""
 
-    def __init__(self, sc: Scenario, target: Target, say: Callable[[str], None]) -> None:
-        self.sc, self.target, self.say = sc, target, say
+    def __init__(self, sc: Scenario, target: Target, say: Callable[[str], None],
+                 clock: EventClock | None = None) -> None:
+        self.sc, self.target, self.say, self.clock = sc, target, say, clock
         self.admin = Client(target.endpoints, target.admin_key, tls=target.tls)
         self.tenants: dict[str, tuple[str, Client]] = {}  # scenario name -> (tenant id, client)
         self.submitted: dict[str, str] = {}  # job key -> scheduler job name
@@ -75,9 +87,11 @@ class _Run:
         self.link_samples: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []
         self.active: list[tuple[Fault, list[common_pb2.DeviceRange], str]] = []
-        self.speedup = 1.0
-        self.v0 = 0.0
-        self.w0 = 0.0
+        self.speedup = 1.0  # virtual s per wall s of the stack; 1 on the event clock (the fleet runs in virtual s)
+        self.fleet_speedup = 1.0  # the speed-up the fleet is thinned for: the stack's, or the file's on the event clock
+        self.v0 = 0.0  # the stack's virtual time at the scenario's 0
+        self.w0 = 0.0  # the loop's wall time at the scenario's 0 (the clock's virtual time on the event clock)
+        self.wall0 = 0.0
         self.shards: list[tuple[int, int, str]] = []
         self.chip_channels: dict[str, grpc.aio.Channel] = {}
         self.inference: dict[str, Any] = {}
@@ -99,7 +113,10 @@ class _Run:
     async def measure_clock(self) -> None:
         """The stack's virtual seconds per wall second, from two reads of its clock (fabric GetLinkStats.now_s)
         ``CLOCK_PROBE_S`` apart, timed at their midpoints; retried when slow round trips (a loaded machine) would
-        blur it by more than 5%."""
+        blur it by more than 5%. On the event clock there is no rate to measure: the mesh runs as fast as it can."""
+        if self.clock is not None:
+            self.speedup, self.fleet_speedup = 1.0, self.sc.speedup or 1.0
+            return
         for _ in range(CLOCK_PROBES):
             w_a, v_a, rtt_a = await self._clock_read()
             await asyncio.sleep(CLOCK_PROBE_S)
@@ -112,17 +129,32 @@ class _Run:
             raise FailedPrecondition(
                 f"the stack runs at about {self.speedup:.3g} virtual s per wall s but the scenario expects {want:g}: "
                 f"start it with `gigacluster up --speedup {want:g}`, or pass --speedup {self.speedup:.3g}")
+        self.fleet_speedup = self.speedup
 
     def wall_at(self, virtual_s: float) -> float:
         return self.w0 + virtual_s / self.speedup
 
     async def sleep_until(self, virtual_s: float) -> None:
+        if self.clock is not None:
+            await self.clock.sleep_until(self.v0 + virtual_s)
+            return
         delay = self.wall_at(virtual_s) - asyncio.get_running_loop().time()
         if delay > 0:
             await asyncio.sleep(delay)
 
     def now_v(self) -> float:
+        if self.clock is not None:
+            return self.clock.now() - self.v0
         return (asyncio.get_running_loop().time() - self.w0) * self.speedup
+
+    async def start(self) -> None:
+        """Fix the scenario's 0: now, on the stack's clock and the loop's."""
+        loop = asyncio.get_running_loop()
+        self.wall0 = loop.time()
+        if self.clock is not None:
+            self.v0 = self.w0 = self.clock.now()
+        else:
+            self.w0, self.v0 = self.wall0, await self.stack_now()
 
     # -- checks before anything is created -----------------------------------------------------------
     async def check_stack(self) -> None:
@@ -204,7 +236,7 @@ async def _fault_devices(run: _Run, fault: Fault, deadline_v: float) -> list[int
                 inst = await run.admin.broker.GetInstance(broker_pb2.GetInstanceRequest(name=j.instance),
                                                           metadata=run.admin.md, timeout=RPC_TIMEOUT_S)
                 return [nth_device(inst.instance.devices, fault.device_index)]
-        await asyncio.sleep(0.1)
+        await run.sleep_until(run.now_v() + FAULT_POLL_S)
     raise FailedPrecondition(f"{fault.job} was not running by the end of the scenario")
 
 
@@ -296,15 +328,19 @@ async def inference(run: _Run) -> None:
     inf = run.sc.inference
     if inf is None:
         return
-    scales, qps = fleet.rate_scales(run.sc, inf, run.speedup)
+    scales, qps = fleet.rate_scales(run.sc, inf, run.fleet_speedup)
+    qps = qps / run.fleet_speedup * run.speedup  # per wall s of the stack; per virtual s on the event clock
     run.inference = {"deployment": f"deployments/{inf.deploy['deployment_id']}", "duration_s": inf.duration_s,
                      "wall_qps": qps, "rate_scales": scales, "error": ""}
     lt = fleet.loadtest_scenario(run.sc, inf, scales, run.speedup)
     await run.sleep_until(inf.start_s)
     tid, client = run.tenants[inf.tenant]
-    run.say(f"t={run.now_v():.0f}s inference: {inf.deploy['deployment_id']} for {tid}, {qps:.1f} req/s wall")
+    unit = "virtual" if run.clock is not None else "wall"
+    run.say(f"t={run.now_v():.0f}s inference: {inf.deploy['deployment_id']} for {tid}, "
+            f"{qps:.2f} req/s {unit}")
+    tb = Timebase(run.clock, run.target.admin_key) if run.clock is not None else None
     try:
-        res = await lt_runner.run(lt, lt_runner.Target(run.target.endpoints, client.api_key))
+        res = await lt_runner.run(lt, lt_runner.Target(run.target.endpoints, client.api_key), timebase=tb)
     except (grpc.aio.AioRpcError, RuntimeError, InvalidArgument) as exc:
         msg = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
         run.inference["error"] = (msg or "")[:200]
@@ -378,7 +414,7 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
     """Create the tenants, run every task until ``duration_s``, then collect what the report needs."""
     await create_tenants(run)
     loop = asyncio.get_running_loop()
-    run.w0, run.v0 = loop.time(), await run.stack_now()
+    await run.start()
     timed = [asyncio.create_task(submit_at(run, j)) for j in run.sc.jobs]
     timed += [asyncio.create_task(fault_at(run, f)) for f in run.sc.faults]
     sampler = asyncio.create_task(sample(run))
@@ -390,7 +426,7 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
         await asyncio.gather(*timed, return_exceptions=True)
         final = await finish(run)
         end_v = await run.stack_now()
-        wall_s = loop.time() - run.w0
+        wall_s = loop.time() - run.wall0
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
         await fleet_task
@@ -414,23 +450,34 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
                      "trace": final.get(j.key, {}).pop("trace", []),
                      "estimate_step_s": step_s, "estimate_mfu": mfu})
     return {"scenario": run.sc.name, "site": dataclasses.asdict(run.sc.site), "speedup_expected": run.sc.speedup,
-            "speedup_stack": run.speedup, "wall_s": wall_s, "virtual_s": end_v - run.v0, "end_s": end_v,
+            "speedup_stack": run.speedup, "clock": "event" if run.clock is not None else "wall",
+            "wall_s": wall_s, "virtual_s": end_v - run.v0, "end_s": end_v,
             "jobs": jobs, "tenants": tenants, "link_samples": run.link_samples, "inference": run.inference,
             "faults": run.faults}
 
 
 async def run(sc: Scenario, target: Target, *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run ``sc`` against the stack and return its report (:func:`gigacluster.scenario.report.build`)."""
-    r = _Run(sc, target, progress or (lambda _m: None))
+    """Run ``sc`` against the stack and return its report (:func:`gigacluster.scenario.report.build`); on an
+    event-clock stack as a participant of its clock (channels opened inside, so every call counts)."""
+    if not target.clock_coordinator:
+        return await _run(sc, target, progress, None)
+    async with participate(target.clock_coordinator, "scenario", key=target.admin_key) as clock:
+        return await _run(sc, target, progress, clock)
+
+
+async def _run(sc: Scenario, target: Target, progress: Callable[[str], None] | None,
+               clock: EventClock | None) -> dict[str, Any]:
+    r = _Run(sc, target, progress or (lambda _m: None), clock)
     try:
         await r.check_stack()
         await r.measure_clock()
         if sc.inference is not None:
             # a bad trace path or window is refused before anything is created
-            fleet.rate_scales(sc, sc.inference, r.speedup)
+            fleet.rate_scales(sc, sc.inference, r.fleet_speedup)
         est = await _estimates(sc.jobs)
-        r.say(f"{sc.name}: {len(sc.jobs)} jobs, {len(sc.faults)} faults, {sc.duration_s:g} virtual s at "
-              f"{r.speedup:.3g}x = {sc.duration_s / r.speedup:.0f} wall s")
+        r.say(f"{sc.name}: {len(sc.jobs)} jobs, {len(sc.faults)} faults, {sc.duration_s:g} virtual s "
+              + ("on the event clock" if clock is not None
+                 else f"at {r.speedup:.3g}x = {sc.duration_s / r.speedup:.0f} wall s"))
         obs = await _drive(r, est)
     finally:
         for _tid, client in r.tenants.values():
