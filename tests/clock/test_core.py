@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
-from gigacluster.clock.core import Coordinator, Report, Step, quiet
+from gigacluster.clock.core import Coordinator, Report, Step, horizons, quiet
 from gigacluster.runtime.clock import EventClock
 
 
@@ -48,6 +49,29 @@ def test_advances_only_after_a_probe_round_confirms_nothing_changed() -> None:
     assert c.report(rep("a", wake=5.0, act=3, rnd=1)) == Step()
     step = c.report(rep("b", wake=2.0, act=7, rnd=1))
     assert step.advance_to_s == 2.0 and c.now_s == 2.0 and c.advances == 1
+    assert step.horizons == {"b": 5.0, "a": 2.0}  # b, woken, may run ahead until a's wake-up
+
+
+def test_each_process_horizon_is_the_earliest_wake_up_of_the_others() -> None:
+    """The process holding the earliest wake-up sees the second; the rest see the first; none waiting is inf;
+    a tie leaves no lookahead to either."""
+    h = horizons({"a": rep("a", wake=3.0), "b": rep("b", wake=1.0), "c": rep("c"), "d": rep("d", wake=7.0)})
+    assert h == {"a": 1.0, "b": 3.0, "c": 1.0, "d": 1.0}
+    assert horizons({"a": rep("a", wake=1.0), "b": rep("b")}) == {"a": math.inf, "b": 1.0}
+    assert horizons({"a": rep("a", wake=2.0), "b": rep("b", wake=2.0)}) == {"a": 2.0, "b": 2.0}
+
+
+def test_the_event_clock_keeps_its_horizon_until_time_moves_without_one() -> None:
+    """A process's horizon comes with the advance; a probe (same time, no horizon) keeps it; time moved without
+    one (a registration) leaves no lookahead; it never falls below now."""
+    ck = EventClock(0.0)
+    assert ck.horizon_s() == 0.0
+    ck.advance(2.0, horizon_s=5.0)
+    assert ck.now() == 2.0 and ck.horizon_s() == 5.0
+    ck.advance(2.0)  # a probe's message
+    assert ck.horizon_s() == 5.0
+    ck.advance(3.0)
+    assert ck.horizon_s() == 3.0
 
 
 def test_a_call_in_transit_between_reports_is_never_missed() -> None:

@@ -11,14 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gigacluster.clock.v1 import clock_pb2, clock_pb2_grpc
 from gigacluster.loadtest import runner, scenario
 from gigacluster.loadtest.drivers import Result
+from gigacluster.runtime.channels import open_channel
 from gigacluster.stack import Stack
 from tests.clock.test_event_mesh import run_demo
 from tests.conftest import live_stack
 
 pytestmark = pytest.mark.integration
 REQUESTS = 16
+BUSY_REQUESTS = 40
 GAP_S = 0.5  # virtual seconds between arrivals: each request is served alone, so its timing is the model's
 WALL_SPEEDUP = 2.0
 PCTS = (50, 90, 99)
@@ -94,3 +97,47 @@ async def test_training_beside_inference_in_event_mode_steps_as_alone(mosquitto:
     for a, t in zip(alone["steps"], together["steps"], strict=True):
         assert t == pytest.approx(a, rel=0.01)
     assert together["mfu"] == pytest.approx(alone["mfu"], rel=0.01)
+
+
+def _busy_scenario(tmp: pathlib.Path) -> scenario.Scenario:
+    """Arrivals 30 ms apart with 16-64 tokens out: requests overlap, so iterations batch several of them."""
+    rng = np.random.default_rng(11)
+    rows = [{"arrival_s": 0.03 * i, "prompt_tokens": int(rng.integers(64, 1024)),
+             "output_tokens": int(rng.integers(16, 64))} for i in range(BUSY_REQUESTS)]
+    p = tmp / "busy.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return scenario.parse({
+        "name": "busy", "duration_s": 0.03 * BUSY_REQUESTS, "seed": 5, "drain_s": 60,
+        "deploy": {"deployment_id": "busy", "preset": "llama3-8b", "chip": "h100-sxm", "tp": 1, "replicas": 2},
+        "streams": [{"name": "grpc", "kind": "generate", "arrival": {"type": "trace", "path": str(p)}}]})
+
+
+async def _advances(st: Stack) -> int:
+    async with open_channel(st.endpoint_of("clock")) as ch:
+        return int((await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest())).advances)
+
+
+async def test_replicas_running_ahead_to_the_horizon_give_the_same_tokens_at_the_same_times(
+        mosquitto: str, tmp_path: pathlib.Path) -> None:
+    """The same overlapping trace on the event clock with replicas completing iterations ahead of the clock up
+    to the coordinator's horizon, and with one clock round per iteration (``run_ahead_iterations`` 0): every
+    request's virtual TTFT and every inter-token gap equal to 1e-9, in far fewer clock advances."""
+    sc = _busy_scenario(tmp_path)
+    runs: dict[int, tuple[list[Result], int]] = {}
+    for ahead in (0, 4096):
+        env = {"GIGACLUSTER_ROUTER_RUN_AHEAD_ITERATIONS": str(ahead)}
+        async with live_stack(f"ahead{ahead}", mosquitto, tmp_path / f"a{ahead}", shards=1, clock="event",
+                              extra_env=env) as st:
+            key = await st.create_tenant("lt")
+            before = await _advances(st)
+            run = await runner.run(sc, runner.Target(st.endpoints, key, st.admin_key,
+                                                     clock_coordinator=st.endpoint_of("clock")))
+            assert all(r.ok for r in run.results), [(r.status, r.detail) for r in run.results if not r.ok]
+            runs[ahead] = (sorted(run.results, key=lambda r: r.intended_s), await _advances(st) - before)
+    (step, n_step), (ahead, n_ahead) = runs[0], runs[4096]
+    assert len(step) == len(ahead) == BUSY_REQUESTS
+    for a, b in zip(step, ahead, strict=True):
+        assert b.virtual_ttft_s == pytest.approx(a.virtual_ttft_s, rel=1e-9, abs=1e-12)
+        assert b.virtual_itl_s == pytest.approx(a.virtual_itl_s, rel=1e-9, abs=1e-12)
+        assert b.tokens == a.tokens
+    assert n_ahead * 3 < n_step, (n_ahead, n_step)

@@ -20,6 +20,7 @@ and nothing was in flight.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 
@@ -50,6 +51,8 @@ class Step:
 
     probe_round: int | None = None
     advance_to_s: float | None = None
+    # with an advance: each process's horizon, the earliest wake-up of every other process (inf: none)
+    horizons: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 NOTHING = Step()
@@ -67,6 +70,15 @@ def quiet(reports: Mapping[str, Report]) -> bool:
 def earliest_wake(reports: Mapping[str, Report]) -> float | None:
     wakes = [r.next_wake_s for r in reports.values() if r.next_wake_s is not None]
     return min(wakes) if wakes else None
+
+
+def horizons(reports: Mapping[str, Report]) -> dict[str, float]:
+    """Each process's lookahead: the earliest wake-up among all the *other* processes (inf when none waits).
+    From the two earliest wake-ups: the process holding the earliest sees the second, every other the first."""
+    wakes = sorted((r.next_wake_s, p) for p, r in reports.items() if r.next_wake_s is not None)
+    first = wakes[0] if wakes else (math.inf, "")
+    second = wakes[1][0] if len(wakes) > 1 else math.inf
+    return {p: (second if p == first[1] else first[0]) for p in reports}
 
 
 class Coordinator:
@@ -139,7 +151,8 @@ class Coordinator:
         if wake > self.now_s:
             self.now_s = wake
             self.advances += 1
-        return Step(advance_to_s=self.now_s)  # a wake-up at or before now: tell the laggard the time
+        # a wake-up at or before now: tell the laggard the time
+        return Step(advance_to_s=self.now_s, horizons=horizons(answers))
 
 
-__all__ = ["NOTHING", "Coordinator", "Report", "Step", "earliest_wake", "quiet"]
+__all__ = ["NOTHING", "Coordinator", "Report", "Step", "earliest_wake", "horizons", "quiet"]

@@ -49,7 +49,9 @@ class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
             self.probes += 1
             self.broadcast(clock_pb2.SyncResponse(now_s=self.core.now_s, probe_round=step.probe_round))
         if step.advance_to_s is not None:
-            self.broadcast(clock_pb2.SyncResponse(now_s=step.advance_to_s))
+            for name, q in self.outboxes.items():
+                q.put_nowait(clock_pb2.SyncResponse(now_s=step.advance_to_s,
+                                                    horizon_s=step.horizons.get(name, step.advance_to_s)))
 
     def authenticated(self, key: str | None) -> bool:
         """No keys configured (a bare test mesh) admits anyone; else the service key or the admin key."""

@@ -117,7 +117,8 @@ class Admission:
         # Pacing is off on the event clock: its clients read each token's virtual time, not the wire's.
         self.pacer = Pacer(clock, lambda: self.overload.open,
                            0.0 if isinstance(clock, EventClock) else config.stream_messages_per_s,
-                           config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s)
+                           config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s,
+                           one_time=isinstance(clock, EventClock))
         self.clock = clock
         self.find = find
         self._tokenizers: dict[int, Tokenizer] = {}

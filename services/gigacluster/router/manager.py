@@ -194,7 +194,8 @@ class DeploymentManager:
                       clock=self.clock, heal_backoff_max_s=self.config.heal_backoff_max_s,
                       report_max_iterations=self.config.report_max_iterations, shards=shard_ranges(inv, devs),
                       # On the event clock a report is part of the mesh's work at its virtual time: never deferred.
-                      report_interval_s=0.0 if isinstance(self.clock, EventClock) else self.config.report_interval_s)
+                      report_interval_s=0.0 if isinstance(self.clock, EventClock) else self.config.report_interval_s,
+                      run_ahead_max=self.config.run_ahead_iterations if isinstance(self.clock, EventClock) else 0)
         if cfg.role == "both":  # a colocated replica owns its instance alone, so it can move to a new one
             rep.reacquire = self._reacquirer(dep)
         rep.on_lag = self.on_lag

@@ -183,8 +183,9 @@ class Replica:
     def __init__(self, index: int, cfg: ReplicaConfig, *, instance: str, devices: list[tuple[int, int]],
                  endpoint: str, lease: Lease, clock: VirtualClock, heal_backoff_max_s: float = 0.5,
                  report_max_iterations: int = 1024, report_interval_s: float = 0.0,
-                 shards: list[tuple[str, list[tuple[int, int]]]] | None = None) -> None:
+                 shards: list[tuple[str, list[tuple[int, int]]]] | None = None, run_ahead_max: int = 0) -> None:
         self.index = index
+        self.run_ahead_max = run_ahead_max
         self.engine = ReplicaEngine(cfg)
         self.instance = instance
         self.devices = devices
@@ -361,6 +362,7 @@ class Replica:
         """Form batches, time them, emit their tokens at their virtual end; the chips hear of them after
         (:class:`.reporting.WorkReporter`), so no round trip sits between two tokens."""
         t_free = self.clock.now()
+        chained = 0
         while True:
             if self.lease.lost:  # (a report refused for a lost instance marks the lease it used, this one)
                 await self._rebind()
@@ -388,12 +390,31 @@ class Replica:
             end = start + duration + it.comm_s + it.host_s  # host time per iteration, as the offline engine
             if self.a2a is not None:  # the fabric's measured slowdown of the expert all-to-all
                 end += self.a2a.book(it, start + duration)
-            await self.clock.sleep_until(end)
-            self.on_lag(self.clock.lag_wall_s(end))
+            if self._may_run_ahead(end, chained):
+                chained += 1  # nothing can reach this replica before the next iteration forms: no round
+            else:
+                chained = 0
+                await self.clock.sleep_until(end)
+                self.on_lag(self.clock.lag_wall_s(end))
             # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
             energy = self.engine.iteration_energy_j(it, duration_s=end - start)
             self._emit(self.engine.complete(it, end, energy_j=energy), on_finish)
             t_free = end
+
+    def _may_run_ahead(self, end_s: float, chained: int) -> bool:
+        """Whether the iteration ending at ``end_s`` may complete at once, without waiting for the clock.
+
+        On the event clock the coordinator tells each process its horizon: the earliest wake-up of every
+        other process, before which nothing (no request, no cancellation) can reach this one. The next
+        iteration forms at ``end_s``; if that is before the horizon, it forms on exactly the queue it would
+        have seen had the replica slept, so the replica runs on and its tokens go out stamped with their
+        virtual times (``time_s``), ahead of the clock. Not for a replica whose work crosses replicas or
+        processes inside an iteration (disaggregated prefill/decode, the fabric's all-to-all), nor when the
+        chips run behind the replica's timing; never more than ``run_ahead_max`` iterations in a row (the
+        loop is held meanwhile; 0 on the wall clock, whose horizon is -inf anyway)."""
+        return (chained < self.run_ahead_max and end_s < self.clock.horizon_s() and self.a2a is None
+                and self.engine.cfg.role == "both" and self.on_prefilled is None
+                and self.reporter.chip_end_s <= end_s)
 
     def _emit(self, events: list[TokenEvent], on_finish: Callable[[TokenEvent, Stream], None]) -> None:
         for ev in events:

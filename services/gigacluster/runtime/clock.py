@@ -62,6 +62,11 @@ class VirtualClock:
         then): here a poll interval of wall time, in which the clock moves on by itself."""
         await asyncio.sleep(poll_wall_s)
 
+    def horizon_s(self) -> float:
+        """Up to when work of this process's own may run ahead of the clock without waiting for it: on the
+        wall clock never (-inf)."""
+        return -math.inf
+
 
 CLOCK_MODES = ("wall", "event")
 
@@ -98,6 +103,7 @@ class EventClock(VirtualClock):
         self.holds = 0
         self.left = False  # a client participant left the clock: its later calls come from outside the mesh
         self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
+        self._horizon = -math.inf  # the coordinator's lookahead for this process (SyncResponse.horizon_s)
 
     def now(self) -> float:
         return self._now
@@ -148,8 +154,20 @@ class EventClock(VirtualClock):
             heapq.heappop(self._sleepers)
         return self._sleepers[0][0] if self._sleepers else None
 
-    def advance(self, t_s: float) -> None:
-        """Move this process's time to ``t_s`` (never back) and wake every task due by then."""
+    def horizon_s(self) -> float:
+        """The earliest wake-up of every other process when time last moved (the coordinator's
+        ``horizon_s``): nothing from outside this process can reach it before then, so a task whose own
+        next event ends before it may run on without a round of the coordinator per event. ``now`` when
+        not told (a message that moved time without one, or before the first)."""
+        return max(self._horizon, self._now)
+
+    def advance(self, t_s: float, horizon_s: float | None = None) -> None:
+        """Move this process's time to ``t_s`` (never back) and wake every task due by then; ``horizon_s``: the
+        coordinator's lookahead at that instant (kept until time moves again)."""
+        if horizon_s is not None and t_s >= self._now:
+            self._horizon = horizon_s
+        elif t_s > self._now:
+            self._horizon = -math.inf
         if t_s <= self._now:
             return
         self._now = t_s

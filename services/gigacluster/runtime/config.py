@@ -308,6 +308,10 @@ class RouterConfig(CommonConfig):
                                           "(at most the shards' max_report_iterations)")
     report_interval_s: float = _f(0.05, "wall seconds between a replica's ReportWork calls at the most: under load "
                                         "each carries the iterations of this long (wall clock only)")
+    run_ahead_iterations: int = _f(4096, "event clock only: batch iterations a replica may complete in one go "
+                                         "ahead of the clock, while each next one forms before the coordinator's "
+                                         "horizon (no request can reach it before then); 0 = one clock round "
+                                         "per iteration")
     routing_policies: str = _f("", "comma-separated import paths (pkg.module:Class) of extra routing policies "
                                    "to register at start; a deployment names one by its path (docs/extending.md)")
     frontends: int = _f(0, "front-end processes sharing the router's gRPC and HTTP ports (SO_REUSEPORT): each "
@@ -332,6 +336,8 @@ class RouterConfig(CommonConfig):
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
         if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
+        if not 0 <= self.run_ahead_iterations <= 1_000_000:
+            raise ConfigError(f"run_ahead_iterations must be in [0, 1000000], got {self.run_ahead_iterations}")
         if not 0 <= self.report_interval_s <= 10:
             raise ConfigError(f"report_interval_s must be in [0, 10], got {self.report_interval_s}")
         if not (self.stream_messages_per_s >= 0 and 0 <= self.stream_max_hold_s <= 1):

@@ -119,7 +119,7 @@ class ClockAgent:
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         async for msg in call:
-            self.clock.advance(msg.now_s)
+            self.clock.advance(msg.now_s, horizon_s=msg.horizon_s if msg.HasField("horizon_s") else None)
             self.synced.set()
             if msg.probe_round:
                 self._probe = max(self._probe, msg.probe_round)

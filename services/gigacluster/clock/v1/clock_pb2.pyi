@@ -29,12 +29,14 @@ class SyncRequest(_message.Message):
     def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ..., stream_messages_sent: _Optional[int] = ..., stream_messages_received: _Optional[int] = ...) -> None: ...
 
 class SyncResponse(_message.Message):
-    __slots__ = ("now_s", "probe_round")
+    __slots__ = ("now_s", "probe_round", "horizon_s")
     NOW_S_FIELD_NUMBER: _ClassVar[int]
     PROBE_ROUND_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_S_FIELD_NUMBER: _ClassVar[int]
     now_s: float
     probe_round: int
-    def __init__(self, now_s: _Optional[float] = ..., probe_round: _Optional[int] = ...) -> None: ...
+    horizon_s: float
+    def __init__(self, now_s: _Optional[float] = ..., probe_round: _Optional[int] = ..., horizon_s: _Optional[float] = ...) -> None: ...
 
 class GetTimeRequest(_message.Message):
     __slots__ = ()
