@@ -1,10 +1,11 @@
-"""Published vLLM serving runs on one H100 SXM, replayable request by request (issue 15 item 5).
+"""Published vLLM serving runs on one H100 SXM or A100 80GB, replayable request by request (issue 15 item 5).
 
 Source: github.com/LambdaLabsML/vllm-benchmark, ``results/prompt_{N}/1xH100-80GB-SXM/
-Meta-Llama-3-8B-Instruct_tp1_len2048.json`` for N = 10, 40, 160, 320 (2024-09-07, the
-``vllm/vllm-openai`` v0.6 image, ``--max-model-len 2048``, so the v0 engine with prefill-first
-scheduling and a 2,048-token prefill budget; multi-step scheduling with 10 steps, as the files' chunks
-of 10 tokens between inter-token gaps show). vLLM's ``benchmark_serving.py`` sent N ShareGPT
+Meta-Llama-3-8B-Instruct_tp1_len2048.json`` for N = 10, 40, 160, 320, and ``results/prompt_160/
+1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2000.json`` (2024-09-07, the ``vllm/vllm-openai`` v0.6
+image, ``--max-model-len`` 2,048 or 2,000, so the v0 engine with prefill-first scheduling and a prefill
+budget of that many tokens; multi-step scheduling with 10 steps, as the files' chunks of 10 tokens
+between inter-token gaps show). vLLM's ``benchmark_serving.py`` sent N ShareGPT
 prompts at once (``request_rate: inf``); each file lists every request's prompt and output length
 and the run's percentiles, which the replay below computes the same way (numpy's linear-interpolated
 percentiles; TPOT over requests with more than one output token; a request that streamed no text,
@@ -30,6 +31,8 @@ class LambdaRun:
     prompts: tuple[int, ...]
     outputs: tuple[int, ...]
     published_ms: dict[str, float]
+    chip: str = "h100-sxm"
+    budget: int = 2048  # --max-model-len, which v0 takes as max_num_batched_tokens
 
 
 def _published(ttft: tuple[float, float], tpot: tuple[float, float], e2e: tuple[float, float]) -> dict[str, float]:
@@ -107,23 +110,36 @@ _OUT_320 = (
     297, 18, 338, 301, 189, 373, 478, 394, 23, 230, 455, 283, 0, 201, 0, 20, 308, 30, 295,
 )
 
-RUNS = {
+_OUT_160_A100 = (
+    120, 554, 233, 194, 101, 741, 9, 3, 6, 38, 392, 84, 396, 45, 291, 9, 173, 277, 334, 37, 587, 340, 36, 135, 26,
+    45, 450, 118, 226, 4, 5, 146, 59, 11, 567, 192, 478, 130, 13, 223, 188, 16, 35, 276, 202, 492, 239, 129, 26, 74,
+    17, 204, 11, 207, 78, 340, 21, 9, 123, 6, 559, 5, 316, 26, 417, 206, 151, 42, 25, 18, 159, 0, 25, 267, 19, 12,
+    768, 67, 628, 11, 48, 296, 453, 49, 125, 0, 26, 237, 350, 13, 468, 408, 58, 29, 512, 413, 526, 16, 416, 434,
+    451, 17, 573, 0, 7, 8, 11, 22, 0, 249, 281, 392, 611, 572, 23, 256, 31, 39, 300, 355, 340, 9, 172, 458, 147, 20,
+    154, 768, 0, 141, 42, 26, 780, 334, 125, 4, 4, 721, 63, 24, 331, 482, 110, 216, 184, 99, 285, 22, 322, 40, 150,
+    46, 0, 0, 574, 483, 214, 0, 419, 163,
+)
+
+RUNS: dict[int | str, LambdaRun] = {
     10: LambdaRun(_IN_10, _OUT_10, {"ttft_p50": 62.19, "ttft_p99": 63.36, "tpot_p50": 7.56, "e2e_p50": 874.29,
                                     "e2e_p99": 5167.98}),
     40: LambdaRun(_IN_40, _OUT_40, _published((254.68, 330.08), (8.78, 86.45), (1407.04, 5526.91))),
     160: LambdaRun(_IN_160, _OUT_160, _published((972.96, 1451.23), (13.07, 297.69), (2924.38, 8100.92))),
     320: LambdaRun(_IN_320, _OUT_320, _published((1731.37, 2550.91), (20.03, 389.44), (5057.49, 10544.93))),
+    "a100-160": LambdaRun(_IN_160, _OUT_160_A100, _published((1849.42, 2963.65), (26.13, 524.64),
+                                                             (5613.51, 14780.55)), chip="a100-80gb", budget=2000),
 }
 
 
 @functools.cache
-def replay_ms(n: int) -> dict[str, float]:
-    """The run of ``n`` prompts through the offline simulator, measured as benchmark_serving measures it (ms)."""
+def replay_ms(n: int | str) -> dict[str, float]:
+    """Run ``n`` (its prompt count, or ``"a100-160"``) through the offline simulator, measured as
+    benchmark_serving measures it (ms)."""
     run = RUNS[n]
     rng = np.random.default_rng(0)
     reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
             for i, (p, o) in enumerate(zip(run.prompts, run.outputs, strict=True))]
-    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", chunked_prefill=False, max_prefill_tokens=2048,
+    cfg = ReplicaConfig(preset("llama3-8b"), run.chip, chunked_prefill=False, max_prefill_tokens=run.budget,
                         num_scheduler_steps=10)
     done = {s.request_id: s for s in simulate(cfg, reqs, keep_requests=True).requests}
     ttft, tpot, e2e = [], [], []

@@ -17,17 +17,20 @@ from gigacluster.model.arch import preset
 from tests.inference.lambda_vllm_runs import RUNS, replay_ms
 
 # Our error per (prompts, metric), held within 3 points (docs/validation.md section 2d, "Published serving latency").
-DOCUMENTED = {
+DOCUMENTED: dict[int | str, dict[str, float]] = {
     10: {"ttft_p50": 0.27, "ttft_p99": 0.24, "tpot_p50": -0.06, "e2e_p50": -0.03, "e2e_p99": -0.03},
     40: {"ttft_p50": 0.12, "ttft_p99": 0.24, "tpot_p50": -0.04, "tpot_p99": 0.21, "e2e_p50": -0.01, "e2e_p99": -0.05},
     160: {"ttft_p50": 0.17, "ttft_p99": 0.10, "tpot_p50": -0.11, "tpot_p99": -0.14, "e2e_p50": -0.03,
           "e2e_p99": -0.07},
     320: {"ttft_p50": 0.29, "ttft_p99": 0.32, "tpot_p50": -0.22, "tpot_p99": -0.14, "e2e_p50": -0.03,
           "e2e_p99": -0.08},
+    "a100-160": {"ttft_p50": 0.14, "ttft_p99": 0.14, "tpot_p50": -0.04, "tpot_p99": 0.39, "e2e_p50": -0.01,
+                 "e2e_p99": -0.09},
 }
 TTFT_MISS = ("a burst waits for the API server to take every request in it, serving.api_request_s (4 ms) each; "
              "these runs' first tokens imply 2.3-3.4 ms per request (the smallest TTFT of a run against its size)")
-TPOT_MISS = "not traced: at 160-320 running requests the model's decode steps are shorter than the run's"
+TPOT_MISS = ("not traced: the model's decode steps at 160-320 running requests are shorter than the H100 run's; "
+             "the tails (p99, short outputs whose TPOT holds a prefill stall) over by 21-39% at 40 and on A100")
 
 
 def _bound(metric: str) -> float:
@@ -47,16 +50,16 @@ def _lambda_params() -> list[object]:
 
 
 @pytest.mark.parametrize(("n", "metric"), _lambda_params())
-def test_vllm_h100_llama3_8b_prompts_at_once(n: int, metric: str) -> None:
-    """Lambda's vLLM 0.6 runs of n prompts sent at once (10: low load; 40-320: high load): each published
-    percentile within the issue's target (p50 10%, p99 20%)."""
+def test_vllm_llama3_8b_prompts_at_once(n: int | str, metric: str) -> None:
+    """Lambda's vLLM 0.6 runs of n prompts sent at once (10: low load; 40-320 and the A100's 160: high load):
+    each published percentile within the issue's target (p50 10%, p99 20%)."""
     err = replay_ms(n)[metric] / RUNS[n].published_ms[metric] - 1.0
     assert abs(err) <= _bound(metric)
 
 
-def test_vllm_h100_errors_stay_where_documented() -> None:
+def test_vllm_lambda_errors_stay_where_documented() -> None:
     """Every Lambda metric at its documented error (DOCUMENTED, within 3 points): end-to-end p50/p99 within
-    8% at every load; TTFT over by 10-32% (the API server's per-request cost); TPOT p50 short at 160-320."""
+    9% at every load; TTFT over by 10-32% (the API server's per-request cost); TPOT p50 short at 160-320."""
     for n, doc in DOCUMENTED.items():
         got = replay_ms(n)
         for metric, err in doc.items():
