@@ -5,8 +5,9 @@ one asyncio event loop (vllm-project/vllm PR 10635: tokenisation "done synchrono
 blocking the asyncio event loop"). So it serves requests one at a time, ``serving.api_request_s``
 each, and while requests are queued in front of it the loop runs their handlers before the tasks
 that forward requests to the engine: a burst reaches the engine, and its first tokens the clients,
-only when the loop has worked through the whole burst. A request that finds the loop idle waits
-just its own ``api_request_s``, as before.
+only when the loop has worked through the whole burst (as users report of vLLM's v0 engine: "the model
+will not run until all the requests are added", vllm-project/vllm issue 13259). A request that finds
+the loop idle waits just its own ``api_request_s``, as before.
 """
 
 from __future__ import annotations
