@@ -1,12 +1,9 @@
-"""Serving latency against a published vLLM run (issue 15 item 5), low load.
+"""Serving latency against published vLLM runs (issue 15 item 5), low and high load.
 
-Source: LambdaLabsML/vllm-benchmark, results/prompt_10/1xH100-80GB-SXM/
-Meta-Llama-3-8B-Instruct_tp1_len2048.json (vLLM benchmark_serving, 2024-09-07, vLLM 0.6 with
-``--max-model-len 2048``: the v0 engine, prefill-first, max_num_batched_tokens 2,048): ten ShareGPT
-prompts sent at once to one H100 SXM; the file lists every prompt and output length. Published:
-median TTFT 62.19 ms (p99 63.36), median TPOT 7.56 ms, median end-to-end 874.3 ms, p99 5,168.0 ms.
-The run streamed 10 tokens per scheduler call (multi-step scheduling: ITL about 72 ms), so its
-mean TPOT (11.1 ms) is skewed by short outputs and is not compared.
+Lambda's runs on one H100 SXM (tests/inference/lambda_vllm_runs.py: 10, 40, 160 and 320 ShareGPT prompts
+sent at once to vLLM 0.6, every request's lengths listed) and OCI's MI300X batch latencies (below).
+Targets (the issue's): p50 within 10%, p99 within 20%. A metric the model misses is a strict xfail with
+its cause, so a fix shows as an XPASS; the documented errors are held too, so any change shows.
 """
 
 from __future__ import annotations
@@ -17,32 +14,71 @@ import pytest
 from gigacluster.inference.engine import ReplicaConfig, Request
 from gigacluster.inference.sim import simulate
 from gigacluster.model.arch import preset
+from tests.inference.lambda_vllm_runs import RUNS, replay_ms
 
-INPUT = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
-OUTPUT = [120, 429, 233, 194, 101, 741, 9, 3, 6, 31]
-PUBLISHED_MS = {"ttft_p50": 62.19, "tpot_p50": 7.56, "e2e_p50": 874.29, "e2e_p99": 5167.98}
-# Our error per metric, held as the test's bound (see docs/validation.md, "Serving").
-DOCUMENTED = {"ttft_p50": -0.19, "tpot_p50": -0.07, "e2e_p50": -0.15, "e2e_p99": 0.00}
+# Our error per (prompts, metric), held within 3 points (docs/validation.md section 2d, "Published serving latency").
+DOCUMENTED: dict[int | str, dict[str, float]] = {
+    10: {"ttft_p50": 0.27, "ttft_p99": 0.24, "tpot_p50": -0.06, "e2e_p50": -0.03, "e2e_p99": -0.03},
+    40: {"ttft_p50": 0.12, "ttft_p99": 0.24, "tpot_p50": -0.04, "tpot_p99": 0.21, "e2e_p50": -0.01, "e2e_p99": -0.05},
+    160: {"ttft_p50": 0.17, "ttft_p99": 0.10, "tpot_p50": -0.11, "tpot_p99": -0.14, "e2e_p50": -0.03,
+          "e2e_p99": -0.07},
+    320: {"ttft_p50": 0.29, "ttft_p99": 0.32, "tpot_p50": -0.22, "tpot_p99": -0.14, "e2e_p50": -0.03,
+          "e2e_p99": -0.08},
+    "a100-160": {"ttft_p50": 0.14, "ttft_p99": 0.14, "tpot_p50": -0.04, "tpot_p99": 0.39, "e2e_p50": -0.01,
+                 "e2e_p99": -0.09},
+}
+TTFT_MISS = ("a burst waits for the API server to take every request in it, serving.api_request_s (4 ms) each; "
+             "these runs' first tokens imply 2.3-3.4 ms per request (the smallest TTFT of a run against its size)")
+TPOT_MISS = ("not traced: the model's decode steps at 160-320 running requests are shorter than the H100 run's; "
+             "the tails (p99, short outputs whose TPOT holds a prefill stall) over by 21-39% at 40 and on A100")
 
 
-def _measured_ms() -> dict[str, float]:
-    rng = np.random.default_rng(0)
-    reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), o, arrival_s=0.0)
-            for i, (p, o) in enumerate(zip(INPUT, OUTPUT, strict=True))]
-    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", chunked_prefill=False, max_prefill_tokens=2048)
-    r = simulate(cfg, reqs).to_dict()
-    return {"ttft_p50": r["ttft_s"]["p50"] * 1e3, "tpot_p50": r["tpot_s"]["p50"] * 1e3,
-            "e2e_p50": r["e2e_s"]["p50"] * 1e3, "e2e_p99": r["e2e_s"]["p99"] * 1e3}
+def _bound(metric: str) -> float:
+    """The issue's target: p50 within 10%, tails within 20%."""
+    return 0.10 if metric.endswith("p50") else 0.20
 
 
-@pytest.mark.parametrize("metric", sorted(PUBLISHED_MS))
-def test_vllm_h100_llama3_8b_ten_prompts(metric: str) -> None:
-    """Lambda's vLLM 0.6 run (module docstring): each metric at its documented error. TPOT and the
-    end-to-end p99 are within 10%; TTFT misses by 19% (26% before the API server's 4 ms per request,
-    catalog serving.api_request_s; the rest is not traced) and the end-to-end median by 15% (it follows
-    from the multi-step streaming)."""
-    err = _measured_ms()[metric] / PUBLISHED_MS[metric] - 1.0
-    assert err == pytest.approx(DOCUMENTED[metric], abs=0.03)
+def _lambda_params() -> list[object]:
+    out = []
+    for n, doc in DOCUMENTED.items():
+        for metric, err in doc.items():
+            miss = abs(err) > _bound(metric)
+            reason = TTFT_MISS if metric.startswith("ttft") else TPOT_MISS
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if miss else []
+            out.append(pytest.param(n, metric, id=f"{n}-{metric}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("n", "metric"), _lambda_params())
+def test_vllm_llama3_8b_prompts_at_once(n: int | str, metric: str) -> None:
+    """Lambda's vLLM 0.6 runs of n prompts sent at once (10: low load; 40-320 and the A100's 160: high load):
+    each published percentile within the issue's target (p50 10%, p99 20%)."""
+    err = replay_ms(n)[metric] / RUNS[n].published_ms[metric] - 1.0
+    assert abs(err) <= _bound(metric)
+
+
+def test_vllm_lambda_errors_stay_where_documented() -> None:
+    """Every Lambda metric at its documented error (DOCUMENTED, within 3 points): end-to-end p50/p99 within
+    9% at every load; TTFT over by 10-32% (the API server's per-request cost); TPOT p50 short at 160-320."""
+    for n, doc in DOCUMENTED.items():
+        got = replay_ms(n)
+        for metric, err in doc.items():
+            assert got[metric] / RUNS[n].published_ms[metric] - 1.0 == pytest.approx(err, abs=0.03), (n, metric)
+
+
+def test_burst_reaches_the_engine_after_the_api_server_took_it() -> None:
+    """The smallest TTFT of a burst grows with its size by serving.api_request_s per request, as the published
+    runs' do (~0.06, 0.19, 0.57 and 0.81 s for 10, 40, 160 and 320 prompts)."""
+    from gigacluster.inference.cost import api_request_s
+
+    firsts = {}
+    for n in (10, 160):
+        rng = np.random.default_rng(0)
+        reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
+                for i, (p, o) in enumerate(zip(RUNS[n].prompts, RUNS[n].outputs, strict=True))]
+        cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", chunked_prefill=False, max_prefill_tokens=2048)
+        firsts[n] = min(s.first_token_s for s in simulate(cfg, reqs, keep_requests=True).requests)
+    assert firsts[160] - firsts[10] == pytest.approx(150 * api_request_s(), rel=0.15)
 
 
 def test_client_ttft_includes_the_api_servers_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,9 +101,10 @@ def test_client_ttft_includes_the_api_servers_time(monkeypatch: pytest.MonkeyPat
 # scripts/benchmark_latency.py, Llama 3.1 405B FP8 on all eight GPUs, 128 input and 128 output tokens):
 # average latency of one batch, seconds, by batch size.
 OCI_MI300X_405B_S = {1: 3.530, 2: 3.583, 4: 3.734, 8: 3.974, 16: 4.375, 32: 5.130, 64: 6.919, 128: 10.340, 256: 17.750}
-OCI_MISS = ("not traced: the model's decode step at batch 1 (16 ms: the FP8 weights read at 80% of HBM plus 252 "
-            "latency-bound all-reduces) is about 60% of the published 27.6 ms per token; what the 2024 ROCm vLLM "
-            "build spent the rest on (its FP8 decode GEMMs on MI300X, per-layer kernel launches) is not modelled")
+OCI_MISS = ("not traced: the published latencies are 3.45 s + 55.4 ms per request; the model's 1.94 s + 38.9 ms. "
+            "Its batch-1 step (16 ms: the FP8 weights read at 80% of HBM plus 252 latency-bound all-reduces) is 57% "
+            "of the published 27 ms, and each added request costs 70% of the published; candidates (2024 ROCm FP8 "
+            "GEMMs, no FP8 skinny-GEMM kernel before vLLM's wvSplitKQ) are not sourced as figures for this build")
 
 
 def _oci_latency_s(batch: int) -> float:
@@ -75,7 +112,7 @@ def _oci_latency_s(batch: int) -> float:
     reqs = [Request(f"r{i}", rng.integers(256, 128000, size=128, dtype=np.int32), 128, arrival_s=0.0)
             for i in range(batch)]
     cfg = ReplicaConfig(preset("llama3-405b"), "mi300x", tp=8, precision="fp8", max_batch=256)
-    return float(simulate(cfg, reqs).to_dict()["e2e_s"]["mean"])
+    return float(simulate(cfg, reqs, api_server=False).to_dict()["e2e_s"]["mean"])
 
 
 @pytest.mark.parametrize("batch", [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason=OCI_MISS))
@@ -84,6 +121,26 @@ def test_oci_mi300x_llama31_405b_batch_latency(batch: int) -> None:
     """OCI's vLLM latency table (OCI_MI300X_405B_S, batch 1 to 256): the mean end-to-end time of the batch
     within 10% (the issue's end-to-end target), from one request (low load) to 256 at once (high load)."""
     assert _oci_latency_s(batch) == pytest.approx(OCI_MI300X_405B_S[batch], rel=0.10)
+
+
+def _affine(batches: list[int], secs: list[float]) -> tuple[float, float]:
+    """(intercept s, slope s per request) of the least-squares line of ``secs`` over ``batches``."""
+    slope, icpt = np.polyfit(np.asarray(batches, dtype=float), np.asarray(secs), 1)
+    return float(icpt), float(slope)
+
+
+def test_oci_mi300x_miss_splits_into_intercept_and_slope() -> None:
+    """OCI's latencies are affine in batch (3.45 s + 55.4 ms per request, every row within 4% of the line);
+    so are ours (1.94 s + 38.9 ms): the per-step cost at batch 1 is 43% short and the cost each added request
+    brings 30% short (docs/validation.md, "High load, published"), two gaps a fix must close separately."""
+    b = sorted(OCI_MI300X_405B_S)
+    pub = [OCI_MI300X_405B_S[x] for x in b]
+    pi, ps = _affine(b, pub)
+    mi, ms = _affine(b, [_oci_latency_s(x) for x in b])
+    assert max(abs((pi + ps * x) / y - 1) for x, y in zip(b, pub, strict=True)) < 0.04
+    assert (pi, ps) == (pytest.approx(3.45, abs=0.02), pytest.approx(0.0554, abs=0.0005))
+    assert mi / pi - 1 == pytest.approx(-0.43, abs=0.03)
+    assert ms / ps - 1 == pytest.approx(-0.30, abs=0.03)
 
 
 def test_oci_mi300x_errors_stay_where_documented() -> None:

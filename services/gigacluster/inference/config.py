@@ -62,6 +62,7 @@ class ReplicaConfig:
     role: str = "both"
     ep: int = 1
     moe_overlap: str = "none"  # "two_batch": DeepSeek's two micro-batch overlap of the all-to-all (moe_work)
+    num_scheduler_steps: int = 1  # vLLM v0's multi-step scheduling (inference.multistep); 1 = off, vLLM's default
 
     def __post_init__(self) -> None:
         if not isinstance(self.arch, ModelArch):
@@ -71,7 +72,7 @@ class ReplicaConfig:
         except UnknownHardwareError as exc:
             raise SpecError("chip", str(exc)) from exc
         for f, lo in (("tp", 1), ("ep", 1), ("max_batch", 1), ("block_size", 1), ("max_prefill_tokens", 1),
-                      ("max_queue", 0)):
+                      ("max_queue", 0), ("num_scheduler_steps", 1)):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise SpecError(f, f"must be an integer >= {lo}, got {v!r}")
@@ -87,6 +88,8 @@ class ReplicaConfig:
             raise SpecError("kv_fraction", f"must be in (0, 1], got {self.kv_fraction!r}")
         if self.block_size & (self.block_size - 1) or self.block_size > 1024:
             raise SpecError("block_size", f"must be a power of two <= 1024, got {self.block_size}")
+        if self.num_scheduler_steps > 1 and self.chunked_prefill:
+            raise SpecError("num_scheduler_steps", "multi-step scheduling is vLLM v0's: set chunked_prefill false")
         if self.moe_overlap not in OVERLAP_MODES:
             raise SpecError("moe_overlap", f"allowed: {', '.join(OVERLAP_MODES)}; got {str(self.moe_overlap)[:20]!r}")
         shape = ShardShape(self.arch, self.tp, self.precision, self.ep, self.moe_overlap)

@@ -17,16 +17,15 @@ admits nobody in a step that preempted). A decode or chunk that needs a KV block
 preempts the lowest-priority, most recently started sequence, which gives up its blocks and is
 recomputed later (vLLM's recompute mode): a request preempted before its first token waits again.
 Prefix caching: full prompt blocks are hashed (chained, salted by tenant) and reused while cached.
+``num_scheduler_steps`` > 1 is v0's multi-step scheduling (:mod:`.multistep`).
 
 Disaggregated serving (NVIDIA Dynamo, vLLM's disaggregated prefill) splits the two phases across
 replicas by ``ReplicaConfig.role``: a ``prefill`` engine computes the prompt and samples the first
 token, then finishes the request with ``finish_reason="prefilled"`` and HOLDS its KV blocks until
 the caller has sent them elsewhere (:meth:`ReplicaEngine.release_kv`); a ``decode`` engine takes
 requests that carry a :class:`Handoff` (their KV cache and first token arrived from a prefill
-replica) and only decodes them. A preempted handed-off sequence is recomputed locally.
-
-The request types live in :mod:`.request`, the configuration in :mod:`.config`, the waiting
-queue in :mod:`.waiting`; this module re-exports their names.
+replica) and only decodes them. A preempted handed-off sequence is recomputed locally. The request
+types live in :mod:`.request`, the configuration in :mod:`.config`, the waiting queue in :mod:`.waiting`.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from gigacluster.inference.cost import iteration_energy_j, iteration_time_s, ite
 from gigacluster.inference.errors import AdmissionError, EngineStateError
 from gigacluster.inference.hashing import token_ids
 from gigacluster.inference.kvcache import BlockPool
+from gigacluster.inference.multistep import StepGroups
 from gigacluster.inference.request import (
     CompletionBatch,
     Handoff,
@@ -102,6 +102,7 @@ class ReplicaEngine:
         self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
         self._preemptions = self._rejected = self._shed_count = self._finished = 0
         self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
+        self._groups = StepGroups(cfg.num_scheduler_steps)
 
     # ----------------------------------------------------------------------------- admission
     def admit(self, req: Request, now_s: float) -> None:
@@ -154,9 +155,8 @@ class ReplicaEngine:
         the token budget, plus decode of everything outstanding in waves of ``max_batch``
         sequences, each wave as long as the mean remaining output.
         """
-        cfg = self.cfg
         act = self._active
-        running = cfg.max_batch - len(self._free_slots)
+        running = self.cfg.max_batch - len(self._free_slots)
         n = self._queue.count + running
         if n == 0:
             return 0.0
@@ -165,7 +165,7 @@ class ReplicaEngine:
             return self._retry_cache[1]  # unchanged state: a saturated replica rejects cheaply
         out = self._queue.out_tokens + int((self._max - self._gen)[act].sum())
         ctx = (self._queue.prompt_tokens + int(self._length[act].sum())) / n
-        est = queue_wait_s(self._chip, self._shape, cfg, self._queue.prompt_tokens, out, ctx, n)
+        est = queue_wait_s(self._chip, self._shape, self.cfg, self._queue.prompt_tokens, out, ctx, n)
         self._retry_cache = (key, est)
         return est
 
@@ -200,11 +200,13 @@ class ReplicaEngine:
         slots = np.fromiter(sched.keys(), dtype=np.int64, count=len(sched))
         new = np.fromiter(sched.values(), dtype=np.int64, count=len(sched))
         it = self._build(now_s, slots, new)
+        self._groups.scheduled(decode_only=it.prefill_tokens == 0)
         self._inflight = it
         return it
 
     def _schedule_plain(self, now_s: float) -> dict[int, int]:
-        started = self._start_waiting(now_s, self.cfg.max_prefill_tokens, require_all_prompt=True)
+        started = (self._start_waiting(now_s, self.cfg.max_prefill_tokens, require_all_prompt=True)
+                   if self._groups.at_boundary else {})
         if started and any(int(self._length[s] - self._computed[s]) > 1 for s in started):
             return started  # a prefill iteration (handed-off arrivals ride along as decodes)
         # All running sequences are fully prefilled: one decode token each.
@@ -321,8 +323,7 @@ class ReplicaEngine:
         self._queue.pop()
         seq.registered = True  # its blocks are not entered in this replica's prefix cache
         # The first token's K and V are computed by the next decode step.
-        slot = self._seat(seq, computed=total - 1, length=total, blocks=n_blocks, private=n_blocks)
-        return slot
+        return self._seat(seq, computed=total - 1, length=total, blocks=n_blocks, private=n_blocks)
 
     def _seat(self, seq: Seq, *, computed: int, length: int, blocks: int, private: int) -> int:
         """Put ``seq`` in a free batch slot with ``computed`` of its ``length`` tokens' KV in place; the slot."""
@@ -409,8 +410,8 @@ class ReplicaEngine:
         self._computed[slots] += new
         emit = slots[self._computed[slots] == self._length[slots]]
         if emit.size == 0:
-            return CompletionBatch(end_s, (), np.empty(0, np.int64), np.empty(0, np.int64),
-                                   np.empty(0, bool), np.empty(0), ())
+            return CompletionBatch(end_s, (), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool),
+                                   np.empty(0), tuple(self._groups.close(end_s, idle=not self._active.any())))
         idx = self._gen[emit].copy()
         toks = token_ids(self._seed[emit], idx, low=FIRST_WORD_TOKEN, high=self._tok_high)
         itl = np.where(idx > 0, end_s - self._last_tok[emit], np.nan)
@@ -420,9 +421,7 @@ class ReplicaEngine:
         eos = self._eos[emit]
         eos_hit = (eos > 0) & (self._gen[emit] >= eos)
         finished = eos_hit | (self._gen[emit] >= self._max[emit]) | (self._length[emit] >= self.cfg.arch.seq_len)
-        ids = []
-        summaries = []
-        bs = self.cfg.block_size
+        ids, bs = [], self.cfg.block_size
         for k, slot in enumerate(emit.tolist()):
             seq = self._seqs[slot]
             assert seq is not None
@@ -444,7 +443,8 @@ class ReplicaEngine:
                 self._release_slot(slot, keep_kv=handoff)
                 del self._by_id[seq.req.id]
                 self._finished += 1
-                summaries.append(seq.summary(end_s, "prefilled" if handoff else "stop" if eos_hit[k] else "length"))
+                self._groups.finish(seq, "prefilled" if handoff else "stop" if eos_hit[k] else "length")
+        summaries = self._groups.close(end_s, idle=not self._active.any())
         return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
 
     # ----------------------------------------------------------------------------- control

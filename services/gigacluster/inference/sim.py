@@ -2,10 +2,11 @@
 
 Each replica runs one iteration at a time; an iteration lasts its ``predicted_s`` (the roofline
 of its work, as on the live chips). A request's ``arrival_s`` is when its client sent it; it reaches
-the engines ``serving.api_request_s`` later (the API server's time, so TTFT is the client's, as
-vLLM's benchmark_serving measures it) and is routed then, using the same :class:`ReplicaView` the
-live router builds. Nothing sleeps: the loop jumps from event to event,
-so thousands of requests over 8 replicas take seconds of wall time.
+the engines when the API server has taken it (:mod:`.frontend`: ``serving.api_request_s`` per request,
+one at a time, a burst released together; so TTFT is the client's, as vLLM's benchmark_serving measures
+it) and is routed then, using the same :class:`ReplicaView` the live router builds. Requests reaching
+an idle engine at the same instant share its first iteration. Nothing sleeps: the loop jumps from event
+to event, so thousands of requests over 8 replicas take seconds of wall time.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from gigacluster.inference.cost import api_request_s
-from gigacluster.inference.engine import Iteration, ReplicaConfig, ReplicaEngine, ReplicaStats, Request
+from gigacluster.inference.engine import Iteration, ReplicaConfig, ReplicaEngine, ReplicaStats, Request, RequestSummary
 from gigacluster.inference.errors import AdmissionError
+from gigacluster.inference.frontend import release_times
 from gigacluster.inference.metrics import ServingMetrics
 from gigacluster.inference.policies import ReplicaView, RoutingPolicy, make_policy
 from gigacluster.model import SpecError
@@ -34,6 +36,7 @@ class SimResult:
     policy: str
     end_s: float
     routed: tuple[int, ...]
+    requests: tuple[RequestSummary, ...] = ()  # every finished request, when simulate(keep_requests=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,9 +56,12 @@ def simulate(
     policy: str | RoutingPolicy = "round_robin",
     seed: int = 0,
     max_time_s: float = math.inf,
+    keep_requests: bool = False,
+    api_server: bool = True,
 ) -> SimResult:
-    """Run ``workload`` (sorted by ``arrival_s``) on ``replicas`` engines; stop when all finish or
-    at ``max_time_s`` of virtual time (requests still in flight then are not counted)."""
+    """Run ``workload`` on ``replicas`` engines until all finish or ``max_time_s`` (requests in flight then are
+    not counted); ``keep_requests`` lists every finished request; ``api_server=False`` is vLLM's offline engine
+    (``LLM.generate``, as ``benchmark_latency.py`` runs it): requests reach the engines when sent."""
     if not isinstance(replicas, int) or replicas < 1:
         raise SpecError("replicas", f"must be an integer >= 1, got {replicas!r}")
     pol = make_policy(policy) if isinstance(policy, str) else policy
@@ -64,22 +70,29 @@ def simulate(
     inflight: list[Iteration | None] = [None] * replicas
     done_at = np.full(replicas, math.inf)
     routed = [0] * replicas
-    owner: dict[str, int] = {}
     metrics = ServingMetrics()
     reqs = sorted(workload, key=lambda r: r.arrival_s)
     bs = cfg.block_size
-    api_s = api_request_s()
+    release = release_times(np.fromiter((r.arrival_s for r in reqs), float, len(reqs)),
+                            api_request_s() if api_server else 0.0)
     i, now, last = 0, 0.0, 0.0
+    kept: list[RequestSummary] = []
 
     def start(r: int, t: float) -> None:
         it = engines[r].next_iteration(t)
         inflight[r] = it
         done_at[r] = t + it.predicted_s if it is not None else math.inf
 
+    pending: set[int] = set()  # idle replicas given work at ``last``, started once that instant's arrivals are in
     while True:
+        t_arr = float(release[i]) if i < len(reqs) else math.inf
+        if pending and t_arr > last:
+            for k in sorted(pending):
+                if inflight[k] is None:
+                    start(k, last)
+            pending.clear()
         r_next = int(np.argmin(done_at))
         t_done = float(done_at[r_next])
-        t_arr = reqs[i].arrival_s + api_s if i < len(reqs) else math.inf
         now = min(t_done, t_arr)
         if now == math.inf or now > max_time_s:
             break
@@ -94,26 +107,24 @@ def simulate(
             except AdmissionError:
                 metrics.record_rejected()
                 continue
-            for shed_req, _err in engines[k].drain_shed():
+            for _shed in engines[k].drain_shed():
                 metrics.record_rejected(shed=True)
-                owner.pop(shed_req.id, None)
             routed[k] += 1
-            owner[req.id] = k
             pol.on_routed(req, k)
             if inflight[k] is None:
-                start(k, now)
+                pending.add(k)  # requests released together (a burst) share the first iteration
             continue
         it = inflight[r_next]
         assert it is not None
         batch = engines[r_next].complete_batch(it, t_done)
         metrics.record_itl(batch.itl_s)
+        kept.extend(batch.summaries if keep_requests else ())
         for s in batch.summaries:
             metrics.record_request(s)
-            owner.pop(s.request_id, None)
             pol.on_finished(s.request_id, r_next)
         metrics.record_kv(engines[r_next].kv_used_frac)
         start(r_next, t_done)
 
     stats = tuple(e.stats() for e in engines)
     metrics.set_prefix_counts(sum(s.prefix_hit_tokens for s in stats), sum(s.prefix_lookup_tokens for s in stats))
-    return SimResult(metrics.snapshot(), stats, pol.name, last, tuple(routed))
+    return SimResult(metrics.snapshot(), stats, pol.name, last, tuple(routed), tuple(kept))
