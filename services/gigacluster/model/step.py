@@ -83,6 +83,7 @@ class StepPlan:
     schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
     a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
     bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
+    dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +400,7 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         a2a_compute_share=(EfficiencyParams.for_chip(chip).overlap_compute_share
                            if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
         bubble_slot_ratio=bubble_ratio,
+        dp_overlap=spec.dp_comm_overlap,
     )
 
 
@@ -424,7 +426,8 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
     1F1B bubble is (pp - 1) / (virtual_stages x microbatches) of the slot time of the ranks other than
     the critical one (``bubble_slot_ratio`` of its compute, the same inline comm); the DP gradient
     reduce-scatter hides behind the last microbatch's backward plus the cool-down half of the
-    bubble, the parameter all-gather behind the first forward plus the warm-up half.
+    bubble, the parameter all-gather behind the first forward plus the warm-up half (both exposed
+    when the plan does not overlap DP communication, ``dp_overlap``).
     """
     if compute_s < 0:
         raise SpecError("compute_s", f"must be >= 0, got {compute_s!r}")
@@ -452,7 +455,9 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
         bubble = idle_slots / m * (plan.pp / 2 - 1) * (plan.fwd_fraction + plan.bwd_fraction / 2)
     windowed = 0.0
     for d in plan.collectives:
-        if d.window == "grad":
+        if d.window in ("grad", "param") and not plan.dp_overlap:
+            windowed += comm_s[d.name]  # after the pipeline flush (gradients) or before the first forward
+        elif d.window == "grad":
             windowed += max(0.0, comm_s[d.name] - (plan.bwd_fraction * pipe / m + bubble / 2))
         elif d.window == "param":
             windowed += max(0.0, comm_s[d.name] - (plan.fwd_fraction * pipe / m + bubble / 2))
