@@ -1,11 +1,11 @@
-"""Spec switches of issue 15: attention implementation, sequence parallelism, fp16."""
+"""Spec switches of issue 15: attention implementation, sequence parallelism, fp16, data-parallel overlap."""
 
 from __future__ import annotations
 
 import pytest
 
 from gigacluster.model import SpecError
-from gigacluster.model.step import plan_step
+from gigacluster.model.step import compose_step, plan_step
 from gigacluster.model.training import TrainSpec
 
 BASE = {
@@ -74,3 +74,27 @@ def test_fp16_runs_at_the_bf16_rate_on_a100() -> None:
     assert fp16.precision == "fp16"
     assert estimate_train(fp16, AlphaBetaCommModel()).step_time_s == pytest.approx(
         estimate_train(bf16, AlphaBetaCommModel()).step_time_s, rel=1e-9)
+
+
+def test_dp_comm_overlap_off_exposes_the_gradient_and_parameter_collectives() -> None:
+    """parallelism.dp_comm_overlap defaults to true (DP traffic hides in its windows); false runs the gradient
+    reduce-scatter and parameter all-gather after the flush, fully exposed; a non-boolean is refused."""
+    spec = _spec(parallelism={"pp": 2})
+    assert spec.dp_comm_overlap is True
+    comm = {d.name: 0.0 for d in plan_step(spec).collectives}
+    comm.update(dp_grad=1e-3, dp_param=5e-4)
+    hidden = compose_step(plan_step(spec), 10.0, comm)
+    exposed = compose_step(plan_step(spec.with_(dp_comm_overlap=False)), 10.0, comm)
+    assert hidden.exposed_comm_s == 0.0
+    assert exposed.exposed_comm_s == pytest.approx(1.5e-3)
+    with pytest.raises(SpecError) as err:
+        _spec(parallelism={"dp_comm_overlap": "no"})
+    assert err.value.field == "parallelism.dp_comm_overlap"
+
+
+def test_fp16_gradient_reduction_halves_the_dp_bytes() -> None:
+    """grad_reduce_dtype fp16 (2021 Megatron-LM's default for fp16 runs) reduces 2 bytes per gradient."""
+    fp32 = next(d for d in plan_step(_spec()).collectives if d.name == "dp_grad")
+    fp16 = next(d for d in plan_step(_spec(parallelism={"grad_reduce_dtype": "fp16"})).collectives
+                if d.name == "dp_grad")
+    assert fp16.bytes_ == pytest.approx(fp32.bytes_ / 2)

@@ -122,7 +122,8 @@ def test_small_demo_job_takes_seconds_per_step() -> None:
 
 
 def test_compose_bubble_formula() -> None:
-    """1F1B bubble = (pp - 1) / (virtual_stages x microbatches) of the slot time; DP hides in its window."""
+    """1F1B bubble = (pp - 1) / (virtual_stages x microbatches) of the other ranks' slot time; DP hides in
+    its window."""
     d = {"model": {"preset": "llama3-8b"}, "batch": {"global_batch": 32},
          "parallelism": {"tp": 4, "pp": 4, "virtual_stages": 2}, "hardware": {"chip": "h100-sxm", "count": 32}}
     plan = plan_step(TrainSpec.from_dict(d))
@@ -130,12 +131,26 @@ def test_compose_bubble_formula() -> None:
     comm = {c.name: 0.0 for c in plan.collectives}
     bd = compose_step(plan, 10.0, comm)
     pipe = 10.0 * plan.pipelined_fraction
-    assert bd.bubble_s == pytest.approx(pipe * 3 / (2 * 16))
+    assert bd.bubble_s == pytest.approx(pipe * plan.bubble_slot_ratio * 3 / (2 * 16))
     assert bd.exposed_comm_s == 0.0
     comm["tp"] = 1.0
     assert compose_step(plan, 10.0, comm).exposed_comm_s == pytest.approx(1.0)
     comm["dp_grad"] = 1e-6  # far shorter than one microbatch's backward: fully hidden
     assert compose_step(plan, 10.0, comm).exposed_comm_s == pytest.approx(1.0)
+
+
+def test_bubble_is_the_other_ranks_passes_not_the_heavier_last_rank() -> None:
+    """Llama 3 8B on PP 4 (8 layers per rank): the last rank also runs the 128K-vocab logits and loss and
+    paces the steady state, while the bubble is the other ranks' passes (Narayanan et al. 2021, 2.2.1):
+    its slot time is theirs, about 8 layers over the last rank's 8 + logits, so under 1."""
+    d = {"model": {"preset": "llama3-8b"}, "batch": {"global_batch": 32},
+         "parallelism": {"tp": 4, "pp": 4}, "hardware": {"chip": "h100-sxm", "count": 32}}
+    plan = plan_step(TrainSpec.from_dict(d))
+    assert plan.critical_stage == "last"
+    assert 0.7 < plan.bubble_slot_ratio < 0.9
+    one = plan_step(TrainSpec.from_dict({**d, "parallelism": {"tp": 4, "pp": 1}, "hardware": {"chip": "h100-sxm",
+                                                                                              "count": 8}}))
+    assert one.bubble_slot_ratio == 1.0
 
 
 def test_compose_rejects_missing_collective() -> None:

@@ -82,6 +82,8 @@ class StepPlan:
     memory: MemoryBreakdown
     schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
     a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
+    bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
+    dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,6 +357,7 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         label = "first" if first else ("last" if last else "middle")
         candidates.append((t, label, i, fwd, bwd, rec, (sum(lw.model_flops * n for lw, n in kinds) + hmodel) * m))
     _, label, crit_i, fwd, bwd, rec, crit_model = max(candidates, key=lambda c: c[0])
+    bubble_ratio = _bubble_slot_ratio({c[2]: c[0] for c in candidates}, crit_i, pp)
     first, last = crit_i == 0, crit_i == pp - 1
     params = _stage_params(spec, stage_layers[crit_i], first, last)
     shard = dp * cp if spec.distributed_optimizer else 1
@@ -396,16 +399,35 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         schedule=spec.pipeline_schedule,
         a2a_compute_share=(EfficiencyParams.for_chip(chip).overlap_compute_share
                            if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
+        bubble_slot_ratio=bubble_ratio,
+        dp_overlap=spec.dp_comm_overlap,
     )
+
+
+def _bubble_slot_ratio(stage_s: Mapping[int, float], crit: int, pp: int) -> float:
+    """Mean per-microbatch time of the pipeline ranks other than the critical one, over the critical
+    rank's (``stage_s``: first, middle and last rank; the middle stands for every inner rank).
+
+    The slowest rank paces the steady state; the warm-up and cool-down are the forward and backward
+    passes of the *other* ranks (Narayanan et al. 2021, section 2.2.1: (p - 1)(t_f + t_b), every
+    stage alike). A last rank that also runs the logits and loss does not idle for its own extra work.
+    """
+    if pp <= 1 or stage_s[crit] <= 0:
+        return 1.0
+    mid = stage_s[pp // 2] if pp > 2 else 0.0
+    total = stage_s[0] + stage_s[pp - 1] + (pp - 2) * mid
+    return min(1.0, (total - stage_s[crit]) / (pp - 1) / stage_s[crit])
 
 
 def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) -> StepBreakdown:
     """Step time from the critical rank's compute seconds and each demand's total comm seconds.
 
     Inline collectives (TP, CP, PP) sit inside microbatch slots, minus their hidden share; the
-    1F1B bubble is (pp - 1) / (virtual_stages x microbatches) of the slot time; the DP gradient
+    1F1B bubble is (pp - 1) / (virtual_stages x microbatches) of the slot time of the ranks other than
+    the critical one (``bubble_slot_ratio`` of its compute, the same inline comm); the DP gradient
     reduce-scatter hides behind the last microbatch's backward plus the cool-down half of the
-    bubble, the parameter all-gather behind the first forward plus the warm-up half.
+    bubble, the parameter all-gather behind the first forward plus the warm-up half (both exposed
+    when the plan does not overlap DP communication, ``dp_overlap``).
     """
     if compute_s < 0:
         raise SpecError("compute_s", f"must be >= 0, got {compute_s!r}")
@@ -422,16 +444,20 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
         # of 132 SMs), so the compute it overlaps slows down.
         share = plan.a2a_compute_share
         inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
-    slots = pipe + inline
     m = plan.microbatches
-    bubble = slots * (plan.pp - 1) / (plan.virtual_stages * m) if plan.pp > 1 else 0.0
+    # The bubble is the other ranks' passes: their compute (bubble_slot_ratio of the critical rank's)
+    # plus the same inline communication.
+    idle_slots = pipe * plan.bubble_slot_ratio + inline
+    bubble = idle_slots * (plan.pp - 1) / (plan.virtual_stages * m) if plan.pp > 1 else 0.0
     if plan.schedule == "dualpipe":
         # DeepSeek-V3 report, Table 2: (PP/2 - 1)(F&B + B - 3W) slots, with F&B = F + B and the
         # weight-gradient half of backward W = B / 2.
-        bubble = slots / m * (plan.pp / 2 - 1) * (plan.fwd_fraction + plan.bwd_fraction / 2)
+        bubble = idle_slots / m * (plan.pp / 2 - 1) * (plan.fwd_fraction + plan.bwd_fraction / 2)
     windowed = 0.0
     for d in plan.collectives:
-        if d.window == "grad":
+        if d.window in ("grad", "param") and not plan.dp_overlap:
+            windowed += comm_s[d.name]  # after the pipeline flush (gradients) or before the first forward
+        elif d.window == "grad":
             windowed += max(0.0, comm_s[d.name] - (plan.bwd_fraction * pipe / m + bubble / 2))
         elif d.window == "param":
             windowed += max(0.0, comm_s[d.name] - (plan.fwd_fraction * pipe / m + bubble / 2))

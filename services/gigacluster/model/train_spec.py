@@ -29,13 +29,13 @@ SCHEDULES = ("1f1b", "dualpipe")
 TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
 """Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
 A chip runs only the formats its catalog entry lists (``Chip.precisions``)."""
-GRAD_DTYPES = {"fp32": 4, "bf16": 2}
+GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "cost",
              "network")
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
-    "moe_overlap", "pipeline_schedule", "sequence_parallel",
+    "moe_overlap", "pipeline_schedule", "sequence_parallel", "dp_comm_overlap",
 )
 
 ATTENTION_IMPLS = ("flash", "materialized")
@@ -108,6 +108,10 @@ class TrainSpec:
     pp_comm_overlap: float = 0.0
     distributed_optimizer: bool = True
     grad_reduce_dtype: str = "fp32"
+    # Data-parallel gradient reduction / parameter gather overlapped with the last backward and first forward
+    # (Megatron --overlap-grad-reduce/--overlap-param-gather, torch DDP buckets, NeMo recipes); False: they
+    # run after the pipeline flush, exposed (Megatron LocalDDP 2021, Megatron-LM as MegaScale's baseline).
+    dp_comm_overlap: bool = True
     ep: int = 1  # expert parallelism: ranks taken from DP (as Megatron-LM), each holding experts / ep
     capacity_factor: float = 1.0  # tokens on the most loaded EP rank / the mean (1.0: balanced routing)
     moe_overlap: float = 0.0  # fraction of the expert all-to-all hidden behind compute (DualPipe-style)
@@ -283,6 +287,7 @@ class TrainSpec:
             pp_comm_overlap=_frac(par, "pp_comm_overlap", "parallelism.pp_comm_overlap", 0.0),
             distributed_optimizer=dist,
             grad_reduce_dtype=gdt,
+            dp_comm_overlap=_bool(par, "dp_comm_overlap", "parallelism.dp_comm_overlap", True),
             ep=_int(par, "ep", "parallelism.ep", 1) or 1,
             capacity_factor=_finite(par.get("capacity_factor", 1.0), "parallelism.capacity_factor", "a number >= 1"),
             moe_overlap=_frac(par, "moe_overlap", "parallelism.moe_overlap", 0.0),

@@ -103,6 +103,7 @@ class TrainEstimate:
                 "microbatch_size": s.microbatch_size, "microbatches": s.microbatches, "recompute": s.recompute,
                 "ep": s.ep, "capacity_factor": s.capacity_factor, "moe_overlap": s.moe_overlap,
                 "pipeline_schedule": s.pipeline_schedule, "sequence_parallel": s.sequence_parallel,
+                "dp_comm_overlap": s.dp_comm_overlap,
             },
             "attention_impl": s.attention_impl,
             "tokens_per_step": s.tokens_per_step,
