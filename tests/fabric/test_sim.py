@@ -238,3 +238,34 @@ def test_cancel_ends_a_booked_group_and_frees_its_links(hgx16: Topology) -> None
     sim.run_until_idle()
     assert other.state == "done"
     assert other.end_s - 5.0 == pytest.approx(S / NIC_BPS, rel=0.02)  # alone on the NIC: no phantom sharer
+
+
+def _same_stats(a: object, b: object) -> bool:
+    fields = ("rate_Bps", "capacity_Bps", "utilization", "active_flows", "bytes_carried", "state")
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields)
+
+
+def test_link_stats_are_kept_only_while_nothing_changed(two_groups: Topology) -> None:
+    """link_stats() is reused while time, flows, link state and credited bytes stand still, and recomputed
+    (equal to a fresh computation) after each of them changes; the cheap readers agree with it."""
+    sim = FlowSim(two_groups)
+    ring = np.arange(16)
+    st0 = sim.link_stats()
+    assert sim.link_stats() is st0
+    h = sim.start_collective("all_reduce", ring, S, start_s=0.0, algo="ring")
+    sim.advance(1e-3)
+    st1 = sim.link_stats()
+    assert st1 is not st0 and st1.active_flows.sum() > 0
+    assert _same_stats(st1, sim._link_stats())
+    used = np.flatnonzero(st1.active_flows)
+    assert sim.flows_on(used[:1]) and not sim.flows_on(np.flatnonzero(st1.active_flows == 0)[:1])
+    assert np.array_equal(sim.bytes_carried(), st1.bytes_carried)
+    state, cap = sim.link_state()
+    assert np.array_equal(state, st1.state) and np.array_equal(cap, st1.capacity_Bps)
+    sim.credit_bytes(used[:1], np.array([5.0]))
+    assert sim.link_stats().bytes_carried[used[0]] == st1.bytes_carried[used[0]] + 5.0
+    sim.fail_link(int(used[0]))
+    st2 = sim.link_stats()
+    assert st2.state[used[0]] == 2 and _same_stats(st2, sim._link_stats())
+    sim.run_until_idle()
+    assert h.state == "done" and sim.link_stats().active_flows.sum() == 0

@@ -100,6 +100,8 @@ class FlowSim:
         self._t_ref = 0.0
         self._bytes_carried = np.zeros(nl)
         self._version = 0  # bumped by every change of link state: plans made before it are stale
+        self._credits = 0  # bumped by every credit of bytes moved outside the simulator
+        self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
         self.planner = GroupPlanner(topo, policy=policy)
         # Links held by steady-state windows (fabric/service/windows.py): a phase whose flows enter one
         # is noted in ``reserved_hits`` as (time, group id, links hit) for the owner to cut the window.
@@ -238,7 +240,17 @@ class FlowSim:
 
     # ---- public: stats -------------------------------------------------------------------
     def link_stats(self) -> LinkStats:
-        """Per-link rate, utilisation, active sub-flows, bytes carried and state; and per tier."""
+        """Per-link rate, utilisation, active sub-flows, bytes carried and state; and per tier. Kept while nothing
+        changed (time, link state, flows started or removed, bytes credited): telemetry, metrics and clients read
+        it every few seconds, and on a 10M-link site each computation is a second of a core."""
+        key = (self.now_s, self._version, self._label, self._pool.size, self._credits)
+        if self._stats is not None and self._stats[0] == key:
+            return self._stats[1]
+        stats = self._link_stats()
+        self._stats = (key, stats)
+        return stats
+
+    def _link_stats(self) -> LinkStats:
         self._solve()
         topo = self.topo
         cap = self._cap
@@ -251,9 +263,30 @@ class FlowSim:
                          tier_stats(topo, cap, rate, util, state),
                          int(self._pool.s_pos.size))
 
+    def bytes_carried(self) -> np.ndarray:
+        """Bytes each link has carried so far (``link_stats().bytes_carried`` without the per-link and per-tier
+        statistics: a scratch simulator's alone run reads only this, on a 10M-link site)."""
+        self._solve()
+        return self._bytes_carried + self._pool.link_rate * (self.now_s - self._t_ref)
+
+    def link_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """(state per link: 0 up, 1 degraded, 2 down; capacity in bytes/s), copies: what a scratch simulator
+        needs of the live one, without solving."""
+        state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
+        return state, self._cap.copy()
+
+    def flows_on(self, links: np.ndarray) -> bool:
+        """Whether any sub-flow now crosses one of ``links`` (``link_stats().active_flows[links].any()``
+        without counting every link's flows)."""
+        if not links.size:
+            return False
+        self._solve()
+        return bool(np.isin(self._pool.e_link, links).any())
+
     def credit_bytes(self, links: np.ndarray, bytes_: np.ndarray) -> None:
         """Add bytes moved outside the simulator (a steady-state window's steps) to the links' carried bytes."""
         np.add.at(self._bytes_carried, links, bytes_)
+        self._credits += 1
 
     # ---- public: faults ------------------------------------------------------------------
     def fail_link(self, link_id: int) -> list[FlowEvent]:

@@ -72,8 +72,8 @@ class LinkState:
 
     @classmethod
     def of(cls, sim: FlowSim) -> LinkState:
-        st = sim.link_stats()
-        return cls(sim, st.state.copy(), st.capacity_Bps.copy())
+        state, capacity = sim.link_state()
+        return cls(sim, state, capacity)
 
     def digest(self) -> bytes:
         return hashlib.blake2b(self.state.tobytes() + self.capacity_Bps.tobytes(), digest_size=16).digest()
@@ -108,7 +108,7 @@ def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedSt
         if failed:
             raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
         durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
-    b = scratch.link_stats().bytes_carried
+    b = scratch.bytes_carried()
     links = np.flatnonzero(b > 0)
     return IsolatedStep(tuple(durations), links, b[links])
 
@@ -121,7 +121,7 @@ def collective_bytes(ls: LinkState, pattern: list[PatternCollective]) -> list[tu
         alone = _scratch(ls)
         _start(alone, c, 0.0)
         alone.run_until_idle()
-        b = alone.link_stats().bytes_carried
+        b = alone.bytes_carried()
         ids = np.flatnonzero(b > 0)
         out.append((ids, b[ids]))
     return out
@@ -261,7 +261,7 @@ class WindowBook:
                 return f"the {c.op} at offset {c.offset_s:.6g} s ends after the step ({period_s:.6g} s)"
         if iso.links.size and self._held[iso.links].any():
             return "another window holds some of its links"
-        if iso.links.size and self.sim.link_stats().active_flows[iso.links].any():
+        if self.sim.flows_on(iso.links):
             return "other traffic is on some of its links"
         return ""
 
