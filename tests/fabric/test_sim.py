@@ -269,3 +269,50 @@ def test_link_stats_are_kept_only_while_nothing_changed(two_groups: Topology) ->
     assert st2.state[used[0]] == 2 and _same_stats(st2, sim._link_stats())
     sim.run_until_idle()
     assert h.state == "done" and sim.link_stats().active_flows.sum() == 0
+
+
+def _tiers_by_hand(sim: FlowSim) -> list[tuple[object, ...]]:
+    st = sim.link_stats()
+    out = []
+    for t in range(int(sim.topo.link_tier.max()) + 1):
+        m = sim.topo.link_tier == t
+        if m.any():
+            out.append((int(m.sum()), float(st.capacity_Bps[m].sum()), float(st.rate_Bps[m].sum()),
+                        float(st.utilization[m].mean()), float(st.utilization[m].max()),
+                        int((st.state[m] == 2).sum()), int((st.state[m] == 1).sum())))
+    return out
+
+
+def test_tier_stats_equal_the_per_link_arrays_through_traffic_and_faults(two_groups: Topology) -> None:
+    """tier_stats() (busy links only, link state once per network version) gives each tier's count, capacity,
+    carried rate, mean and max utilisation and links down/degraded exactly as the per-link arrays do, idle, under
+    traffic, after a link fails and one degrades, and after the traffic ends."""
+    sim = FlowSim(two_groups)
+
+    def check() -> None:
+        tiers, active = sim.tier_stats()
+        got = [(t.links, t.capacity_Bps, t.used_Bps, t.mean_utilization, t.max_utilization, t.links_down,
+                t.links_degraded) for t in tiers]
+        want = _tiers_by_hand(sim)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g[0] == w[0] and g[5:] == w[5:]
+            assert g[1:5] == pytest.approx(w[1:5], rel=1e-12, abs=1e-12)
+        assert active == sim.link_stats().active_flows_total
+        assert [t.tier for t in tiers] == [t.tier for t in sim.link_stats().tiers]
+
+    check()
+    h = sim.start_collective("all_reduce", np.arange(16), S, start_s=0.0, algo="ring")
+    sim.start_transfer(0, 9, S, start_s=0.0)
+    sim.advance(1e-3)
+    check()
+    assert max(t.max_utilization for t in sim.tier_stats()[0]) > 0.5
+    used = np.flatnonzero(sim.link_stats().active_flows)
+    sim.fail_link(int(used[-1]))
+    sim.degrade_link(int(used[0]), 0.5)
+    check()
+    assert sum(t.links_down for t in sim.tier_stats()[0]) == 1
+    assert sum(t.links_degraded for t in sim.tier_stats()[0]) == 1
+    sim.run_until_idle()
+    check()
+    assert h.state in ("done", "failed") and sim.tier_stats()[1] == 0

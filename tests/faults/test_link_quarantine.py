@@ -44,9 +44,9 @@ def test_link_stats_carry_the_cut_off_chips_as_ranges() -> None:
     sim = FlowSim(topo)
     for chip in (2, 3, 9):
         sim.fail_link(int(topo.nic_up[chip]))
-    msg = wire.link_stats_msg(sim.link_stats(), now_s=1.0, cut_off=sim.cut_off_chips())
+    msg = wire.link_stats_msg(*sim.tier_stats(), now_s=1.0, cut_off=sim.cut_off_chips())
     assert [(r.start, r.end) for r in msg.cut_off_chips] == [(2, 4), (9, 10)]
-    assert not wire.link_stats_msg(sim.link_stats(), now_s=1.0).cut_off_chips
+    assert not wire.link_stats_msg(*sim.tier_stats(), now_s=1.0).cut_off_chips
     only = wire.cut_off_msg(sim.cut_off_chips(), now_s=1.0)  # GetLinkStats(cut_off_only): no statistics
     assert [(r.start, r.end) for r in only.cut_off_chips] == [(2, 4), (9, 10)] and not only.tiers
 

@@ -163,22 +163,49 @@ class FlowGroupHandle:
         return f"FlowGroupHandle({g.id}, {g.op}/{g.algorithm}, {g.state}, end={g.end_s})"
 
 
-def tier_stats(topo: Topology, cap: np.ndarray, rate: np.ndarray, util: np.ndarray,
-               state: np.ndarray) -> tuple[TierStats, ...]:
-    """Per-tier aggregates of per-link capacity, carried rate, utilisation and state."""
-    tiers = []
-    for t, name in enumerate(TIER_NAMES):
-        m = topo.link_tier == t
-        k = int(m.sum())
-        if not k:
-            continue
-        tiers.append(TierStats(
-            tier=name, links=k, capacity_Bps=float(cap[m].sum()), used_Bps=float(rate[m].sum()),
-            mean_utilization=float(util[m].mean()), max_utilization=float(util[m].max()),
-            links_down=int((state[m] == 2).sum()), links_degraded=int((state[m] == 1).sum()),
-        ))
-    return tuple(tiers)
+@dataclasses.dataclass(frozen=True, eq=False)
+class TierStatic:
+    """What a tier's aggregates take from the link state (fixed between faults): each link's tier, and per
+    tier its link count, capacity and links down or degraded. :meth:`aggregate` adds the traffic."""
+
+    link_tier: np.ndarray
+    tiers: tuple[int, ...]  # indices into TIER_NAMES of the tiers that have links
+    links: np.ndarray
+    capacity_Bps: np.ndarray
+    down: np.ndarray
+    degraded: np.ndarray
+
+    @classmethod
+    def of(cls, topo: Topology, cap: np.ndarray, state: np.ndarray) -> TierStatic:
+        n = len(TIER_NAMES)
+        lt = topo.link_tier
+        links = np.bincount(lt, minlength=n)
+        return cls(lt, tuple(int(t) for t in np.flatnonzero(links)), links,
+                   np.bincount(lt, weights=cap, minlength=n), np.bincount(lt[state == 2], minlength=n),
+                   np.bincount(lt[state == 1], minlength=n))
+
+    def aggregate(self, links: np.ndarray, rate: np.ndarray, cap: np.ndarray) -> tuple[TierStats, ...]:
+        """Per-tier statistics given the carried ``rate`` and current ``cap`` of ``links``, which must hold every
+        link with a non-zero rate (a link left out counts as idle)."""
+        n = len(TIER_NAMES)
+        util = np.divide(rate, cap, out=np.zeros_like(rate, dtype=float), where=cap > 0)
+        lt = self.link_tier[links]
+        used = np.bincount(lt, weights=rate, minlength=n)
+        util_sum = np.bincount(lt, weights=util, minlength=n)
+        peak = np.zeros(n)
+        np.maximum.at(peak, lt, util)
+        return tuple(TierStats(
+            tier=TIER_NAMES[t], links=int(self.links[t]), capacity_Bps=float(self.capacity_Bps[t]),
+            used_Bps=float(used[t]), mean_utilization=float(util_sum[t] / self.links[t]),
+            max_utilization=float(peak[t]), links_down=int(self.down[t]), links_degraded=int(self.degraded[t]),
+        ) for t in self.tiers)
+
+
+def tier_stats(topo: Topology, cap: np.ndarray, rate: np.ndarray, state: np.ndarray) -> tuple[TierStats, ...]:
+    """Per-tier aggregates of per-link capacity, carried rate, utilisation (rate / capacity) and state."""
+    used = np.flatnonzero(rate)
+    return TierStatic.of(topo, cap, state).aggregate(used, rate[used], cap[used])
 
 
 __all__ = ["DEFAULT_CLASSES", "EVENT_KINDS", "ClassPolicy", "FlowEvent", "FlowGroupHandle", "Group", "LinkStats",
-           "TierStats", "tier_stats"]
+           "TierStatic", "TierStats", "tier_stats"]

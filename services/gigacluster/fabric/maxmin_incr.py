@@ -321,8 +321,13 @@ class LinkIndex:
             self.n_flows = int((newpos[:self.n_flows] >= 0).sum())
         self.n_base = kept_base
 
-    def view(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> tuple:  # type: ignore[type-arg]
-        """The tuple :func:`replay` reads: the base plus the extras (entries from ``n_base`` on) sorted by link."""
+    def view(self, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray,
+             n_links: int) -> tuple:  # type: ignore[type-arg]
+        """The tuple :func:`replay` reads: the base plus the extras (entries from ``n_base`` on) sorted by link;
+        ``n_links`` may have grown since the build (links the base does not hold have no base entries)."""
+        l_ptr = self.base[0]
+        if l_ptr.size < n_links + 1:
+            self.base = (np.concatenate([l_ptr, np.full(n_links + 1 - l_ptr.size, l_ptr[-1])]), *self.base[1:])
         xl = e_link[self.n_base:]
         order = np.argsort(xl, kind="stable")
         return (*self.base, xl[order], e_pos[self.n_base:][order], e_coef[self.n_base:][order])
@@ -355,7 +360,7 @@ def warm_up() -> None:
     lvl = np.full(1, np.inf)
     lix = LinkIndex(one, one, np.ones(1), 1)
     lix.drop(np.zeros(1, dtype=np.int64), 1)
-    replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1)), scratch(1), np.ones(1), np.zeros(1),
+    replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1), 1), scratch(1), np.ones(1), np.zeros(1),
            np.ones(1, dtype=np.bool_), np.ones(1), lvl,
            np.zeros(1), one, np.zeros(1), 1e-9, 1e-10, 1 << 40)
     link_levels(one, one, np.ones(1), np.ones(1), np.ones(1), 1e-8, lvl)

@@ -21,17 +21,20 @@ _EQ_REL = 1e-10  # a flow whose new level is within this of its old one keeps it
 _BUDGET_DIV = 8  # an incremental solve gives up (for one from scratch) after visiting 1/8 of the incidence
 _BUDGET_MIN = 200_000  # ... but never below this many entries (a small pool's solve from scratch is cheap anyway)
 _BACKOFF_MAX = 64  # longest run of solves from scratch between two replays that gave up
-_INDEX_LINKS_PER_ENTRY = 4  # build the link index only when the topology has at most this many links per entry
-_INDEX_ALWAYS_LINKS = 1 << 18  # ... or when the topology is this small anyway (a pass over it is well under 1 ms)
 _FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
-_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
+_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_loc", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
 
 
 class FlowPool:
     """Active flows (``gseq``: owning group, ``rem``/``bytes_``: bytes left/at start, ``w``, ``prio``),
     their incidence (``e_pos``, ``e_link``, ``e_coef``) and sub-flows (``s_pos``, ``s_src``, ``s_dst``,
     ``s_label``); after :meth:`solve`: ``rate``, ``drain`` (absolute end time), ``link_rate`` and
-    ``grp_drain`` (latest drain per group)."""
+    ``grp_drain`` (latest drain per group).
+
+    Links are numbered locally, in the order the pool first meets them (``e_loc``; ``e_link`` keeps the
+    topology's ids): every per-link array of the solvers is as long as the links the pool's flows use, not as
+    the topology (a step of a 100k-chip job uses 0.7M of a 2 GW site's 11M links), and the numbering starts
+    again whenever the pool is empty."""
 
     def __init__(self, n_links: int) -> None:
         self.n_links = n_links
@@ -44,18 +47,23 @@ class FlowPool:
         self.drain = np.zeros(0)
         self.e_pos = np.zeros(0, dtype=np.int64)
         self.e_link = np.zeros(0, dtype=np.int64)
+        self.e_loc = np.zeros(0, dtype=np.int64)  # e_link in the pool's local link numbering
         self.e_coef = np.zeros(0)
         self.s_pos = np.zeros(0, dtype=np.int64)
         self.s_src = np.zeros(0, dtype=np.int64)
         self.s_dst = np.zeros(0, dtype=np.int64)
         self.s_label = np.zeros(0, dtype=np.int64)
-        self.link_rate = np.zeros(n_links)
+        self._g2l = np.zeros(n_links, dtype=np.int32)  # local id + 1 of each topology link met (0: not met)
+        self._l2g = np.zeros(16, dtype=np.int64)  # topology id of each local link (capacity-doubled, as below)
+        self.n_local = 0
+        self._lr = np.zeros(16)  # carried rate per local link, after a solve
+        self._lvl = np.full(16, np.inf)  # level at which each local link filled in the last solve
+        self._used: np.ndarray | None = None  # the local links with a non-zero rate, made when first asked
         self.grp_drain: dict[int, float] = {}
         self.dirty = False
         self.incremental = True
         self.new = np.zeros(0, dtype=bool)  # added since the last solve (no rate yet)
         self._full = True  # next solve from scratch (capacities or routes changed)
-        self._link_lvl = np.full(n_links, np.inf)  # level at which each link filled in the last solve
         self._scratch: tuple[np.ndarray, ...] | None = None  # the replay's per-link work arrays (allocated once)
         self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
         self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
@@ -68,6 +76,44 @@ class FlowPool:
     @property
     def size(self) -> int:
         return int(self.rem.size) + self._n_pending
+
+    @property
+    def link_rate(self) -> np.ndarray:
+        """Carried rate of every link of the topology (a new array: for statistics; the hot paths read
+        :meth:`used_links` and :meth:`used_rates`)."""
+        out = np.zeros(self.n_links)
+        out[self._l2g[:self.n_local]] = self._lr[:self.n_local]
+        return out
+
+    def _local(self, links: np.ndarray) -> np.ndarray:
+        """Local ids of topology ``links``, numbering the links not met yet."""
+        loc = self._g2l[links]
+        miss = loc == 0
+        if miss.any():
+            cand = links[miss]
+            mark = -np.arange(1, cand.size + 1, dtype=np.int32)  # one write per candidate; the last of a link wins
+            self._g2l[cand] = mark
+            new = cand[self._g2l[cand] == mark]  # each link once (no sort: O(candidates))
+            n0, n1 = self.n_local, self.n_local + new.size
+            if n1 > self._l2g.size:  # grow by doubling: links are met a few at a time, phase by phase
+                size = max(n1, 2 * self._l2g.size)
+                self._l2g = np.concatenate([self._l2g, np.zeros(size - self._l2g.size, dtype=np.int64)])
+                self._lr = np.concatenate([self._lr, np.zeros(size - self._lr.size)])
+                self._lvl = np.concatenate([self._lvl, np.full(size - self._lvl.size, np.inf)])
+                self._scratch = None
+            self._l2g[n0:n1] = new
+            self._g2l[new] = np.arange(n0 + 1, n1 + 1, dtype=np.int32)
+            self.n_local = n1
+            loc = self._g2l[links]
+        return loc.astype(np.int64) - 1
+
+    def _renumber(self) -> None:
+        """Forget the local numbering (the pool is empty): the next flows number their links from 0."""
+        self._g2l[self._l2g[:self.n_local]] = 0
+        self.n_local = 0
+        self._lr[:] = 0.0
+        self._lvl[:] = np.inf
+        self._used, self._lix, self._seeds, self._full = None, None, [], True
 
     def flush(self) -> None:
         """Concatenate the flows added since the last flush (one copy of the pool per batch, not per add)."""
@@ -82,11 +128,13 @@ class FlowPool:
     def add(self, gseq: int, n_new: int, bytes_: float, w: float, prio: int, sub_flow: np.ndarray, r: Routes,
             src: np.ndarray, dst: np.ndarray, labels: np.ndarray) -> None:
         """Append ``n_new`` flows of group ``gseq``; routed sub-flow ``i`` belongs to flow ``sub_flow[i]``."""
+        if self.size == 0 and self.n_local:
+            self._renumber()
         sub_pos = self.size + sub_flow
         self._chunks.append((
             np.full(n_new, gseq, dtype=np.int64), np.full(n_new, bytes_), np.full(n_new, bytes_), np.full(n_new, w),
             np.full(n_new, prio, dtype=np.int64), np.zeros(n_new), np.full(n_new, np.inf), np.ones(n_new, dtype=bool),
-            sub_pos[r.e_flow], r.e_link, r.e_coef, sub_pos, src, dst, labels,
+            sub_pos[r.e_flow], r.e_link, self._local(r.e_link), r.e_coef, sub_pos, src, dst, labels,
         ))
         self._n_pending += n_new
         self.dirty = True
@@ -107,13 +155,13 @@ class FlowPool:
         if solved.any() and not self._full:
             gone = ~ek & solved[self.e_pos]
             pos = self.e_pos[gone]
-            self._seeds.append((self.e_link[gone], self.rate[pos] / self.w[pos]))
+            self._seeds.append((self.e_loc[gone], self.rate[pos] / self.w[pos]))
         if self._lix is not None:
             self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
         self.e_pos = newpos[self.e_pos[ek]]
-        self.e_link, self.e_coef = self.e_link[ek], self.e_coef[ek]
+        self.e_link, self.e_loc, self.e_coef = self.e_link[ek], self.e_loc[ek], self.e_coef[ek]
         self.s_pos = newpos[self.s_pos[sk]]
         self.s_src, self.s_dst, self.s_label = self.s_src[sk], self.s_dst[sk], self.s_label[sk]
         self.dirty = True
@@ -122,6 +170,7 @@ class FlowPool:
         """Keep the entries where ``keep_e`` holds and append new ones (rerouted sub-flows); flush first."""
         self.e_pos = np.concatenate([self.e_pos[keep_e], e_pos])
         self.e_link = np.concatenate([self.e_link[keep_e], e_link])
+        self.e_loc = np.concatenate([self.e_loc[keep_e], self._local(e_link)])
         self.e_coef = np.concatenate([self.e_coef[keep_e], e_coef])
         self.invalidate()
 
@@ -137,18 +186,19 @@ class FlowPool:
             return
         self.flush()
         n = self.size
+        nl = self.n_local
+        cap = np.asarray(capacity_Bps, dtype=np.float64)[self._l2g[:nl]]  # per local link
         prio = self.prio if n and self.prio.min() != self.prio.max() else None
-        if self._full or prio is not None or not self.incremental or not self._resolve(capacity_Bps):
-            rate = maxmin_rates(n, self.e_pos, self.e_link, self.e_coef, capacity_Bps, weight=self.w, priority=prio)
+        if self._full or prio is not None or not self.incremental or not self._resolve(cap):
+            rate = maxmin_rates(n, self.e_pos, self.e_loc, self.e_coef, cap, weight=self.w, priority=prio)
             self.rate, self.tracked = rate, -1
             fin = np.isfinite(rate[self.e_pos])
-            self.link_rate = np.bincount(self.e_link[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
-                                         minlength=self.n_links).astype(np.float64)
+            self._lr[:nl] = np.bincount(self.e_loc[fin], weights=self.e_coef[fin] * rate[self.e_pos[fin]],
+                                        minlength=nl)
             if self.incremental and prio is None:
-                maxmin_incr.link_levels(self.e_pos, self.e_link, rate / self.w, self.link_rate,
-                                        np.asarray(capacity_Bps, dtype=np.float64), _FULL_REL, self._link_lvl)
-                if self._skip == 0 and self._backoff == 1 and self._index_pays():  # the next start skips the sort
-                    self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
+                maxmin_incr.link_levels(self.e_pos, self.e_loc, rate / self.w, self._lr, cap, _FULL_REL, self._lvl)
+                if self._skip == 0 and self._backoff == 1:  # the next start skips the sort
+                    self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_loc, self.e_coef, nl)
         else:
             rate = self.rate
         self.new[:] = False
@@ -164,6 +214,7 @@ class FlowPool:
             starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
             mx = np.maximum.reduceat(self.drain[order], starts)
             self.grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
+        self._used = None
         self.dirty = False
 
     def _resolve(self, cap: np.ndarray) -> bool:
@@ -181,21 +232,19 @@ class FlowPool:
         has = np.zeros(n, dtype=bool)
         has[self.e_pos] = True
         self.rate[self.new & ~has] = np.inf
-        new_links = self.e_link[self.new[self.e_pos]]
+        new_links = self.e_loc[self.new[self.e_pos]]
         links = np.concatenate([new_links, *(lk for lk, _ in self._seeds)])
         levels = np.concatenate([np.zeros(new_links.size), *(lv for _, lv in self._seeds)])
         if links.size == 0:
             return True
         order = np.argsort(levels, kind="stable")
         if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
-            if not self._index_pays():
-                return False
-            self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_link, self.e_coef, self.n_links)
-        lix = self._lix.view(self.e_pos, self.e_link, self.e_coef)
+            self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_loc, self.e_coef, self.n_local)
+        lix = self._lix.view(self.e_pos, self.e_loc, self.e_coef, self.n_local)
         if self._scratch is None:
-            self._scratch = maxmin_incr.scratch(self.n_links)
-        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_link, self.e_coef, lix, self._scratch, self.w,
-                                          self.rate, self.new, cap, self._link_lvl, self.link_rate, links[order],
+            self._scratch = maxmin_incr.scratch(self._l2g.size)
+        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_loc, self.e_coef, lix, self._scratch, self.w,
+                                          self.rate, self.new, cap, self._lvl, self._lr, links[order],
                                           levels[order], _REL_TOL, _EQ_REL,
                                           max(self.e_pos.size // _BUDGET_DIV, _BUDGET_MIN))
         if self.tracked < 0:
@@ -205,17 +254,26 @@ class FlowPool:
         self._backoff = 1
         return True
 
-    def _index_pays(self) -> bool:
-        """A link index costs a pass over every link of the topology: worth it only when the pool is not tiny
-        beside the topology (a small pool on a 10M-link site solves from scratch in less)."""
-        return self.n_links <= max(_INDEX_LINKS_PER_ENTRY * self.e_pos.size, _INDEX_ALWAYS_LINKS)
+    def _used_local(self) -> np.ndarray:
+        if self._used is None:
+            self._used = np.flatnonzero(self._lr[:self.n_local])
+        return self._used
 
-    def move(self, dt: float) -> np.ndarray:
-        """Drain ``dt`` seconds at the current rates; returns the per-link bytes carried meanwhile."""
+    def used_links(self) -> np.ndarray:
+        """The topology's links that carry traffic at the current rates (unique; kept until the next solve)."""
+        return self._l2g[self._used_local()]
+
+    def used_rates(self) -> np.ndarray:
+        """The carried rate of each of :meth:`used_links`."""
+        return self._lr[self._used_local()]
+
+    def move(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Drain ``dt`` seconds at the current rates; returns (links, bytes each carried meanwhile) for the links
+        that carry traffic."""
         if self.size:
             moved = np.where(np.isinf(self.rate), self.rem, self.rate * dt)
             self.rem = np.maximum(self.rem - moved, 0.0)
-        return self.link_rate * dt
+        return self.used_links(), self.used_rates() * dt
 
 
 __all__ = ["FlowPool"]

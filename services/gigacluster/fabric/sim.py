@@ -50,6 +50,7 @@ from gigacluster.fabric.flows import (
     FlowGroupHandle,
     Group,
     LinkStats,
+    TierStatic,
     TierStats,
     tier_stats,
 )
@@ -102,6 +103,9 @@ class FlowSim:
         self._version = 0  # bumped by every change of link state: plans made before it are stale
         self._credits = 0  # bumped by every credit of bytes moved outside the simulator
         self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
+        self._tiers: tuple[tuple[object, ...], tuple[tuple[TierStats, ...], int]] | None = None  # tier_stats()
+        self._tier_static: tuple[int, TierStatic] | None = None  # per-tier link state, per network version
+        self._faults: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None  # link_faults()
         self.planner = GroupPlanner(topo, policy=policy)
         # Links held by steady-state windows (fabric/service/windows.py): a phase whose flows enter one
         # is noted in ``reserved_hits`` as (time, group id, links hit) for the owner to cut the window.
@@ -250,17 +254,40 @@ class FlowSim:
         self._stats = (key, stats)
         return stats
 
+    def tier_stats(self) -> tuple[tuple[TierStats, ...], int]:
+        """(per-tier aggregates, active sub-flows): what telemetry, metrics and ``GetLinkStats`` report, equal to
+        ``link_stats().tiers`` but computed over the links that carry traffic only (and the link state once per
+        network version), so a 10M-link site pays for its busy links, not for every link, each time."""
+        key = (self.now_s, self._version, self._label, self._pool.size, self._credits)
+        if self._tiers is not None and self._tiers[0] == key:
+            return self._tiers[1]
+        if self._stats is not None and self._stats[0] == key:
+            out = (self._stats[1].tiers, self._stats[1].active_flows_total)
+        else:
+            self._solve()
+            static = self._tier_state()
+            used = self._pool.used_links()
+            out = (static.aggregate(used, self._pool.used_rates(), self._cap[used]), int(self._pool.s_pos.size))
+        self._tiers = (key, out)
+        return out
+
+    def _tier_state(self) -> TierStatic:
+        if self._tier_static is None or self._tier_static[0] != self._version:
+            state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
+            self._tier_static = (self._version, TierStatic.of(self.topo, self._cap, state))
+        return self._tier_static[1]
+
     def _link_stats(self) -> LinkStats:
         self._solve()
         topo = self.topo
         cap = self._cap
-        rate = self._pool.link_rate.copy()
+        rate = self._pool.link_rate
         util = np.divide(rate, cap, out=np.zeros_like(rate), where=cap > 0)
         flows = np.bincount(self._pool.e_link, minlength=topo.n_links)
         carried = self._bytes_carried + rate * (self.now_s - self._t_ref)
         state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
         return LinkStats(self.now_s, rate, cap.copy(), util, flows, carried, state,
-                         tier_stats(topo, cap, rate, util, state),
+                         tier_stats(topo, cap, rate, state),
                          int(self._pool.s_pos.size))
 
     def bytes_carried(self) -> np.ndarray:
@@ -274,6 +301,16 @@ class FlowSim:
         needs of the live one, without solving."""
         state = np.where(~self._alive, 2, np.where(self._factor < 1.0, 1, 0)).astype(np.int8)
         return state, self._cap.copy()
+
+    def link_faults(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(links down, links degraded and up, their capacity factors): the link state as the few links that
+        differ from the topology's, kept per network version (a scratch simulator starts from it; on a
+        10M-link site copying and hashing every link's state per window request cost more than the request)."""
+        if self._faults is None or self._faults[0] != self._version:
+            down = np.flatnonzero(~self._alive)
+            degraded = np.flatnonzero(self._alive & (self._factor < 1.0))
+            self._faults = (self._version, (down, degraded, self._factor[degraded].copy()))
+        return self._faults[1]
 
     def flows_on(self, links: np.ndarray) -> bool:
         """Whether any sub-flow now crosses one of ``links`` (``link_stats().active_flows[links].any()``
@@ -481,7 +518,8 @@ class FlowSim:
         if dt <= 0:
             return
         self._solve()
-        self._bytes_carried += self._pool.move(dt)
+        links, moved = self._pool.move(dt)
+        self._bytes_carried[links] += moved
         self._t_ref = t
 
     def _process_due(self, t: float) -> list[FlowEvent]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +14,7 @@ from gigacluster.runtime.convert import range_msgs
 from gigacluster.security.devices import DeviceSet
 
 if TYPE_CHECKING:  # annotations only: the fabric service imports this module (no package cycle)
+    from gigacluster.fabric.flows import TierStats
     from gigacluster.fabric.sim import LinkStats
     from gigacluster.fabric.topology import Topology
 
@@ -96,15 +97,15 @@ def link_msgs(topo: Topology, stats: LinkStats, ids: Iterable[int]) -> list[fabr
         bytes_carried=float(stats.bytes_carried[i])) for i in np.asarray(list(ids), dtype=np.int64)]
 
 
-def link_stats_msg(stats: LinkStats, *, now_s: float,
+def link_stats_msg(tiers: Sequence[TierStats], active_flows: int, *, now_s: float,
                    cut_off: np.ndarray | None = None) -> fabric_pb2.GetLinkStatsResponse:
-    """The stats message; ``cut_off`` is the per-chip mask of chips cut off from the scale-out network."""
+    """The stats message from the per-tier aggregates; ``cut_off`` is the per-chip mask of chips cut off from the
+    scale-out network."""
     return fabric_pb2.GetLinkStatsResponse(
-        active_flows=stats.active_flows_total, now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off),
+        active_flows=active_flows, now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off),
         tiers=[fabric_pb2.TierStats(tier=t.tier, links=t.links, mean_utilization=t.mean_utilization,
                                     max_utilization=t.max_utilization, links_down=t.links_down,
-                                    links_degraded=t.links_degraded) for t in stats.tiers])
-
+                                    links_degraded=t.links_degraded) for t in tiers])
 
 
 def cut_off_msg(cut_off: np.ndarray, *, now_s: float) -> fabric_pb2.GetLinkStatsResponse:

@@ -67,12 +67,12 @@ class FabricService(Service[FabricConfig]):
 
     def metrics(self) -> list[Any]:
         """Link utilisation per switch tier, link states and active flows."""
-        stats = self.sim.link_stats()
+        tiers, active = self.sim.tier_stats()
         mean = gauge("gigacluster_link_utilization", "Mean link utilisation of the tier (0-1).", ["tier"])
         peak = gauge("gigacluster_link_utilization_max", "Highest link utilisation of the tier (0-1).", ["tier"])
         used = gauge("gigacluster_link_used_bytes_per_second", "Traffic carried by the tier.", ["tier"])
         links = gauge("gigacluster_links", "Links of the tier by state.", ["tier", "state"])
-        for t in stats.tiers:
+        for t in tiers:
             mean.add_metric([t.tier], t.mean_utilization)
             peak.add_metric([t.tier], t.max_utilization)
             used.add_metric([t.tier], t.used_Bps)
@@ -80,7 +80,7 @@ class FabricService(Service[FabricConfig]):
             links.add_metric([t.tier, "degraded"], float(t.links_degraded))
             links.add_metric([t.tier, "up"], float(t.links - t.links_down - t.links_degraded))
         flows = gauge("gigacluster_active_flows", "Flows sharing the fabric now.")
-        flows.add_metric([], float(stats.active_flows_total))
+        flows.add_metric([], float(active))
         return [mean, peak, used, links, flows]
 
     def servicer(self) -> FabricServicer:
@@ -117,11 +117,11 @@ class FabricService(Service[FabricConfig]):
             self.bandwidth.check(f"tenants/{tenant}", self.clock.now(), ops=0.0, bytes_=bytes_)
 
     async def _publish(self) -> None:
-        stats = self.sim.link_stats()
+        tiers, active = self.sim.tier_stats()
         self.telemetry.publish("links/tiers", {
-            "t_s": self.clock.now(), "active_flows": stats.active_flows_total,
+            "t_s": self.clock.now(), "active_flows": active,
             "tiers": {t.tier: {"links": t.links, "mean_utilization": t.mean_utilization,
                                "max_utilization": t.max_utilization, "used_Bps": t.used_Bps,
                                "links_down": t.links_down, "links_degraded": t.links_degraded}
-                      for t in stats.tiers},
+                      for t in tiers},
         })

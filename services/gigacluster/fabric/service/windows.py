@@ -64,30 +64,31 @@ class IsolatedStep:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LinkState:
-    """What a scratch simulator copies from the live one (read on the event loop; used on a worker thread)."""
+    """What a scratch simulator copies from the live one (read on the event loop; used on a worker thread): the
+    links down and the links degraded with their capacity factors (:meth:`FlowSim.link_faults`)."""
 
     sim: FlowSim
-    state: np.ndarray
-    capacity_Bps: np.ndarray
+    down: np.ndarray
+    degraded: np.ndarray
+    factors: np.ndarray
 
     @classmethod
     def of(cls, sim: FlowSim) -> LinkState:
-        state, capacity = sim.link_state()
-        return cls(sim, state, capacity)
+        return cls(sim, *sim.link_faults())
 
     def digest(self) -> bytes:
-        return hashlib.blake2b(self.state.tobytes() + self.capacity_Bps.tobytes(), digest_size=16).digest()
+        return hashlib.blake2b(b"".join(a.tobytes() for a in (self.down, self.degraded, self.factors)),
+                               digest_size=16).digest()
 
 
 def _scratch(ls: LinkState) -> FlowSim:
     """An empty simulator of the live one's topology, classes and link state (down and degraded links)."""
     sim = ls.sim
     scratch = FlowSim(sim.topo, classes=sim.classes, policy=sim.policy)
-    full = sim.topo.link_capacity_Bps
-    for lid in np.flatnonzero(ls.state == 2).tolist():
+    for lid in ls.down.tolist():
         scratch.fail_link(lid)
-    for lid in np.flatnonzero(ls.state == 1).tolist():
-        scratch.degrade_link(lid, float(ls.capacity_Bps[lid] / full[lid]))
+    for lid, f in zip(ls.degraded.tolist(), ls.factors.tolist(), strict=True):
+        scratch.degrade_link(lid, f)
     return scratch
 
 
