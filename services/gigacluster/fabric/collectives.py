@@ -83,14 +83,19 @@ def step_latency_s(path_s: float, step_s: float, system_s: float = 0.0) -> float
 
 
 @functools.cache
-def _system_step_s(system: str) -> float:
-    return float(catalog.get_system(system).params.get("step_latency_s", 0.0))
+def _system_step_s(system: str, chip: str) -> float:
+    own = (_raw()["efficiency"]["comm"].get("chips") or {}).get(chip, {}).get("step_latency_s")
+    value = float(own if own is not None else catalog.get_system(system).params.get("step_latency_s", 0.0))
+    if not (value >= 0 and value < 1e-3):
+        raise SpecError(f"systems.{system}.step_latency_s", f"must be in [0, 1 ms), got {value!r}")
+    return value
 
 
 def system_step_s(topo: Topology) -> float:
-    """The per-hop step latency the scale-up system's collective library publishes (catalog
-    ``systems.<name>.step_latency_s``, sourced there; 0 where none is published)."""
-    return _system_step_s(str(topo.config.system))
+    """The per-hop latency of one collective step on the scale-up system: the chip's own figure (catalog
+    ``efficiency.comm.chips.<chip>.step_latency_s``) where its NVLink generation has one, else the system's
+    (``systems.<name>.step_latency_s``, the library's published per-hop figure), else 0; sourced there."""
+    return _system_step_s(str(topo.config.system), topo.config.chip)
 
 
 def direct_max_bytes() -> float:
