@@ -204,3 +204,17 @@ def test_neuron_step_costs_its_published_per_hop_latency() -> None:
     est = estimate_collective("all_gather", 64, "trainium1", 16, system="trn1")
     assert est.algorithm == "torus_rings/ll"
     assert est.time_s == pytest.approx(get_protocol("ll").base_s + 15 * 1.5e-6, rel=0.01)
+
+
+def test_torus_rings_laid_over_many_tori_at_once() -> None:
+    """Four TP groups, one per trn1 torus, started as one request (ranks + 16 k): every copy runs the four
+    torus rings on its own instance's links, so the four finish together in one group's time."""
+    from gigacluster.fabric.sim import FlowSim
+
+    topo = build_topology(TopologyConfig(chip="trainium1", count=64, system="trn1"))
+    one = estimate_collective("all_gather", 2**26, "trainium1", 16, system="trn1")
+    sim = FlowSim(topo)
+    handles = sim.start_collectives("all_gather", np.arange(16), 16, 4, float(2**26), start_s=0.0)
+    sim.run_until_idle()
+    assert {h.algorithm for h in handles} == {"torus_rings"}
+    assert max(h.end_s for h in handles) == pytest.approx(one.time_s, rel=1e-6)
