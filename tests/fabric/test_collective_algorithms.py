@@ -138,3 +138,83 @@ def test_analytical_estimate_matches_the_flow_simulation(bytes_: int, chip: str,
     sim = estimate_collective("all_reduce", bytes_, chip, count).time_s
     assert collective_estimate_s("all_reduce", bytes_, chip, count) == pytest.approx(sim, rel=1e-9)
     assert collective_estimate_s("all_reduce", 0, chip, count) == 0.0
+
+
+def test_torus_hamiltonian_pair_uses_every_link_once() -> None:
+    """The two Hamiltonian cycles of the 4x4 torus visit every chip and together use each of its 32 links once
+    (the Neuron docs' "2 non-overlapping Hamiltonian cycles on 2D Torus")."""
+    from gigacluster.fabric.algorithms import torus_hamiltonian_pair
+
+    pair = torus_hamiltonian_pair(4, 4)
+    assert pair is not None
+    edges = []
+    for cycle in pair:
+        assert sorted(cycle) == list(range(16))
+        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+            (ax, ay), (bx, by) = (a % 4, a // 4), (b % 4, b // 4)
+            assert (ax == bx and (ay - by) % 4 in (1, 3)) or (ay == by and (ax - bx) % 4 in (1, 3))
+            edges.append(frozenset((a, b)))
+    assert len(set(edges)) == len(edges) == 32
+
+
+def test_torus_rings_drive_all_four_links_of_a_trn1_chip() -> None:
+    """16 Trainium (trn1), 1 GiB all-reduce: the library runs four rings over the torus's disjoint links, four
+    times one ring's busbw (48 GiB/s links at 0.82); a ring alone uses one link of each chip."""
+    link = 192 * 2**30 / 4 / 1e9 * 0.82
+    best = estimate_collective("all_reduce", 2**30, "trainium1", 16, system="trn1")
+    ring = estimate_collective("all_reduce", 2**30, "trainium1", 16, system="trn1", algo="ring")
+    assert best.algorithm == "torus_rings"
+    assert best.busbw_GBps == pytest.approx(4 * link, rel=0.02)
+    assert ring.busbw_GBps == pytest.approx(link, rel=0.02)
+    topo = build_topology(TopologyConfig(chip="trainium1", count=16, system="trn1"))
+    phase = plan_collective("all_gather", np.arange(16), 2**26, topo).phases[0]
+    assert phase.flow_of is not None and int(phase.flow_of.max()) + 1 == 4
+    hops = {(int(s), int(d)) for s, d in zip(phase.src, phase.dst, strict=True)}
+    assert len(hops) == 64  # every directed link of the torus once
+
+
+def test_torus_rings_only_on_one_whole_torus() -> None:
+    """torus_rings needs exactly the chips of one torus: not 8 of them, not two tori, not a switched domain."""
+    algo = ALGORITHMS["torus_rings"]
+    trn = build_topology(TopologyConfig(chip="trainium2", count=32))
+    assert algo.supports("all_reduce", np.arange(16), trn)
+    assert algo.supports("all_reduce", np.arange(16, 32)[::-1], trn)
+    assert not algo.supports("all_reduce", np.arange(8), trn)
+    assert not algo.supports("all_reduce", np.arange(32), trn)
+    assert not algo.supports("all_to_all", np.arange(16), trn)
+    us = build_topology(TopologyConfig(chip="trainium2", count=64, system="trn2-ultraserver"))
+    assert algo.supports("reduce_scatter", np.arange(16, 32), us)
+    assert not algo.supports("reduce_scatter", np.arange(8, 24), us)  # spans two instances
+    hgx = build_topology(TopologyConfig(chip="h100-sxm", count=8))
+    assert not algo.supports("all_reduce", np.arange(8), hgx)
+    with pytest.raises(SpecError):
+        plan_collective("all_reduce", np.arange(8), 1024, trn, algo="torus_rings")
+
+
+def test_neuron_step_costs_its_published_per_hop_latency() -> None:
+    """A Neuron ring step costs at least the docs' per-hop latency (catalog trn1 step_latency_s, 1-2 us): a
+    64-byte all-gather on 16 Trainium pays 15 steps of 1.5 us, not LL's 0.6 us; the NVLink systems keep
+    NCCL's own step (no system figure)."""
+    from gigacluster.fabric.collectives import system_step_s
+    from gigacluster.fabric.protocols import get_protocol
+
+    trn = build_topology(TopologyConfig(chip="trainium1", count=16, system="trn1"))
+    assert system_step_s(trn) == pytest.approx(1.5e-6)
+    assert system_step_s(build_topology(TopologyConfig(chip="h100-sxm", count=8))) == 0.0
+    est = estimate_collective("all_gather", 64, "trainium1", 16, system="trn1")
+    assert est.algorithm == "torus_rings/ll"
+    assert est.time_s == pytest.approx(get_protocol("ll").base_s + 15 * 1.5e-6, rel=0.01)
+
+
+def test_torus_rings_laid_over_many_tori_at_once() -> None:
+    """Four TP groups, one per trn1 torus, started as one request (ranks + 16 k): every copy runs the four
+    torus rings on its own instance's links, so the four finish together in one group's time."""
+    from gigacluster.fabric.sim import FlowSim
+
+    topo = build_topology(TopologyConfig(chip="trainium1", count=64, system="trn1"))
+    one = estimate_collective("all_gather", 2**26, "trainium1", 16, system="trn1")
+    sim = FlowSim(topo)
+    handles = sim.start_collectives("all_gather", np.arange(16), 16, 4, float(2**26), start_s=0.0)
+    sim.run_until_idle()
+    assert {h.algorithm for h in handles} == {"torus_rings"}
+    assert max(h.end_s for h in handles) == pytest.approx(one.time_s, rel=1e-6)

@@ -50,9 +50,11 @@ def algo_help() -> str:
         algo = ALGORITHMS[names[0]]
         alias = f" (= {', '.join(names[1:])})" if len(names) > 1 else ""
         parts.append(f"{names[0]}{alias}: {', '.join(algo.ops)}")
-    return ("force an algorithm (default: the fastest of those NCCL/RCCL ship for the op, size and topology); "
+    return ("force an algorithm (default: the fastest of those NCCL/RCCL/Neuron ship for the op, size and "
+            "topology); "
             + "; ".join(parts) + ". one_shot, mesh_rings, and direct for reduce_scatter, all_gather and all_reduce, "
-            "need all ranks in one full-mesh domain (MI300X-class); nvls one NVSwitch-3+ domain (H100 and later); "
+            "need all ranks in one full-mesh domain (MI300X-class); torus_rings the chips of exactly one 2D torus "
+            "(Trainium); nvls one NVSwitch-3+ domain (H100 and later); "
             "rail_rings and hierarchical >= 2 domains holding equal shares; halving_doubling a power-of-two "
             "count. An algorithm that cannot run the request is refused with the ones that can")
 

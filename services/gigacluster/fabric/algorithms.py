@@ -2,8 +2,8 @@
 
 The registry :data:`ALGORITHMS` holds one instance per algorithm (``ring``, ``tree`` alias
 ``double_binary_tree``, ``hierarchical``, ``rail_rings``, ``halving_doubling``, ``direct``,
-``mesh_rings``, ``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs, selects and plans them (see
-its docstring for the cost model and the table of algorithms).
+``mesh_rings``, ``torus_rings``, ``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs,
+selects and plans them (see its docstring for the cost model and the table of algorithms).
 """
 
 from __future__ import annotations
@@ -308,6 +308,108 @@ class MeshRings(Algorithm):
         return [Phase(srcs, dsts, factor * bytes_ / (n - 1), steps, flow_of=rings)]
 
 
+_HAMILTON_BUDGET = 200_000  # DFS expansions before a torus is declared undecomposed (4x4 needs a few hundred)
+
+
+@functools.cache
+def torus_hamiltonian_pair(nx: int, ny: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Two edge-disjoint Hamiltonian cycles of the ``nx`` x ``ny`` torus (positions ``y * nx + x``) that
+    together use every link, or None if none is found within the search budget.
+
+    A 2D torus is 4-regular, so the links a Hamiltonian cycle leaves unused form 2-regular cycles; the
+    search walks Hamiltonian cycles from position 0 until the rest is a single cycle too. Such a pair
+    exists on every torus of two cycles (Kotzig; Bermond, Favaron and Maheo, 1989, "Hamiltonian
+    decomposition of Cayley graphs of degree 4"); the Neuron docs name the pair on the 16-chip torus."""
+    n = nx * ny
+    nbrs = [sorted({(p // nx) * nx + (p % nx + 1) % nx, (p // nx) * nx + (p % nx - 1) % nx,
+                    ((p // nx + 1) % ny) * nx + p % nx, ((p // nx - 1) % ny) * nx + p % nx}) for p in range(n)]
+    path, seen, budget = [0], [False] * n, [_HAMILTON_BUDGET]
+    seen[0] = True
+
+    def rest_is_one_cycle(cycle: list[int]) -> tuple[int, ...] | None:
+        used = {frozenset((cycle[i], cycle[(i + 1) % n])) for i in range(n)}
+        rest = [[q for q in nbrs[p] if frozenset((p, q)) not in used] for p in range(n)]
+        if any(len(r) != 2 for r in rest):
+            return None
+        walk, prev, cur = [0], -1, 0
+        while True:
+            nxt = rest[cur][0] if rest[cur][0] != prev else rest[cur][1]
+            if nxt == 0:
+                break
+            walk.append(nxt)
+            prev, cur = cur, nxt
+        return tuple(walk) if len(walk) == n else None
+
+    def dfs() -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        if len(path) == n:
+            other = rest_is_one_cycle(path) if 0 in nbrs[path[-1]] else None
+            return (tuple(path), other) if other is not None else None
+        for q in nbrs[path[-1]]:
+            if not seen[q]:
+                seen[q] = True
+                path.append(q)
+                found = dfs()
+                if found is not None:
+                    return found
+                path.pop()
+                seen[q] = False
+        return None
+
+    return dfs()
+
+
+def _torus_positions(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
+    """Each rank's position ``y * nx + x`` in its torus when the ranks are exactly one whole torus (one
+    instance of a ``torus2d`` or ``torus2d_ring`` domain), else None."""
+    nx, ny, inst = topo.torus_dims
+    if topo.scaleup not in ("torus2d", "torus2d_ring") or nx * ny != ranks.size:
+        return None
+    dom = nx * ny * inst
+    local = ranks % dom
+    if np.unique(ranks // dom).size != 1 or np.unique(local // (nx * ny)).size != 1:
+        return None
+    return local % (nx * ny)  # distinct ranks of one instance: every position once
+
+
+class TorusRings(Algorithm):
+    """Neuron's rings on a whole 2D torus: four rings over mutually exclusive links, each carrying S/4 with a
+    ring's steps. The torus splits into two edge-disjoint Hamiltonian cycles (:func:`torus_hamiltonian_pair`),
+    each run in both directions, so every chip drives all four of its links at once (a single ring uses one).
+    The Neuron docs ("Intra-node Collective Communications with AWS Neuron"): "we run multiple cycles with
+    mutually exclusive wires in parallel for full wire bandwidth", and "when using all 16 Neuron Devices,
+    there are 2 non-overlapping Hamiltonian cycles on 2D Torus". Runs on groups that are exactly one
+    instance's torus (Neuron's TP groups of 16 chips on Trn1/Trn2)."""
+
+    name = "torus_rings"
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        if not super().supports(op, ranks, topo) or _torus_positions(ranks, topo) is None:
+            return False
+        nx, ny, _ = topo.torus_dims
+        return torus_hamiltonian_pair(nx, ny) is not None
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        pos = _torus_positions(ranks, topo)
+        nx, ny, _ = topo.torus_dims
+        pair = torus_hamiltonian_pair(nx, ny) if pos is not None else None
+        if pos is None or pair is None:
+            raise SpecError("algo", "torus_rings needs the ranks of exactly one whole 2D torus")
+        at = np.empty(ranks.size, dtype=np.int64)
+        at[pos] = ranks  # the rank at each torus position
+        cycles = [np.asarray(c, dtype=np.int64) for c in pair]
+        rings = [at[c] for c in cycles] + [at[c[::-1]] for c in cycles]
+        n = ranks.size
+        srcs = np.concatenate(rings)
+        dsts = np.concatenate([np.roll(r, -1) for r in rings])
+        flow = np.repeat(np.arange(len(rings), dtype=np.int64), n)
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        return [Phase(srcs, dsts, factor * bytes_ / len(rings), steps, flow_of=flow)]
+
+
 class OneShot(Algorithm):
     """One-shot all-reduce on a full mesh: every rank sends its whole buffer to each peer and reduces
     locally; one step, n-1 times the bytes, so it wins only for small messages (RCCL's one-shot)."""
@@ -360,6 +462,6 @@ ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gig
                                            accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
 for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), MeshRings(),
-              OneShot(), NVLS()):
+              TorusRings(), OneShot(), NVLS()):
     ALGORITHMS.register(_algo.name, _algo)
 ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])

@@ -10,7 +10,8 @@ all-to-all phase is independent flows, since each pair finishes on its own.
 
 Cost model of a phase (the alpha-beta model of the NCCL tuner, with the beta term from max-min)::
 
-    time = wire bytes_per_hop / rate + steps * max(path latency, protocol step cost) [+ protocol base cost, phase 0]
+    time = wire bytes_per_hop / rate + steps * max(path latency, protocol step cost, system step latency)
+           [+ protocol base cost, phase 0]
 
 with the protocol (LL, LL128, Simple: :mod:`gigacluster.fabric.protocols`) chosen per algorithm by
 the same cost. Algorithms (:mod:`gigacluster.fabric.algorithms`, registry :data:`ALGORITHMS`;
@@ -31,6 +32,7 @@ direct              all_to_all                    S/n per ordered pair          
 direct              send_recv (2 ranks)           S                               1
 direct              RS, AG; AR (two-shot), mesh   S/n per ordered pair (per shot) 1 per shot
 mesh_rings          AR, RS, AG, full mesh         as ring, S/(n-1) per ring       as ring
+torus_rings         AR, RS, AG, a whole 2D torus  as ring, S/4 per ring, 4 rings  as ring
 one_shot            all_reduce, full mesh         S per ordered pair              1
 ==================  ============================  ==============================  =========
 
@@ -49,6 +51,7 @@ and all-to-all, 1 for broadcast and send/recv.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -58,6 +61,7 @@ from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan,
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, protocols_for
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
+from gigacluster.hw import catalog
 from gigacluster.hw.catalog import _raw
 from gigacluster.model import SpecError
 from gigacluster.model.comm import OPS, bus_factor
@@ -71,10 +75,27 @@ def collective_constants(proto: str = DEFAULT_PROTOCOL) -> tuple[float, float]:
     return p.base_s, p.step_s
 
 
-def step_latency_s(path_s: float, step_s: float) -> float:
-    """One algorithm step: the protocol's per-hop cost, or the path's latency if that is longer (NCCL's
-    per-hop figures were measured over NVLink, so they already hold a short path's traversal)."""
-    return max(path_s, step_s)
+def step_latency_s(path_s: float, step_s: float, system_s: float = 0.0) -> float:
+    """One algorithm step: the protocol's per-hop cost, the path's latency, or the system's own per-hop step
+    latency, whichever is longest (NCCL's per-hop figures were measured over NVLink, so they already hold a
+    short path's traversal; a system whose library publishes its own step latency pays at least that)."""
+    return max(path_s, step_s, system_s)
+
+
+@functools.cache
+def _system_step_s(system: str, chip: str) -> float:
+    own = (_raw()["efficiency"]["comm"].get("chips") or {}).get(chip, {}).get("step_latency_s")
+    value = float(own if own is not None else catalog.get_system(system).params.get("step_latency_s", 0.0))
+    if not (value >= 0 and value < 1e-3):
+        raise SpecError(f"systems.{system}.step_latency_s", f"must be in [0, 1 ms), got {value!r}")
+    return value
+
+
+def system_step_s(topo: Topology) -> float:
+    """The per-hop latency of one collective step on the scale-up system: the chip's own figure (catalog
+    ``efficiency.comm.chips.<chip>.step_latency_s``) where its NVLink generation has one, else the system's
+    (``systems.<name>.step_latency_s``, the library's published per-hop figure), else 0; sourced there."""
+    return _system_step_s(str(topo.config.system), topo.config.chip)
 
 
 def direct_max_bytes() -> float:
@@ -99,10 +120,12 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     algo = ALGORITHMS[name]
     base = algo.phases(op, ranks, bytes_, topo)
     terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
+    sys_s = system_step_s(topo)
     best: tuple[list[Phase], list[float]] | None = None
     for proto in algo.protocols or protocols_for(topo.config.chip):
         phases = with_protocol(base, proto)
-        est = [_phase_cost(p, t, first=(i == 0)) for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
+        est = [_phase_cost(p, t, first=(i == 0), system_s=sys_s)
+               for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
         if best is None or sum(est) < sum(best[1]):
             best = (phases, est)
     assert best is not None
@@ -119,9 +142,10 @@ def linear_costs(name: str, op: str, ranks: np.ndarray, topo: Topology) -> list[
     if any(rate == 0.0 for rate, _ in terms):
         return []
     out = []
+    sys_s = system_step_s(topo)
     for proto in ALGORITHMS[name].protocols or protocols_for(topo.config.chip):
         phases = with_protocol(base, proto)
-        alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0))
+        alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0), system_s=sys_s)
                     for i, (p, t) in enumerate(zip(phases, terms, strict=True)))
         beta = sum(p.bytes_per_hop / t[0] for p, t in zip(phases, terms, strict=True) if p.n_subflows)
         out.append((alpha, beta))
@@ -158,8 +182,9 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
     return float(rate_f.min()), path_s
 
 
-def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> float:
-    """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost)."""
+def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system_s: float = 0.0) -> float:
+    """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost);
+    ``system_s`` is the system's own per-hop step latency (:func:`system_step_s`)."""
     rate, path_s = terms
     base_s, step_s = collective_constants(phase.proto)
     lat = base_s if first else 0.0
@@ -167,7 +192,7 @@ def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool) -> flo
         return lat
     if rate == 0.0:
         return float("inf")
-    lat += phase.steps * step_latency_s(path_s, step_s)
+    lat += phase.steps * step_latency_s(path_s, step_s, system_s)
     return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
 
 
@@ -176,7 +201,8 @@ def phase_estimate_s(
     capacity_Bps: np.ndarray | None = None,
 ) -> float:
     """Contention-free time of one phase: bandwidth term + latency terms (+ launch if first)."""
-    return _phase_cost(phase, phase_terms(phase, topo, alive=alive, capacity_Bps=capacity_Bps), first=first)
+    return _phase_cost(phase, phase_terms(phase, topo, alive=alive, capacity_Bps=capacity_Bps), first=first,
+                       system_s=system_step_s(topo))
 
 
 def plan_estimate_s(plan: CollectivePlan, topo: Topology, *, alive: np.ndarray | None = None) -> float:
@@ -198,7 +224,8 @@ class FastestPolicy(SelectionPolicy):
 
     name = "fastest"
     names: ClassVar[tuple[str, ...]] = (
-        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "one_shot", "nvls")
+        "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "torus_rings",
+        "one_shot", "nvls")
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -234,7 +261,7 @@ class LibraryPolicy(FastestPolicy):
     estimates compare with nccl-tests and rccl-tests as published."""
 
     name = "library"
-    names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "one_shot")
+    names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "torus_rings", "one_shot")
     _mesh_reductions = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
 
     def considers(self, name: str, op: str, bytes_: float) -> bool:
@@ -331,5 +358,6 @@ __all__ = [
     "plan_label",
     "plan_phases",
     "step_latency_s",
+    "system_step_s",
     "with_protocol",
 ]

@@ -41,6 +41,7 @@ from gigacluster.fabric.collectives import (
     Phase,
     collective_constants,
     step_latency_s,
+    system_step_s,
 )
 from gigacluster.fabric.flows import (
     DEFAULT_CLASSES,
@@ -487,7 +488,8 @@ class FlowSim:
             if hit.size:
                 self.reserved_hits.append((t, g.id, np.unique(hit)))
         base_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
-        lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s)
+        sys_s = system_step_s(self.topo) if g.overhead else 0.0
+        lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s, sys_s)
         g.phase_lat_s = lat + (base_s if g.phase_idx == 0 else 0.0)
         if k == 0 or ph.bytes_per_hop <= 0:
             self._set_timer(g, t + g.phase_lat_s)
