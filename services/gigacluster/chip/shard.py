@@ -368,8 +368,8 @@ class ChipShard:
     def tick(self, now_s: float) -> ShardSnapshot:
         """Advance thermal state to ``now_s`` and return the shard's aggregates."""
         dt = now_s - self._last_tick_s
+        busy_s, above_j = self.accrued(now_s)  # once: each pass over the shard's devices counts at 100k of them
         if dt > 0:
-            busy_s, above_j = self.accrued(now_s)
             busy = np.clip((busy_s - self._last_busy_s) / dt, 0.0, 1.0)
             above_w = np.clip((above_j - self._last_above_j) / dt, 0.0, None)
             self.utilization = busy
@@ -388,8 +388,8 @@ class ChipShard:
             failed=int(np.count_nonzero(st == FAILED)),
             mean_utilization=float(self.utilization.mean()),
             power_w=float(self.power_w.sum()),
-            energy_j=float(self.energy_j(now_s).sum()),
-            busy_s=float(self.accrued(now_s)[0].sum()),
+            energy_j=float(self.chip.idle_w * max(now_s - self.start_s, 0.0) * self.count + above_j.sum()),
+            busy_s=float(busy_s.sum()),
             max_temperature_c=float(self.temp_c.max()),
             mean_clock_factor=float(self.clock.mean()),
         )
