@@ -48,6 +48,8 @@ SPEEDUP_TOLERANCE = 0.2  # the stack's clock may differ this much from the file'
 CLOCK_PROBE_S = 1.0  # wall seconds between the two clock reads that measure the stack's speed-up
 CLOCK_PROBES = 3  # tries when round trips are too slow for a clean measurement
 RPC_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 120.0  # wall seconds a cancelled job may take to account its last steps (final_job)
+SETTLE_POLL_S = 0.05
 # A fault at site scale moves a lot: a core switch down on the 2 GW preset cuts every steady-state window
 # that crosses it and starts the rest of each step as real flows (27-53 s of the fabric's time measured).
 FAULT_RPC_TIMEOUT_S = 600.0
@@ -371,10 +373,9 @@ async def job_trace(run: _Run, key: str, name: str) -> list[dict[str, Any]]:
 
 
 async def finish(run: _Run) -> dict[str, dict[str, Any]]:
-    """At the end: note each job's state, cancel those still going (their usage stops), clear faults still on;
-    returns the final Job dicts by job key."""
+    """At the end: note each job's state, cancel those still going (their usage stops), clear faults still on,
+    wait for every job's record to be final; returns the final Job dicts (with their traces) by job key."""
     states: dict[str, str] = {}
-    traces = {key: await job_trace(run, key, name) for key, name in run.submitted.items()}
     for key, name in run.submitted.items():
         client = run.tenants[key.partition("/")[0]][1]
         j = await client.get_job(name)
@@ -386,13 +387,29 @@ async def finish(run: _Run) -> dict[str, dict[str, Any]]:
         with contextlib.suppress(grpc.aio.AioRpcError):
             await clear(run, fault, ranges, target)
     run.active.clear()
+    jobs = {key: await final_job(run, key, name) for key, name in run.submitted.items()}
     out = {}
     for key, name in run.submitted.items():
-        d = job_dict(await run.tenants[key.partition("/")[0]][1].get_job(name))
+        d = job_dict(jobs[key])
         d["state_at_end"] = states[key]
-        d["trace"] = traces[key]
+        d["trace"] = await job_trace(run, key, name)
         out[key] = d
     return out
+
+
+async def final_job(run: _Run, key: str, name: str) -> scheduler_pb2.Job:
+    """The job's record once it is final: ended and holding no instance. A job cancelled while it runs is
+    CANCELLED at once, but the step in progress completes and a steady-state window's steps are accounted
+    after that (scheduler/window.py), and only then does the scheduler release its devices. Waits in wall time
+    (on the event clock the mesh's time runs on meanwhile), at most ``SETTLE_TIMEOUT_S``."""
+    client = run.tenants[key.partition("/")[0]][1]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_TIMEOUT_S
+    while True:
+        j = await client.get_job(name)
+        if (j.state in TERMINAL and not j.instance) or loop.time() > deadline:
+            return j
+        await asyncio.sleep(SETTLE_POLL_S)
 
 
 async def abort(run: _Run) -> None:
