@@ -28,10 +28,12 @@ DOCUMENTED: dict[int | str, dict[str, float]] = {
                  "e2e_p99": -0.09},
 }
 TTFT_MISS = ("a burst waits for the API server to take every request in it, serving.api_request_s (4 ms) each; "
-             "these runs' first tokens imply 2.3-3.4 ms per request (the smallest TTFT of a run against its size)")
-TPOT_MISS = ("the model's decode step with the burst running is short of the published chunk rate by 10-17% at 160-320 "
-             "requests on the H100 and 22% on the A100 (STEADY_CHUNK_S); the tails (p99, short outputs whose TPOT holds a prefill "
-             "stall) over by 21-39% at 40 and on A100, where the model's first gap (prefills after the first token) is long")
+             "these runs' first tokens imply 2.4-3.5 ms per request on the H100 host "
+             "(the smallest TTFT of a run against its size)")
+TPOT_MISS = ("the model's decode step with the burst running is short of the published chunk rate by 10-17% at "
+             "160-320 requests on the H100 and 22% on the A100 (STEADY_CHUNK_S); the tails (p99, short outputs "
+             "whose TPOT holds a prefill stall) over by 23-39% at 40 and on A100, where the model's first gap "
+             "(prefills after the first token) is long")
 
 
 def _bound(metric: str) -> float:
