@@ -19,7 +19,8 @@ import functools
 
 import numpy as np
 
-from gigacluster.inference.engine import ReplicaConfig, Request
+from gigacluster.inference.cost import api_request_s
+from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.sim import simulate
 from gigacluster.model.arch import preset
 
@@ -99,17 +100,53 @@ RUNS: dict[int | str, LambdaRun] = {
 }
 
 
+# The decode rate with the whole burst running: the files' ``itls`` of request 0 (each a chunk of 10 tokens, as
+# multi-step scheduling streams them), its 5th to 9th chunks (after the burst's prefills, before the first
+# request finishes past a few tokens), mean seconds per chunk. Read from the same five files.
+STEADY_CHUNKS = slice(4, 9)
+STEADY_CHUNK_S: dict[int | str, float] = {
+    40: float(np.mean([0.07959, 0.07983, 0.07918, 0.07949, 0.07963])),
+    160: float(np.mean([0.09875, 0.09537, 0.09580, 0.09663, 0.09718])),
+    320: float(np.mean([0.13115, 0.13389, 0.13310, 0.13089, 0.12768])),
+    "a100-160": float(np.mean([0.18539, 0.18627, 0.18420, 0.18516, 0.18443])),
+}
+
+
+def _requests(run: LambdaRun) -> list[Request]:
+    rng = np.random.default_rng(0)
+    return [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
+            for i, (p, o) in enumerate(zip(run.prompts, run.outputs, strict=True))]
+
+
+def _config(run: LambdaRun) -> ReplicaConfig:
+    return ReplicaConfig(preset("llama3-8b"), run.chip, chunked_prefill=False, max_prefill_tokens=run.budget,
+                         num_scheduler_steps=10)
+
+
+@functools.cache
+def chunk_gaps_s(n: int | str, request: int = 0) -> tuple[float, ...]:
+    """The replay's inter-chunk gaps of one request (s), as the files' ``itls``: from its first token to its
+    11th, then every 10 tokens (one engine, the burst released when the API server has taken it, as
+    :func:`simulate` runs it)."""
+    run = RUNS[n]
+    eng = ReplicaEngine(_config(run), model_energy=False)
+    now = len(run.prompts) * api_request_s()
+    for r in _requests(run):
+        eng.admit(r, now)
+    rid, times = f"r{request}", []
+    while (it := eng.next_iteration(now)) is not None:
+        now += it.predicted_s
+        batch = eng.complete_batch(it, now)
+        times.extend(now for x in batch.request_ids if x == rid)
+    return tuple(times[k] - times[k - 10 if k > 10 else 0] for k in range(10, len(times), 10))
+
+
 @functools.cache
 def replay_ms(n: int | str) -> dict[str, float]:
     """Run ``n`` (its prompt count, or ``"a100-160"``) through the offline simulator, measured as
     benchmark_serving measures it (ms)."""
     run = RUNS[n]
-    rng = np.random.default_rng(0)
-    reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
-            for i, (p, o) in enumerate(zip(run.prompts, run.outputs, strict=True))]
-    cfg = ReplicaConfig(preset("llama3-8b"), run.chip, chunked_prefill=False, max_prefill_tokens=run.budget,
-                        num_scheduler_steps=10)
-    done = {s.request_id: s for s in simulate(cfg, reqs, keep_requests=True).requests}
+    done = {s.request_id: s for s in simulate(_config(run), _requests(run), keep_requests=True).requests}
     ttft, tpot, e2e = [], [], []
     for i, out in enumerate(run.outputs):
         s = done[f"r{i}"]

@@ -16,6 +16,11 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
 * elementwise and memory work: bandwidth bound, HBM fraction only.
+
+Attention whose queries fill less than one tile (``seq_q`` below ``tile_m``: a decode kernel, whose rows are
+the query heads sharing a KV head) is a paged KV scan: it takes at least ``paged_decode_call_s`` plus its
+bytes at ``paged_decode_hbm_fraction`` of HBM, the affine time measured for FlashAttention-2's paged decode
+kernel (vLLM's decode attention) where it is published; elsewhere both default to the plain roofline.
 """
 
 from __future__ import annotations
@@ -96,10 +101,12 @@ class EfficiencyParams:
     tile_k: int  # K depth of one main-loop step (the stream-K work unit)
     stream_k_fraction: float  # rate of a K-split, balanced GEMM relative to a full-wave tiled one
     fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
+    paged_decode_call_s: float  # fixed time of one paged decode-attention call (0: the roofline alone)
+    paged_decode_hbm_fraction: float  # share of HBM bandwidth its KV scan reaches beyond that
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
-                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor"):
+                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor", "paged_decode_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -108,6 +115,8 @@ class EfficiencyParams:
         if not 0 <= self.overlap_compute_share < 1:
             raise SpecError("efficiency.overlap_compute_share",
                             f"must be in [0, 1), got {self.overlap_compute_share!r}")
+        if not 0 <= self.paged_decode_call_s < 1e-3:
+            raise SpecError("efficiency.paged_decode_call_s", f"must be in [0, 1 ms), got {self.paged_decode_call_s!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
             raise SpecError("efficiency.k_overhead", "must be >= 0")
 
@@ -203,7 +212,15 @@ def _one_time_s(chip: Chip, work: Work, clock_factor: float) -> float:
     bw = chip.hbm_Bps * memory_efficiency(chip, work)
     t = max(work.flops / peak if work.flops else 0.0, work.bytes_ / bw if work.bytes_ else 0.0)
     p = EfficiencyParams.for_chip(chip)
-    return t + (p.graph_launch_overhead_s if work.graph else p.launch_overhead_s)
+    t += p.graph_launch_overhead_s if work.graph else p.launch_overhead_s
+    if p.paged_decode_call_s and _paged_decode(work, p):
+        t = max(t, p.paged_decode_call_s + work.bytes_ / (chip.hbm_Bps * p.paged_decode_hbm_fraction))
+    return t
+
+
+def _paged_decode(work: Work, p: EfficiencyParams) -> bool:
+    """Attention whose queries fill less than one tile: a decode kernel scanning a paged KV cache."""
+    return work.kind == "attention" and len(work.shape) >= 3 and work.shape[0] < p.tile_m
 
 
 def work_time_s(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> float:
