@@ -52,6 +52,23 @@ def test_advances_only_after_a_probe_round_confirms_nothing_changed() -> None:
     assert step.horizons == {"b": 5.0, "a": 2.0}  # b, woken, may run ahead until a's wake-up
 
 
+def test_advances_are_counted_by_the_kind_of_process_whose_wake_up_they_were() -> None:
+    """Each advance counts for the kind (name up to its first '-') of the process holding the earliest wake-up."""
+    c = Coordinator()
+    wakes = {"router-1-aa": 3.0, "chip-2-bb": 1.0, "chip-3-cc": 2.0}
+    for p in wakes:
+        c.register(p)
+    for k in range(1, 4):
+        steps = [c.report(rep(p, wake=w, act=k)) for p, w in wakes.items()]
+        rnd = steps[-1].probe_round
+        assert rnd is not None
+        steps = [c.report(rep(p, wake=w, act=k, rnd=rnd)) for p, w in wakes.items()]
+        assert steps[-1].advance_to_s == min(wakes.values())
+        first = min(wakes, key=wakes.__getitem__)
+        wakes[first] += 10.0  # the woken process now waits for later
+    assert c.advances == 3 and c.advances_by_kind == {"chip": 2, "router": 1}
+
+
 def test_each_process_horizon_is_the_earliest_wake_up_of_the_others() -> None:
     """The process holding the earliest wake-up sees the second; the rest see the first; none waiting is inf;
     a tie leaves no lookahead to either."""

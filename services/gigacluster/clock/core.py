@@ -98,6 +98,7 @@ class Coordinator:
         self.snapshot: dict[str, Report] = {}  # the reports that started it
         self.answers: dict[str, Report] = {}
         self.advances = 0
+        self.advances_by_kind: dict[str, int] = {}  # advances by the kind of process whose wake-up they were
 
     def register(self, process: str, now_s: float = 0.0) -> None:
         """A process joined (or rejoined): time never goes backwards, even for a restarted coordinator."""
@@ -151,6 +152,9 @@ class Coordinator:
         if wake > self.now_s:
             self.now_s = wake
             self.advances += 1
+            owner = min((r.next_wake_s, p) for p, r in answers.items() if r.next_wake_s is not None)[1]
+            kind = owner.partition("-")[0]
+            self.advances_by_kind[kind] = self.advances_by_kind.get(kind, 0) + 1
         # a wake-up at or before now: tell the laggard the time
         return Step(advance_to_s=self.now_s, horizons=horizons(answers))
 

@@ -103,7 +103,8 @@ class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
     async def GetTime(self, request: clock_pb2.GetTimeRequest,
                       context: grpc.aio.ServicerContext) -> clock_pb2.GetTimeResponse:
         return clock_pb2.GetTimeResponse(now_s=self.core.now_s, processes=len(self.core.registered),
-                                         advances=self.core.advances, probes=self.probes)
+                                         advances=self.core.advances, probes=self.probes,
+                                         advances_by_kind=self.core.advances_by_kind)
 
 
 class ClockService(Service[ClockConfig]):

@@ -1,5 +1,7 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -43,13 +45,22 @@ class GetTimeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetTimeResponse(_message.Message):
-    __slots__ = ("now_s", "processes", "advances", "probes")
+    __slots__ = ("now_s", "processes", "advances", "probes", "advances_by_kind")
+    class AdvancesByKindEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NOW_S_FIELD_NUMBER: _ClassVar[int]
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
     ADVANCES_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
+    ADVANCES_BY_KIND_FIELD_NUMBER: _ClassVar[int]
     now_s: float
     processes: int
     advances: int
     probes: int
-    def __init__(self, now_s: _Optional[float] = ..., processes: _Optional[int] = ..., advances: _Optional[int] = ..., probes: _Optional[int] = ...) -> None: ...
+    advances_by_kind: _containers.ScalarMap[str, int]
+    def __init__(self, now_s: _Optional[float] = ..., processes: _Optional[int] = ..., advances: _Optional[int] = ..., probes: _Optional[int] = ..., advances_by_kind: _Optional[_Mapping[str, int]] = ...) -> None: ...
