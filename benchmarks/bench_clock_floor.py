@@ -19,10 +19,10 @@ import pathlib
 import tempfile
 import time
 
+from bench_event_clock import coordinator_counts  # type: ignore[import-not-found]
+
 from gigacluster.runtime.participant import participate
 from gigacluster.stack import DEFAULT_PORTS, Stack, StackConfig
-
-from bench_event_clock import coordinator_counts  # type: ignore[import-not-found]
 
 
 def tree_cpu_s(pids: list[int]) -> float:
