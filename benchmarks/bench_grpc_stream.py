@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime import eventloop
 
 METHOD = "/bench.Stream/Generate"
 
@@ -49,7 +50,7 @@ async def _serve(port_q: Any, messages: int) -> None:
 
 
 def _server_main(port_q: Any, messages: int) -> None:
-    asyncio.run(_serve(port_q, messages))
+    eventloop.run(_serve(port_q, messages))
 
 
 def cpu_s(pid: int) -> float:
@@ -84,7 +85,7 @@ def measure(rate: float, seconds: float, messages: int) -> tuple[float, float]:
         port = q.get(timeout=30)
         assert proc.pid is not None
         s0, r0 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-        n = asyncio.run(_load(port, rate, seconds))
+        n = eventloop.run(_load(port, rate, seconds))
         s1, r1 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
     finally:
         proc.kill()
@@ -103,7 +104,7 @@ def main() -> None:
     for m in (int(x) for x in args.messages.split(",")):
         server, client = measure(args.rate, args.seconds, m)
         print(f"| {m} | {server:.3f} | {client:.3f} |", flush=True)
-    print(f"rate={args.rate:g}/s seconds={args.seconds:g} loadavg={os.getloadavg()[0]:.1f}")
+    print(f"rate={args.rate:g}/s seconds={args.seconds:g} loop={eventloop.chosen()} loadavg={os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
