@@ -91,7 +91,7 @@ async def _drive(proto: str, rate: float, seconds: float, seed: int, target: run
     for r in run.results:
         rows.append((r.status, r.ttft_s - r.send_lag_s, r.virtual_ttft_s, r.e2e_s - r.send_lag_s,
                      getattr(r, "virtual_e2e_s", math.nan),  # absent from older load clients
-                     r.send_lag_s, r.e2e_s, r.detail[:80], getattr(r, "chunks", 0), r.tokens))
+                     r.send_lag_s, r.e2e_s, r.detail[:160], getattr(r, "chunks", 0), r.tokens))
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"rows": rows, "cpu_s": cpu, "wall_s": wall, "window": window}
 
