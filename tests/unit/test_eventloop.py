@@ -32,19 +32,19 @@ def test_asyncio_runs_the_coroutine_on_the_standard_loop(monkeypatch: pytest.Mon
     assert got is not uvloop.Loop and issubclass(got, asyncio.BaseEventLoop)
 
 
-def test_default_is_uvloop_when_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the variable unset (or empty) the default is uvloop, since it imports here."""
+def test_default_is_the_standard_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the variable unset (or empty) the default is asyncio's loop, even with uvloop importable."""
     monkeypatch.delenv(eventloop.ENV, raising=False)
-    assert eventloop.chosen() == "uvloop"
+    assert eventloop.chosen() == "asyncio"
     monkeypatch.setenv(eventloop.ENV, "")
-    assert eventloop.run(_loop_type()) is uvloop.Loop
+    assert eventloop.run(_loop_type()) is not uvloop.Loop
 
 
 def test_unknown_value_fails_naming_the_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown loop name is a ConfigError that names the variable and both allowed values."""
     monkeypatch.setenv(eventloop.ENV, "trio")
     coro = _loop_type()
-    with pytest.raises(ConfigError, match=r"GIGACLUSTER_EVENT_LOOP must be one of uvloop, asyncio, got 'trio'"):
+    with pytest.raises(ConfigError, match=r"GIGACLUSTER_EVENT_LOOP must be one of asyncio, uvloop, got 'trio'"):
         eventloop.run(coro)
     assert coro.cr_frame is None  # closed, so no "never awaited" warning (filterwarnings = error)
 
@@ -54,7 +54,7 @@ def test_uvloop_asked_for_but_missing_fails(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(eventloop, "_uvloop_factory", lambda: None)
     with pytest.raises(ConfigError, match="uvloop package is not installed"):
         eventloop.chosen("uvloop")
-    assert eventloop.chosen("") == "asyncio"  # the default falls back when it is not asked for
+    assert eventloop.chosen("") == "asyncio"  # the default never needs it
 
 
 def test_serve_refuses_an_unknown_loop_before_starting() -> None:
@@ -63,4 +63,4 @@ def test_serve_refuses_an_unknown_loop_before_starting() -> None:
                           env={**os.environ, eventloop.ENV: "tokio"},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert "must be one of uvloop, asyncio" in proc.stderr
+    assert "must be one of asyncio, uvloop" in proc.stderr
