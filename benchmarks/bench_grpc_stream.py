@@ -24,8 +24,13 @@ from typing import Any
 import grpc
 
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime import eventloop
 
 METHOD = "/bench.Stream/Generate"
+# Extra channel arguments for both sides (--options), e.g. grpc.optimization_target=throughput.
+OPTIONS: list[tuple[str, Any]] = [
+    (k, int(v) if v.lstrip("-").isdigit() else v)
+    for k, _, v in (o.partition("=") for o in os.environ.get("BENCH_GRPC_OPTIONS", "").split(",") if o)]
 
 
 def _response(i: int) -> router_pb2.GenerateResponse:
@@ -39,7 +44,7 @@ async def _serve(port_q: Any, messages: int) -> None:
             yield _response(i)
             await asyncio.sleep(0)  # as a router yields to its loop between tokens
 
-    server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 20000)])
+    server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 20000), *OPTIONS])
     handler = grpc.unary_stream_rpc_method_handler(generate, request_deserializer=router_pb2.GenerateRequest.FromString,
                                                    response_serializer=router_pb2.GenerateResponse.SerializeToString)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Stream", {"Generate": handler})])
@@ -49,7 +54,7 @@ async def _serve(port_q: Any, messages: int) -> None:
 
 
 def _server_main(port_q: Any, messages: int) -> None:
-    asyncio.run(_serve(port_q, messages))
+    eventloop.run(_serve(port_q, messages))
 
 
 def cpu_s(pid: int) -> float:
@@ -58,7 +63,7 @@ def cpu_s(pid: int) -> float:
 
 
 async def _load(port: int, rate: float, seconds: float) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
         call = ch.unary_stream(METHOD, request_serializer=router_pb2.GenerateRequest.SerializeToString,
                                response_deserializer=router_pb2.GenerateResponse.FromString)
 
@@ -84,7 +89,7 @@ def measure(rate: float, seconds: float, messages: int) -> tuple[float, float]:
         port = q.get(timeout=30)
         assert proc.pid is not None
         s0, r0 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-        n = asyncio.run(_load(port, rate, seconds))
+        n = eventloop.run(_load(port, rate, seconds))
         s1, r1 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
     finally:
         proc.kill()
@@ -98,12 +103,18 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--messages", default="1,4,16")
+    ap.add_argument("--options", default="", help="channel arguments for server and client, k=v,k=v "
+                                                  "(e.g. grpc.optimization_target=throughput)")
     args = ap.parse_args()
+    os.environ["BENCH_GRPC_OPTIONS"] = args.options  # the server process (spawned) reads it at import
+    OPTIONS[:] = [(k, int(v) if v.lstrip("-").isdigit() else v)
+                  for k, _, v in (o.partition("=") for o in args.options.split(",") if o)]
     print("| messages per call | server CPU ms/call | client CPU ms/call |\n|---|---|---|")
     for m in (int(x) for x in args.messages.split(",")):
         server, client = measure(args.rate, args.seconds, m)
         print(f"| {m} | {server:.3f} | {client:.3f} |", flush=True)
-    print(f"rate={args.rate:g}/s seconds={args.seconds:g} loadavg={os.getloadavg()[0]:.1f}")
+    print(f"rate={args.rate:g}/s seconds={args.seconds:g} loop={eventloop.chosen()} options={args.options or '-'} "
+          f"loadavg={os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

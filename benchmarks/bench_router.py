@@ -45,6 +45,7 @@ from gigacluster.common.v1 import common_pb2
 from gigacluster.loadtest import runner
 from gigacluster.loadtest.scenario import Arrival, Scenario, Stream
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime import eventloop
 from gigacluster.stack import Stack, StackConfig
 
 DEPLOYMENT = "bench-router"
@@ -90,13 +91,13 @@ async def _drive(proto: str, rate: float, seconds: float, seed: int, target: run
     for r in run.results:
         rows.append((r.status, r.ttft_s - r.send_lag_s, r.virtual_ttft_s, r.e2e_s - r.send_lag_s,
                      getattr(r, "virtual_e2e_s", math.nan),  # absent from older load clients
-                     r.send_lag_s, r.e2e_s, r.detail[:80], getattr(r, "chunks", 0), r.tokens))
+                     r.send_lag_s, r.e2e_s, r.detail[:160], getattr(r, "chunks", 0), r.tokens))
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"rows": rows, "cpu_s": cpu, "wall_s": wall, "window": window}
 
 
 def _drive_proc(q: Any, *args: Any) -> None:
-    q.put(asyncio.run(_drive(*args)))
+    q.put(eventloop.run(_drive(*args)))
 
 
 async def _sample(pids: dict[str, list[int]], out: list[tuple[float, dict[str, float]]], stop: asyncio.Event) -> None:
@@ -257,15 +258,24 @@ async def main() -> None:
                                                   "directory), alternating phases with this one: before/after")
     ap.add_argument("--frontends", default="0", help="comma-separated router front-end process counts to run "
                                                     "this tree with, side by side (0 = one router process)")
+    ap.add_argument("--event-loops", default="", help="comma-separated event loops (uvloop, asyncio) to run this "
+                                                      "tree's services on, side by side (GIGACLUSTER_EVENT_LOOP; "
+                                                      "default: the environment's). The load clients run on the "
+                                                      "loop GIGACLUSTER_EVENT_LOOP names in this process's environment")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     env = {"GIGACLUSTER_ROUTER_RATE_OPS_PER_S": "100000"}  # measure the router, not the per-tenant limit
     builds: dict[str, dict[str, str]] = {}
     if args.baseline:
         builds["before"] = {**env, "PYTHONPATH": str(pathlib.Path(args.baseline) / "services")}
+    loops = [x for x in args.event_loops.split(",") if x]
+    for loop in loops:
+        eventloop.chosen(loop)  # an unknown name fails here, not in the services
     for n in (int(x) for x in args.frontends.split(",")):
-        name = ("after" if args.baseline else "this") + (f" {n} front ends" if n else "")
-        builds[name] = {**env, "GIGACLUSTER_ROUTER_FRONTENDS": str(n)}
+        for loop in loops or [""]:
+            name = (("after" if args.baseline else "this") + (f" {n} front ends" if n else "")
+                    + (f" {loop}" if loop else ""))
+            builds[name] = {**env, "GIGACLUSTER_ROUTER_FRONTENDS": str(n), **({eventloop.ENV: loop} if loop else {})}
     stacks: dict[str, tuple[Stack, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -278,7 +288,7 @@ async def main() -> None:
             for st, _ in stacks.values():
                 await st.stop()
     print(f"cpus={os.cpu_count()} loadavg={load0:.1f}->{os.getloadavg()[0]:.1f} seconds={args.seconds} "
-          f"clients={args.clients} replicas={args.replicas}", file=sys.stderr)
+          f"clients={args.clients} replicas={args.replicas} client_loop={eventloop.chosen()}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gigacluster.inference.engine import RequestSummary
-from gigacluster.inference.metrics import LatencyHistogram, ServingMetrics
+from gigacluster.inference.metrics import PERCENTILES, LatencyHistogram, ServingMetrics
 
 
 def test_histogram_percentiles_within_hdr_precision() -> None:
@@ -55,3 +55,15 @@ def test_snapshot_fields() -> None:
     assert s["itl_s"]["count"] == 10
     assert s["output_tokens_per_s"] == pytest.approx(11 / 1.3)
     assert s["prefix_hit_rate"] == pytest.approx(0.32) and s["rejected"] == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_summary_percentiles_equal_hdrh_own_walk(seed: int) -> None:
+    """The numpy percentiles of summary() are exactly hdrh's get_percentile_to_value_dict on the same counts."""
+    rng = np.random.default_rng(seed)
+    h = LatencyHistogram()
+    h.record_many(rng.lognormal(-4.0, 1.5, 3000))  # seconds: a TTFT-like spread, 1 ms to seconds
+    h.record(7.5, count=3)
+    want = h._h.get_percentile_to_value_dict(list(PERCENTILES))
+    assert h.percentile_values_us(PERCENTILES) == want
+    assert h.summary()["p99"] == want[99.0] / 1e6

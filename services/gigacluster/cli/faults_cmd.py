@@ -9,7 +9,6 @@ admin key it takes the one ``gigacluster up`` left in the cluster's credentials 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ from gigacluster.client import load_credentials
 from gigacluster.errors import DomainError
 from gigacluster.faults.table import load_table
 from gigacluster.runtime import config as cfgmod
+from gigacluster.runtime import eventloop
 from gigacluster.runtime.logging import configure
 
 
@@ -46,12 +46,13 @@ def run(args: argparse.Namespace) -> int:
     from gigacluster.faults.driver import serve
     try:
         cfg = load_config(args)
+        eventloop.chosen()  # an unknown GIGACLUSTER_EVENT_LOOP fails here, before anything starts
     except cfgmod.ConfigError as exc:
         print(f"gigacluster faults: {exc}", file=sys.stderr)
         return 2
     configure("faults", fmt=cfg.log_format, level=cfg.log_level)
     try:
-        asyncio.run(serve(cfg))
+        eventloop.run(serve(cfg))
     except DomainError as exc:
         print(f"gigacluster faults: {exc}", file=sys.stderr)
         return 1

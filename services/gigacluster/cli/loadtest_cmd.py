@@ -15,7 +15,6 @@ virtual seconds, however fast the mesh runs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import pathlib
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 from gigacluster.client import Client, load_credentials, state_dir
 from gigacluster.errors import DomainError
 from gigacluster.loadtest import report, runner, scenario
+from gigacluster.runtime import eventloop
 
 
 def register(subparsers: Any) -> None:
@@ -73,9 +73,14 @@ def run(args: argparse.Namespace) -> int:
     except (DomainError, OSError) as exc:
         print(f"gigacluster loadtest: {exc}", file=sys.stderr)
         return 2
+    try:
+        eventloop.chosen()
+    except ValueError as exc:  # runtime.config.ConfigError: an unknown GIGACLUSTER_EVENT_LOOP
+        print(f"gigacluster loadtest: {exc}", file=sys.stderr)
+        return 2
     out = pathlib.Path(args.out) if args.out else default_out(sc.name, args.cluster)
     try:
-        result = asyncio.run(runner.run(sc, target_from(args), progress=lambda m: print(m, file=sys.stderr)))
+        result = eventloop.run(runner.run(sc, target_from(args), progress=lambda m: print(m, file=sys.stderr)))
     except DomainError as exc:
         print(f"gigacluster loadtest: {exc}", file=sys.stderr)
         return 2

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import sys
 from typing import Any
 
 from gigacluster.runtime import config as cfgmod
+from gigacluster.runtime import eventloop
 from gigacluster.runtime.logging import configure
 from gigacluster.runtime.server import serve
 
@@ -41,10 +41,11 @@ def run(args: argparse.Namespace) -> int:
     cls = cfgmod.SERVE_CONFIGS[args.service]
     try:
         config = cfgmod.load(cls, flags=vars(args), config_file=args.config)
+        eventloop.chosen()  # an unknown GIGACLUSTER_EVENT_LOOP fails here, before anything starts
     except cfgmod.ConfigError as exc:
         print(f"gigacluster serve {args.service}: {exc}", file=sys.stderr)
         return 2
     configure(args.service, fmt=config.log_format, level=config.log_level)
     service = service_class(args.service)(config)
-    asyncio.run(serve(service))
+    eventloop.run(serve(service))
     return 0

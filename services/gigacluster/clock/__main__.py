@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from gigacluster.clock.service import ClockConfig, ClockService
 from gigacluster.runtime import config as cfgmod
+from gigacluster.runtime import eventloop
 from gigacluster.runtime.logging import configure
 from gigacluster.runtime.server import serve
 
@@ -18,11 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = cfgmod.load(ClockConfig, flags=vars(args), config_file=args.config)
+        eventloop.chosen()  # an unknown GIGACLUSTER_EVENT_LOOP fails here, before anything starts
     except cfgmod.ConfigError as exc:
         print(f"gigacluster clock: {exc}", file=sys.stderr)
         return 2
     configure("clock", fmt=config.log_format, level=config.log_level)
-    asyncio.run(serve(ClockService(config)))
+    eventloop.run(serve(ClockService(config)))
     return 0
 
 

@@ -68,12 +68,23 @@ class LatencyHistogram:
         """Exact maximum of the recorded values."""
         return self._max_s
 
+    def percentile_values_us(self, percentiles: Sequence[float]) -> dict[float, int]:
+        """The histogram's value (us) at each percentile in (0, 100], as hdrh's
+        ``get_percentile_to_value_dict`` gives them, from one cumulative sum of the counts array:
+        hdrh walks the array in Python (7-18 ms for a TTFT histogram, every telemetry interval, per
+        histogram, on the router's loop), this takes about 0.2 ms."""
+        h = self._h
+        cum = np.cumsum(np.ctypeslib.as_array(h.counts))
+        targets = [h.get_target_count_at_percentile(p) for p in percentiles]
+        index = np.searchsorted(cum, targets, side="left").tolist()
+        return {p: int(h.get_highest_equivalent_value(h.get_value_from_index(i)))
+                for p, i in zip(percentiles, index, strict=True)}
+
     def summary(self) -> dict[str, float]:
         """``{"p50": s, "p90": s, "p99": s, "p99.9": s, "mean": s, "max": s, "count": n}``."""
         n = self.count
         if n:
-            # One pass over the histogram for all percentiles.
-            pv = self._h.get_percentile_to_value_dict(list(PERCENTILES))
+            pv = self.percentile_values_us(PERCENTILES)
             out = {f"p{p:g}": pv[p] / _US for p in PERCENTILES}
         else:
             out = {f"p{p:g}": 0.0 for p in PERCENTILES}

@@ -40,6 +40,7 @@ from gigacluster.router.overload import Overload
 from gigacluster.router.pacing import Pacer, TokenBox
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
+from gigacluster.runtime import eventloop
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.config import RouterConfig
@@ -287,7 +288,7 @@ def main() -> None:
         return  # the core is gone already
     configure("router-frontend", fmt=settings["config"]["log_format"], level=settings["config"]["log_level"])
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(settings))
+        eventloop.run(run(settings))
 
 
 if __name__ == "__main__":
