@@ -236,3 +236,34 @@ def test_module_busy_holds_only_the_installed_event_clock() -> None:
         assert ev.holds == 0 and ev.activity == 2
     finally:
         clockmod.install(None)
+
+
+async def test_an_ahead_sleeper_ends_once_the_horizon_passes_its_time() -> None:
+    """sleep_until(t, ahead=True) returns as soon as an advance tells a horizon past t (time itself short of t),
+    returns at once if the horizon is already past t, and otherwise waits for time as a plain sleeper does;
+    plain sleepers never move for the horizon, and both count in next_wake_s."""
+    clock = EventClock()
+    woke: dict[str, float] = {}
+
+    async def sleeper(name: str, t: float, ahead: bool) -> None:
+        await clock.sleep_until(t, ahead=ahead)
+        woke[name] = clock.now()
+
+    tasks = [asyncio.ensure_future(sleeper("plain", 3.0, False)), asyncio.ensure_future(sleeper("ahead", 3.0, True)),
+             asyncio.ensure_future(sleeper("far", 9.0, True))]
+    await asyncio.sleep(0)
+    assert clock.next_wake_s() == 3.0
+    clock.advance(1.0, horizon_s=2.5)  # the horizon short of 3: nobody goes
+    await asyncio.sleep(0)
+    assert woke == {}
+    clock.advance(2.0, horizon_s=4.0)  # past 3: the ahead sleeper goes at time 2, the plain one waits
+    await asyncio.sleep(0)
+    assert woke == {"ahead": 2.0}
+    await clock.sleep_until(3.5, ahead=True)  # before the horizon: at once
+    assert clock.now() == 2.0
+    clock.advance(3.0)
+    await asyncio.sleep(0)
+    assert woke == {"ahead": 2.0, "plain": 3.0} and clock.next_wake_s() == 9.0
+    clock.advance(9.0)
+    await asyncio.gather(*tasks)
+    assert woke["far"] == 9.0

@@ -121,7 +121,7 @@ async def test_replicas_running_ahead_to_the_horizon_give_the_same_tokens_at_the
         mosquitto: str, tmp_path: pathlib.Path) -> None:
     """The same overlapping trace on the event clock with replicas completing iterations ahead of the clock up
     to the coordinator's horizon, and with one clock round per iteration (``run_ahead_iterations`` 0): every
-    request's virtual TTFT and every inter-token gap equal to 1e-9, in far fewer clock advances."""
+    request's virtual TTFT and every inter-token gap equal to 1e-9, in far fewer clock advances (over 4x)."""
     sc = _busy_scenario(tmp_path)
     runs: dict[int, tuple[list[Result], int]] = {}
     for ahead in (0, 4096):
@@ -140,4 +140,6 @@ async def test_replicas_running_ahead_to_the_horizon_give_the_same_tokens_at_the
         assert b.virtual_ttft_s == pytest.approx(a.virtual_ttft_s, rel=1e-9, abs=1e-12)
         assert b.virtual_itl_s == pytest.approx(a.virtual_itl_s, rel=1e-9, abs=1e-12)
         assert b.tokens == a.tokens
-    assert n_ahead * 3 < n_step, (n_ahead, n_step)
+    # 376 and 80 advances here: the replicas of one router also wake at once for each other's horizons
+    # (clock.sleep_until ahead=True); with one advance per replica's crossing iteration it was 119
+    assert n_ahead * 4 < n_step, (n_ahead, n_step)

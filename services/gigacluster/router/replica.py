@@ -394,12 +394,22 @@ class Replica:
                 chained += 1  # nothing can reach this replica before the next iteration forms: no round
             else:
                 chained = 0
-                await self.clock.sleep_until(end)
+                await self._sleep_to(end)
                 self.on_lag(self.clock.lag_wall_s(end))
             # The iteration's energy as the model gives it at the chips' measured speed, shared by its requests.
             energy = self.engine.iteration_energy_j(it, duration_s=end - start)
             self._emit(self.engine.complete(it, end, energy_j=energy), on_finish)
             t_free = end
+
+    async def _sleep_to(self, end_s: float) -> None:
+        """Sleep on the clock to the iteration's end. On the event clock the sleep also ends once the horizon
+        passes ``end_s`` (time moved for another wake-up of this process, another replica's, and the horizon
+        came with it); the replica then goes on at once if it may run ahead from there, else it sleeps on to
+        ``end_s`` itself. So the replicas of one router cost the mesh one advance between two outside events,
+        not one each."""
+        await self.clock.sleep_until(end_s, ahead=True)
+        if self.clock.now() < end_s and not self._may_run_ahead(end_s, 0):
+            await self.clock.sleep_until(end_s)
 
     def _may_run_ahead(self, end_s: float, chained: int) -> bool:
         """Whether the iteration ending at ``end_s`` may complete at once, without waiting for the clock.

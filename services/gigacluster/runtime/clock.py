@@ -43,8 +43,9 @@ class VirtualClock:
         """Wall seconds that ``virtual_s`` virtual seconds take."""
         return virtual_s / self.speedup
 
-    async def sleep_until(self, t_s: float) -> None:
-        """Wait until virtual time ``t_s`` (returns at once if it has passed)."""
+    async def sleep_until(self, t_s: float, *, ahead: bool = False) -> None:
+        """Wait until virtual time ``t_s`` (returns at once if it has passed). ``ahead``: the event clock may
+        end the wait before ``t_s`` once its horizon passes it (:meth:`EventClock.sleep_until`); here no effect."""
         delay = (t_s - self.now()) / self.speedup
         if delay > 0:
             await asyncio.sleep(delay)
@@ -94,6 +95,7 @@ class EventClock(VirtualClock):
         self.sign_key = sign_key
         self.wire_keys = tuple(k for k in wire_keys if k)
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._ahead: list[tuple[float, int, asyncio.Future[None]]] = []  # sleepers the horizon may release
         self._seq = 0
         self.calls_out = 0
         self.calls_in = 0
@@ -119,13 +121,19 @@ class EventClock(VirtualClock):
         if self.on_change is not None:
             self.on_change()
 
-    async def sleep_until(self, t_s: float) -> None:
-        """Wait until virtual time ``t_s`` (returns at once if it has passed)."""
-        if t_s <= self._now:
+    async def sleep_until(self, t_s: float, *, ahead: bool = False) -> None:
+        """Wait until virtual time ``t_s`` (returns at once if it has passed).
+
+        ``ahead``: also end the wait as soon as this process's horizon passes ``t_s``, though time has not
+        reached it. Nothing from another process can reach this one before its horizon, so a task whose own
+        next event is ``t_s`` may go on from there at once, its times its own (a replica forming its next batch
+        at its iteration's end). The coordinator moved time for another wake-up of this process and told a
+        later horizon: without this, every such sleeper of one process would cost the mesh an advance."""
+        if t_s <= self._now or (ahead and t_s < self.horizon_s()):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._seq += 1
-        heapq.heappush(self._sleepers, (t_s, self._seq, fut))
+        heapq.heappush(self._ahead if ahead else self._sleepers, (t_s, self._seq, fut))
         self.bump()
         try:
             await fut
@@ -150,9 +158,13 @@ class EventClock(VirtualClock):
 
     def next_wake_s(self) -> float | None:
         """The earliest time a task of this process waits for (None: none waits)."""
-        while self._sleepers and self._sleepers[0][2].done():
-            heapq.heappop(self._sleepers)
-        return self._sleepers[0][0] if self._sleepers else None
+        wakes = []
+        for heap in (self._sleepers, self._ahead):
+            while heap and heap[0][2].done():
+                heapq.heappop(heap)
+            if heap:
+                wakes.append(heap[0][0])
+        return min(wakes) if wakes else None
 
     def horizon_s(self) -> float:
         """The earliest wake-up of every other process when time last moved (the coordinator's
@@ -168,15 +180,10 @@ class EventClock(VirtualClock):
             self._horizon = horizon_s
         elif t_s > self._now:
             self._horizon = -math.inf
-        if t_s <= self._now:
-            return
-        self._now = t_s
-        woke = False
-        while self._sleepers and self._sleepers[0][0] <= t_s:
-            _, _, fut = heapq.heappop(self._sleepers)
-            if not fut.done():
-                fut.set_result(None)
-                woke = True
+        self._now = max(self._now, t_s)
+        woke = _wake(self._sleepers, lambda t: t <= self._now)
+        horizon = self.horizon_s()
+        woke |= _wake(self._ahead, lambda t: t <= self._now or t < horizon)
         if woke:
             self.bump()
 
@@ -212,6 +219,17 @@ class EventClock(VirtualClock):
         else:
             self.msgs_received += n
         self.bump()
+
+
+def _wake(heap: list[tuple[float, int, asyncio.Future[None]]], due: Callable[[float], bool]) -> bool:
+    """Release the sleepers of ``heap`` (earliest first) while ``due``; returns whether any was waiting."""
+    woke = False
+    while heap and due(heap[0][0]):
+        _, _, fut = heapq.heappop(heap)
+        if not fut.done():
+            fut.set_result(None)
+            woke = True
+    return woke
 
 
 _ACTIVE: EventClock | None = None
