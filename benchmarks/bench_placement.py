@@ -8,8 +8,8 @@ gives the same grouping on the topologies the fabric can build; see tests/schedu
 Scenarios: an empty cluster; and a half-full, fragmented one (random 1,024-chip gangs over whole
 domains until 50% is held). Job: 102,400 chips, TP 8, PP 16, DP 800. Reported: the policy's
 ``place`` call and a whole dispatcher pass (``policy.decide`` with the 100k job at the head of a
-queue of 100 jobs over 500 running gangs), median of 5 runs, and the placement quality (leaf
-groups, DP spine crossings).
+queue of 100 jobs over 500 running gangs), median of 5 runs (wall, and CPU seconds of the process), and
+the placement quality (leaf groups, DP spine crossings).
 
     python benchmarks/bench_placement.py             # about 20 s
     python benchmarks/bench_placement.py --markdown  # the table for docs/performance.md
@@ -18,9 +18,11 @@ groups, DP spine crossings).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 
@@ -46,13 +48,20 @@ def fragmented(lay: Layout, rng: np.random.Generator) -> tuple[np.ndarray, list[
     return free, running
 
 
-def timed(fn, repeat: int = 5) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    times, out = [], None
+def timed(fn, repeat: int = 5) -> tuple[float, Any]:  # type: ignore[no-untyped-def]
+    wall, _, out = timed_cpu(fn, repeat)
+    return wall, out
+
+
+def timed_cpu(fn, repeat: int = 5) -> tuple[float, float, Any]:  # type: ignore[no-untyped-def]
+    """Median wall and median CPU seconds of the process (CPU is what other load on the machine does not add)."""
+    times, cpu, out = [], [], None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+        cpu.append(time.process_time() - c)
+    return statistics.median(times), statistics.median(cpu), out
 
 
 def main() -> None:
@@ -73,22 +82,25 @@ def main() -> None:
             t_place, devs = timed(lambda pol=pol, free=free: pol.place(lay, free, JOB, TP))
             assert devs is not None and devs.size == JOB
             st = placement_stats(lay, devs, tp=TP, cp=1, dp=JOB // TP // PP, pp=PP)  # type: ignore[arg-type]
-            t_pass, d = timed(lambda pol=pol, free=free, running=running: decide(
+            t_pass, c_pass, d = timed_cpu(lambda pol=pol, free=free, running=running: decide(
                 0.0, pending, running, layouts={"h100-sxm": lay}, free={"h100-sxm": free}, policy=pol,
-                queues={}, weights={}, usage={}), repeat=3)
-            rows.append((scen, name, t_place, t_pass, len(d.place), st.leaf_groups, st.dp_spine_crossings))  # type: ignore[attr-defined]
+                queues={}, weights={}, usage={}), repeat=5)
+            rows.append((scen, name, t_place, t_pass, c_pass, len(d.place), st.leaf_groups,  # type: ignore[attr-defined]
+                         st.dp_spine_crossings))  # type: ignore[attr-defined]
+    load_end = os.getloadavg()[0]
     if args.markdown:
         print(f"{CHIPS:,} H100 (131,072 domains, leaf groups of 64 domains), job {JOB:,} chips (TP {TP}, PP {PP}, "
-              f"DP {JOB // TP // PP}); {platform.processor() or platform.machine()}, median of 5 (place) / 3 (pass)\n")
-        print("| cluster | policy | place (ms) | dispatcher pass, 100 queued (ms) | jobs placed | leaf groups | "
-              "DP spine crossings |")
-        print("|---|---|---|---|---|---|---|")
-        for scen, name, tp_, tpass, n, g, x in rows:
-            print(f"| {scen} | {name} | {tp_ * 1e3:.0f} | {tpass * 1e3:.0f} | {n} | {g} | {x:,} |")
+              f"DP {JOB // TP // PP}); {platform.processor() or platform.machine()}, median of 5; load average "
+              f"{os.getloadavg()[0]:.1f} at the start, {load_end:.1f} at the end\n")
+        print("| cluster | policy | place (ms) | dispatcher pass, 100 queued (ms) | pass, CPU of the process (ms) | "
+              "jobs placed | leaf groups | DP spine crossings |")
+        print("|---|---|---|---|---|---|---|---|")
+        for scen, name, tp_, tpass, cpass, n, g, x in rows:
+            print(f"| {scen} | {name} | {tp_ * 1e3:.0f} | {tpass * 1e3:.0f} | {cpass * 1e3:.0f} | {n} | {g} | {x:,} |")
     else:
         for r in rows:
-            print(f"{r[0]:24s} {r[1]:9s} place {r[2] * 1e3:7.1f} ms  pass {r[3] * 1e3:7.1f} ms  placed {r[4]:3d}  "
-                  f"leaf groups {r[5]:5d}  DP spine crossings {r[6]:,}")
+            print(f"{r[0]:24s} {r[1]:9s} place {r[2] * 1e3:7.1f} ms  pass {r[3] * 1e3:7.1f} ms "
+                  f"(CPU {r[4] * 1e3:6.1f})  placed {r[5]:3d}  leaf groups {r[6]:5d}  DP spine crossings {r[7]:,}")
 
 
 if __name__ == "__main__":

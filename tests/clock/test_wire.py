@@ -182,3 +182,94 @@ async def test_a_time_without_its_proof_under_the_mesh_key_neither_moves_nor_hol
         assert server_clock.now() == 12.0
     finally:
         await server.stop(None)
+
+
+class _Stream:
+    """A server-streaming call whose end (the done callback) and messages the test delivers separately, in
+    the order gRPC may deliver them: the status of a finished stream before its last message's read."""
+
+    def __init__(self) -> None:
+        self.messages: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.finished = False
+        self.callbacks: list[Any] = []
+
+    def add_done_callback(self, cb: Any) -> None:
+        self.callbacks.append(cb)
+
+    def done(self) -> bool:
+        return self.finished
+
+    def finish(self) -> None:
+        self.finished = True
+        for cb in self.callbacks:
+            cb(self)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (m := await self.messages.get()) is not None:
+            yield m
+
+
+async def _open(clock: EventClock, call: _Stream) -> Any:
+    interceptor = client_interceptors(clock)[1]
+
+    async def continuation(details: Any, request: Any) -> _Stream:
+        return call
+
+    details = grpc.aio.ClientCallDetails("/test.Clock/Watch", None, None, None, None)
+    return await interceptor.intercept_unary_stream(continuation, details, b"")  # type: ignore[union-attr]
+
+
+def _quiet(clock: EventClock) -> bool:
+    return clock.holds == 0 and clock.calls_out == 0 and clock.msgs_received == 0
+
+
+async def test_a_read_waiting_when_its_stream_ends_holds_the_clock_until_it_has_the_last_message() -> None:
+    """The stream's end can reach the client before its last message's read completes: the process is not
+    idle (time cannot move) until the caller has that message, then it is quiet again."""
+    clock = EventClock()
+    call = _Stream()
+    stream = await _open(clock, call)
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    call.finish()  # the status is in, the final message not yet handed over
+    assert not _quiet(clock)
+    call.messages.put_nowait(b"final")
+    assert await reader == b"final"
+    assert _quiet(clock)
+
+
+async def test_a_read_started_after_its_stream_ended_holds_the_clock_until_it_returns() -> None:
+    """A caller that reads a stream's buffered last message after the stream ended holds time while the read
+    completes; the stream's end, read after it, leaves nothing held."""
+    clock = EventClock()
+    call = _Stream()
+    stream = await _open(clock, call)
+    call.finish()
+    assert _quiet(clock)  # nobody reading: a caller that left the stream early holds nothing
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    assert not _quiet(clock)
+    call.messages.put_nowait(b"final")
+    assert await reader == b"final"
+    assert _quiet(clock)
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    call.messages.put_nowait(None)
+    with pytest.raises(StopAsyncIteration):
+        await reader
+    assert _quiet(clock)
+
+
+async def test_a_cancelled_read_of_an_ended_stream_releases_its_hold() -> None:
+    """A caller that gives up a read it started after the stream ended leaves the clock free."""
+    clock = EventClock()
+    call = _Stream()
+    stream = await _open(clock, call)
+    call.finish()
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    assert not _quiet(clock)
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert _quiet(clock)

@@ -87,3 +87,79 @@ def test_unknown_policy_is_invalid_argument() -> None:
     """Config `placement` must name a registered policy."""
     with pytest.raises(InvalidArgument, match="binpack, spread, topology"):
         get_policy("random")
+
+
+def _all_domains(lay: Layout) -> Layout:
+    """The same layout with its leaf-group runs hidden, so the policies take their every-domain path."""
+    other = Layout(lay.offset, lay.chips_per_domain, lay.domain_group, lay.group_pod)
+    other.__dict__["group_bounds"] = None  # the cached property, answered as for a non-contiguous layout
+    return other
+
+
+def _random_layout(rng: np.random.Generator) -> Layout:
+    dom = int(rng.choice([4, 8, 16]))
+    sizes = rng.integers(1, 10, int(rng.integers(1, 14)))
+    group = np.repeat(np.arange(sizes.size), sizes).astype(np.int64)
+    return Layout(0, dom, group, np.sort(rng.integers(0, 3, sizes.size)).astype(np.int64))
+
+
+def test_group_bounds_mark_the_layouts_built_by_both_constructors() -> None:
+    """Uniform and fat-tree layouts are runs of domains per leaf group (the fast path); interleaved ones are not."""
+    assert Layout.uniform(128, 8, 4).group_bounds.tolist() == [0, 4, 8, 12, 16]  # type: ignore[union-attr]
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=1024))
+    assert Layout.from_topology(topo).group_bounds.tolist() == [0, 64, 128]  # type: ignore[union-attr]
+    assert Layout(0, 8, np.array([0, 1, 0, 1]), np.zeros(2, dtype=np.int64)).group_bounds is None
+    assert Layout(0, 8, np.array([0, 0, 2, 2]), np.zeros(3, dtype=np.int64)).group_bounds is None  # group 1 empty
+
+
+def test_group_path_places_exactly_what_the_every_domain_path_placed() -> None:
+    """On 3,000 random layouts, masks, TP degrees and sizes, each policy returns the same devices in the
+    same rank order whether it chooses leaf groups first or sorts every domain."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(3000):
+        lay = _random_layout(rng)
+        free = rng.random(lay.n_devices) < rng.uniform(0.1, 1.0)
+        tp = int(rng.choice([t for t in (1, 2, 4, 8) if t <= lay.chips_per_domain]))
+        room = int(free.reshape(-1, lay.chips_per_domain).sum(axis=1) // tp @ np.ones(lay.n_domains, dtype=np.int64))
+        count = tp * int(rng.integers(1, room + 2))  # sometimes one TP group more than fits
+        for name in ("topology", "binpack", "spread"):
+            a = get_policy(name).place(lay, free, count, tp)
+            b = get_policy(name).place(_all_domains(lay), free, count, tp)
+            assert (a is None) == (b is None), name
+            if a is not None:
+                assert a.tolist() == b.tolist(), (name, count, tp)  # type: ignore[union-attr]
+                checked += 1
+    assert checked > 6000
+
+
+def test_group_path_never_changes_a_dispatch_decision() -> None:
+    """On random clusters and queues (running gangs, priorities, preemption, backfill), a whole dispatcher
+    pass places, evicts, reserves and explains exactly as with the every-domain path."""
+    from gigacluster.scheduler.policy import Pending, Running, decide
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        lay = _random_layout(rng)
+        dom = lay.chips_per_domain
+        free = np.ones(lay.n_devices, dtype=bool)
+        running = []
+        for k, d in enumerate(rng.permutation(lay.n_domains)[: int(rng.integers(0, lay.n_domains))]):
+            devs = np.arange(d * dom, d * dom + int(rng.integers(1, dom + 1)), dtype=np.int64)
+            free[devs] = False
+            running.append(Running(f"r{k}", f"tenants/t{k % 3}", "default", int(rng.integers(0, 2)), "c", devs,
+                                   float(rng.uniform(10, 1000)), float(rng.uniform(0, 10)), draining=bool(k % 7 == 3)))
+        free &= rng.random(lay.n_devices) > 0.05  # a few unhealthy chips
+        pending = []
+        for i in range(30):
+            tp = int(rng.choice([t for t in (1, 2, 4, 8) if t <= dom]))
+            pending.append(Pending(f"j{i}", f"tenants/t{int(rng.integers(0, 3))}", "default",
+                                   int(rng.integers(0, 3)), i, "c",
+                                   tp * int(rng.integers(1, max(2, lay.n_devices // tp // 3))), tp,
+                                   float(rng.uniform(5, 2000))))
+        for name in ("topology", "binpack", "spread"):
+            out = [decide(0.0, pending, running, layouts={"c": la}, free={"c": free}, policy=get_policy(name),
+                          queues={}, weights={}, usage={}) for la in (lay, _all_domains(lay))]
+            a, b = out
+            assert [(j, d.tolist()) for j, d, _ in a.place] == [(j, d.tolist()) for j, d, _ in b.place], (trial, name)
+            assert a.preempt == b.preempt and a.reserved == b.reserved and a.reasons == b.reasons, (trial, name)

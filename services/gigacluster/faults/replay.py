@@ -21,6 +21,7 @@ import tempfile
 import time
 from typing import Any
 
+import grpc
 import yaml
 
 from gigacluster.client import DEFAULT_PORTS, Client
@@ -115,9 +116,20 @@ def _text(path: pathlib.Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-async def clock_time(st: Stack) -> Any:
-    async with open_channel(st.endpoint_of("clock")) as ch:
-        return await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
+async def clock_time(st: Stack, attempts: int = 4) -> Any:
+    """The coordinator's GetTime, on a new channel; a connection that times out on a loaded machine is tried
+    again (twice in the 54-day and 140-hour runs at load average 10-12 the connection got no SETTINGS frame
+    within the 10 s deadline, which ended the whole replay)."""
+    for attempt in range(attempts):
+        try:
+            async with open_channel(st.endpoint_of("clock")) as ch:
+                return await clock_pb2_grpc.ClockServiceStub(ch).GetTime(clock_pb2.GetTimeRequest(), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            if attempt + 1 == attempts or err.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                                               grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 async def mesh_time(st: Stack) -> float:

@@ -158,7 +158,12 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
     """Counts a server-streaming mesh call open until it ends (finished, failed or cancelled), and each
     message its caller took while it was open (its server counts each one it sent: the difference is in
     transit). The end is the call's own done callback, so a caller that leaves the stream early does not
-    hold the clock until the stream is garbage-collected."""
+    hold the clock until the stream is garbage-collected.
+
+    A read that is waiting when the call ends, or that starts after it ended, holds the clock until it hands
+    its message (or the stream's end) to the caller: the server's count of that message went with its end,
+    and the done callback and the read's completion are separate events of gRPC's poller, so between them
+    the process would look idle with the stream's last message (a window's final report) not yet taken."""
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
@@ -171,22 +176,57 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
             self.clock.call_ended(inbound=False)
             raise
         received = [0]
+        read = _Read(self.clock)
 
         def done(_call: Any) -> None:
             if received[0]:
                 self.clock.stream_messages(-received[0], sent=False)
                 received[0] = 0
+            if read.waiting:
+                read.hold()
             self.clock.call_ended(inbound=False)
 
         call.add_done_callback(done)
-        return self._counted(call, received)
+        return self._counted(call, received, read)
 
-    async def _counted(self, call: Any, received: list[int]) -> AsyncIterator[Any]:
-        async for msg in call:
+    async def _counted(self, call: Any, received: list[int], read: _Read) -> AsyncIterator[Any]:
+        it = call.__aiter__()
+        while True:
+            read.waiting = True
+            if call.done():
+                read.hold()
+            try:
+                msg = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                read.waiting = False
+                read.release()
             if not call.done():  # a message read after the end was already settled by done()
                 received[0] += 1
                 self.clock.stream_messages(1, sent=False)
             yield msg
+
+
+class _Read:
+    """Whether the caller of one stream is waiting for its next message, and the clock hold taken for it."""
+
+    def __init__(self, clock: EventClock) -> None:
+        self.clock = clock
+        self.waiting = False
+        self.held = False
+
+    def hold(self) -> None:
+        if not self.held:
+            self.held = True
+            self.clock.holds += 1
+            self.clock.bump()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.clock.holds -= 1
+            self.clock.bump()
 
 
 def client_interceptors(clock: EventClock | None) -> list[grpc.aio.ClientInterceptor]:

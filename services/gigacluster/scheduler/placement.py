@@ -13,12 +13,17 @@ domains they pick:
   worst case for spine traffic: a baseline).
 
 Everything is numpy over per-domain arrays: placing 100k chips on a 1M-chip cluster is a few
-vectorised passes (benchmarks/bench_placement.py).
+vectorised passes (benchmarks/bench_placement.py). When each leaf group is a run of consecutive
+domains (what both :class:`Layout` constructors build) a policy first picks leaf groups from per-group
+sums and sorts only the domains of the groups it takes, so a 1,024-chip job on a million chips does a
+few linear passes over the 131,072 per-domain counts and no sort of them; other layouts take the
+every-domain path, which makes the same choice (tests/scheduler/test_placement.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import numpy as np
@@ -44,6 +49,21 @@ class Layout:
     @property
     def n_devices(self) -> int:
         return self.n_domains * self.chips_per_domain
+
+    @functools.cached_property
+    def group_bounds(self) -> np.ndarray | None:
+        """``bounds[g]:bounds[g + 1]`` are the domains of leaf group g when every group is one run of
+        consecutive domains, numbered 0, 1, ... in domain order with none empty (what both
+        constructors build); else None. The policies then choose leaf groups first and sort only the
+        domains of the groups they take, instead of every domain of the cluster."""
+        g = self.domain_group
+        n_groups = self.group_pod.size
+        if g.size == 0 or g[0] != 0 or g[-1] != n_groups - 1:
+            return None
+        step = np.diff(g)
+        if ((step != 0) & (step != 1)).any():
+            return None
+        return np.r_[0, np.flatnonzero(step) + 1, g.size].astype(np.int64)
 
     @classmethod
     def uniform(cls, n_devices: int, chips_per_domain: int, domains_per_group: int, groups_per_pod: int = 0,
@@ -98,7 +118,7 @@ class PlacementPolicy:
         if count <= 0 or tp <= 0 or count % tp or tp > dom:
             return None
         per_dom = free.reshape(layout.n_domains, dom)
-        slots = free_per_domain(free, dom) // tp
+        slots = tp_slots(free, dom, tp)
         need = count // tp
         if int(slots.sum()) < need:
             return None
@@ -137,6 +157,30 @@ def free_per_domain(free: np.ndarray, dom: int) -> np.ndarray:
     return np.count_nonzero(free.reshape(-1, dom), axis=1).astype(np.int64)
 
 
+def tp_slots(free: np.ndarray, dom: int, tp: int) -> np.ndarray:
+    """Whole free TP groups of ``tp`` in each domain (int64): ``free_per_domain(free, dom) // tp``,
+    counted and divided in one-byte integers (a 64-bit integer division over 131,072 domains costs
+    more than the popcount)."""
+    if dom % 8 == 0 and dom < 1 << 16 and free.dtype == np.bool_ and free.flags.c_contiguous:
+        words = np.bitwise_count(free.view(np.uint64))
+        counts = words if dom == 8 else words.reshape(-1, dom // 8).sum(axis=1, dtype=np.uint16)
+        return (counts // tp if tp > 1 else counts).astype(np.int64)
+    return free_per_domain(free, dom) // tp
+
+
+def _ranges(bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The domains of ``groups`` (contiguous groups), group after group, each in domain order."""
+    lo, hi = bounds[groups], bounds[groups + 1]
+    lens = hi - lo
+    return np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(lo - (np.cumsum(lens) - lens), lens)
+
+
+def _group_sums(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over each contiguous group (int64; converting first is 6x faster than
+    reducing a bool array into int64)."""
+    return np.add.reduceat(values.astype(np.int64, copy=False), bounds[:-1])
+
+
 def _take_in_order(order: np.ndarray, slots: np.ndarray, need: int) -> tuple[np.ndarray | None, np.ndarray]:
     s = slots[order]
     cum = np.cumsum(s)
@@ -159,22 +203,47 @@ class TopologyPolicy(PlacementPolicy):
     def choose(self, layout: Layout, slots: np.ndarray, need: int, full: int) -> tuple[np.ndarray | None, np.ndarray]:
         if need <= full:
             # one domain: the fullest-used domain that still fits (best fit), no scale-out at all
-            ok = np.flatnonzero(slots >= need)
-            if ok.size:
-                d = ok[np.argmin(slots[ok])]
-                return np.array([d], dtype=np.int64), np.array([need], dtype=np.int64)
+            one = int(np.argmin(np.where(slots >= need, slots, full + 1)))  # the first of the least room
+            if slots[one] >= need:
+                return np.array([one], dtype=np.int64), np.array([need], dtype=np.int64)
+        bounds = layout.group_bounds
+        if bounds is None:
+            return self.choose_any(layout, slots, need)
+        gslots = _group_sums(bounds, slots)
+        fits = np.flatnonzero(gslots >= need)
+        if fits.size:  # best fit: the leaf group with the least room that holds the whole gang
+            g = fits[np.argmin(gslots[fits])]
+            cand = np.arange(bounds[g], bounds[g + 1], dtype=np.int64)
+            return _take_in_order(cand[np.lexsort((cand, -slots[cand]))], slots, need)
+        # span leaf groups: pods with most room first, inside them the groups with most room; the gang
+        # ends in the first group where the running total of room reaches need, so only the domains of
+        # the groups up to there are sorted
+        g_order = self._group_order(layout, gslots)
+        k = int(np.searchsorted(np.cumsum(gslots[g_order]), need))
+        groups = g_order[: k + 1]
+        d = _ranges(bounds, groups)
+        rank = np.repeat(np.arange(groups.size), bounds[groups + 1] - bounds[groups])
+        keep = slots[d] > 0
+        d, rank = d[keep], rank[keep]
+        return _take_in_order(d[np.lexsort((d, -slots[d], rank))], slots, need)
+
+    @staticmethod
+    def _group_order(layout: Layout, gslots: np.ndarray) -> np.ndarray:
+        pod = layout.group_pod
+        pslots = np.bincount(pod, weights=gslots).astype(np.int64)
+        return np.lexsort((np.arange(gslots.size), -gslots, -pslots[pod]))
+
+    def choose_any(self, layout: Layout, slots: np.ndarray, need: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """The same choice over every domain, for layouts whose leaf groups are not runs of domains."""
         group = layout.domain_group
         gslots = np.bincount(group, weights=slots, minlength=layout.group_pod.size).astype(np.int64)
         fits = np.flatnonzero(gslots >= need)
-        if fits.size:  # best fit: the leaf group with the least room that holds the whole gang
+        if fits.size:
             g = fits[np.argmin(gslots[fits])]
             cand = np.flatnonzero(group == g)
             order = cand[np.lexsort((cand, -slots[cand]))]
             return _take_in_order(order, slots, need)
-        # span leaf groups: pods with most room first, inside them the groups with most room
-        pod = layout.group_pod
-        pslots = np.bincount(pod, weights=gslots).astype(np.int64)
-        g_order = np.lexsort((np.arange(gslots.size), -gslots, -pslots[pod]))
+        g_order = self._group_order(layout, gslots)
         g_rank = np.empty_like(g_order)
         g_rank[g_order] = np.arange(g_order.size)
         d = np.flatnonzero(slots > 0)
@@ -189,6 +258,32 @@ class BinpackPolicy(PlacementPolicy):
     name = "binpack"
 
     def choose(self, layout: Layout, slots: np.ndarray, need: int, full: int) -> tuple[np.ndarray | None, np.ndarray]:
+        bounds = layout.group_bounds
+        if bounds is None:
+            return self.choose_any(layout, slots, need)
+        # The order is (free slots, free slots of the leaf group, domain). Domains with fewer free slots
+        # than the one where need is reached are all taken; of the domains with that many, only those of
+        # the first leaf groups (least room first) that hold enough of them are sorted.
+        below, s = 0, 1
+        while True:  # the room s of the domain where need is reached, and the slots in domains with less
+            at_s = slots == s
+            n_s = int(np.count_nonzero(at_s))
+            if below + s * n_s >= need:
+                break
+            below += s * n_s
+            s += 1
+        gslots = _group_sums(bounds, slots)
+        g_order = np.argsort(gslots, kind="stable")
+        per_group = _group_sums(bounds, at_s)[g_order]
+        k = int(np.searchsorted(np.cumsum(per_group), -(-(need - below) // s)))
+        d = _ranges(bounds, g_order[: k + 1])
+        d = d[at_s[d]]
+        cand = np.concatenate((np.flatnonzero((slots > 0) & (slots < s)), d)) if s > 1 else d
+        order = cand[np.lexsort((cand, gslots[layout.domain_group[cand]], slots[cand]))]
+        return _take_in_order(order, slots, need)
+
+    def choose_any(self, layout: Layout, slots: np.ndarray, need: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """The same choice over every domain, for layouts whose leaf groups are not runs of domains."""
         gslots = np.bincount(layout.domain_group, weights=slots, minlength=layout.group_pod.size)
         d = np.flatnonzero(slots > 0)
         order = d[np.lexsort((d, gslots[layout.domain_group[d]], slots[d]))]
@@ -202,6 +297,26 @@ class SpreadPolicy(PlacementPolicy):
     name = "spread"
 
     def choose(self, layout: Layout, slots: np.ndarray, need: int, full: int) -> tuple[np.ndarray | None, np.ndarray]:
+        bounds = layout.group_bounds
+        if bounds is None:
+            return self.choose_any(layout, slots, need)
+        d = np.flatnonzero(slots > 0)
+        start = np.searchsorted(d, bounds)  # group g's free domains are d[start[g]:start[g + 1]]
+        n_free = np.diff(start)
+        # every domain holds at least one slot, so need is reached within the first P rounds of the deal,
+        # P the first round count that deals need domains: only domains dealt before P are sorted
+        dealt = np.cumsum(np.bincount(n_free)[::-1])[::-1][1:]  # groups dealt in round p
+        rounds = min(int(np.searchsorted(np.cumsum(dealt), need)) + 1, dealt.size)
+        take = np.minimum(n_free, rounds)
+        first = np.repeat(start[:-1] - (np.cumsum(take) - take), take)
+        idx = np.arange(int(take.sum()), dtype=np.int64) + first
+        nth = idx - np.repeat(start[:-1], take)
+        cand = d[idx]
+        order = cand[np.lexsort((cand, nth))]
+        return _take_in_order(order, slots, need)
+
+    def choose_any(self, layout: Layout, slots: np.ndarray, need: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """The same choice over every domain, for layouts whose leaf groups are not runs of domains."""
         d = np.flatnonzero(slots > 0)
         if d.size == 0:
             return None, np.empty(0, dtype=np.int64)
