@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: ErrorInfo reason of a steady-state window refused because the devices no longer run the step as the caller's
+#: reference did (a slow or throttled chip): the caller runs the step through the per-step path instead.
+WINDOW_NOT_STEADY = "WINDOW_NOT_STEADY"
+
 
 class DomainError(Exception):
     """Base class: ``code`` is a grpc.StatusCode name, ``reason`` an UPPER_SNAKE_CASE tag."""

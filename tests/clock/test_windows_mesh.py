@@ -177,6 +177,30 @@ async def test_a_chip_fault_mid_window_fails_the_step_as_a_hand_injected_one_doe
     assert abs(ran[0]["steps"] + 2 - fault_step) <= 3
 
 
+async def test_a_slow_chip_mid_window_slows_the_job_down_and_never_fails_it(
+        mosquitto: str, tmp_path: pathlib.Path) -> None:
+    """Wall clock at 20x with windows on: a device of the job is made slow (half its clock) mid-window. The window
+    is cut, and the next window, asked with the step from before the fault, is refused by the chips
+    (WINDOW_NOT_STEADY: the work outlasts the step there now); the job runs on at the slow chip's pace with no
+    failure (it was FAILED, 'internal error', in the gigawatt day: the refusal was an INVALID_ARGUMENT)."""
+    spec, job = demo(300, 150)
+    async with live_stack("winslow", mosquitto, tmp_path, speedup=20.0, extra_env=WALL_WINDOWS) as st:
+        key = await st.create_tenant("slow")
+        async with Client(st.endpoints, key) as gc, Client(st.endpoints, st.admin_key) as admin:
+            name, j = await submit_until(gc, spec, job, lambda j: j.step == 2)
+            before = j.last_step_time_s
+            await asyncio.sleep(2.0)  # ~60 steps into the first window
+            dev, ep = await device_of(admin, j.instance)
+            async with open_channel(ep) as ch:
+                await chip_pb2_grpc.ChipServiceStub(ch).InjectFault(chip_pb2.InjectFaultRequest(
+                    devices=[common_pb2.DeviceRange(start=dev, end=dev + 1)], kind=chip_pb2.FAULT_KIND_SLOW,
+                    clock_factor=0.5), metadata=call_metadata(api_key=st.admin_key))
+            final = [u async for u in gc.watch_job(name)][-1].job
+    assert final.state == scheduler_pb2.Job.STATE_SUCCEEDED, final.reason
+    assert final.step == 300 and final.failures == 0 and final.restarts == 0
+    assert final.last_step_time_s > 1.3 * before  # the slow chip paces the job (compute at half clock)
+
+
 async def test_a_cancel_mid_window_ends_it_after_the_step_in_progress(mosquitto: str, tmp_path: pathlib.Path) -> None:
     """Wall clock at 20x with windows on, the job cancelled mid-window: the window is cut at the end of the step in
     progress, which (as in the per-step loop) does not count; the steps before it do."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gigacluster.chip.shard import ChipShard
-from gigacluster.errors import InvalidArgument
+from gigacluster.errors import WINDOW_NOT_STEADY, FailedPrecondition, InvalidArgument
 from gigacluster.hw.catalog import get_chip, get_system
 from gigacluster.model.roofline import Work
 
@@ -76,10 +76,15 @@ def test_a_release_unbooks_a_windows_future_repetitions() -> None:
 
 
 def test_a_window_needs_a_period_no_shorter_than_its_work_and_leaves_nothing_booked_if_refused() -> None:
-    """period_s below the work's duration (or not positive, or repeat 0) is INVALID_ARGUMENT, nothing booked."""
+    """period_s not positive or repeat 0 is INVALID_ARGUMENT; a period shorter than the work takes on the devices
+    now (a slow chip) is FAILED_PRECONDITION with reason WINDOW_NOT_STEADY, for the caller to run single steps;
+    nothing is booked either way."""
     s = shard()
-    with pytest.raises(InvalidArgument, match="period_s"):
+    with pytest.raises(FailedPrecondition, match="period_s") as exc:
         s.execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1e-6, repeat=5)
+    assert exc.value.reason == WINDOW_NOT_STEADY
+    with pytest.raises(InvalidArgument, match="period_s"):
+        s.execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=-1.0, repeat=5)
     with pytest.raises(InvalidArgument, match="repeat"):
         s.execute_window(IDX, [GEMM], not_before_s=0.0, now_s=0.0, period_s=1.0, repeat=0)
     assert s.busy_s.sum() == 0.0 and s.above_idle_j.sum() == pytest.approx(0.0) and not s.windows

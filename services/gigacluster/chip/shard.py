@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gigacluster.errors import FailedPrecondition, InvalidArgument, NotFound
+from gigacluster.errors import WINDOW_NOT_STEADY, FailedPrecondition, InvalidArgument, NotFound
 from gigacluster.hw.catalog import Chip, System
 from gigacluster.model import power, thermal
 from gigacluster.model.cadence import Cadence, cadence
@@ -204,8 +204,12 @@ class ChipShard:
         first = self.execute(idx, works, not_before_s=not_before_s, now_s=now_s)
         dur = first.end_s - first.start_s
         if dur > period_s * (1 + 1e-9):
+            # The devices as they are now (a slow or throttled chip) run the work longer than the caller's step:
+            # the window's state does not hold, not a malformed request, so the caller falls back to single steps.
             self.cut_booked(idx, first.start_s, dur, first.energy_j / idx.size, 1)
-            raise InvalidArgument("period_s", f"must be at least the work's duration ({dur:.6g} s), got {period_s:g}")
+            raise FailedPrecondition(f"the work takes {dur:.6g} s on these devices now, longer than period_s "
+                                     f"{period_s:g}: not a steady state (a slow or throttled chip?)",
+                                     reason=WINDOW_NOT_STEADY, duration_s=f"{dur:.6g}")
         win = WorkWindow(idx, dataclasses.replace(cad, start_s=first.start_s), repeat, dur, first.energy_j / idx.size)
         more = repeat - 1
         self.busy_s[idx] += more * dur
