@@ -41,6 +41,20 @@ def test_steps_and_requests_fall_in_one_phase_each_and_the_ratios_follow() -> No
     assert any("Contention" in line for line in contention.markdown(c))
 
 
+def test_requests_are_with_training_while_a_job_ran_though_its_trace_begins_later() -> None:
+    """A trace holds a job's latest steps only: a job that ran from 100 s (stack time; the run began at 100) to the
+    end has steps from 5,000 s in its trace, and the fleet's requests at 10-20 s still count as with training
+    (its record's started_s and finished_s); without the record they would all count as alone."""
+    steps = [_step(5000 + i, 0.1) for i in range(3)]
+    reqs = [_req(10, 0.1, 0.02), _req(20, 0.1, 0.02)]
+    job = {"key": "t/j", "trace": steps, "job": {"started_s": 100.0, "finished_s": 0.0}}
+    c = contention.build([job], reqs, speedup=1.0, v0_s=100.0, end_s=6100.0)
+    assert c["job_windows_s"] == [[0.0, 6000.0]]
+    assert (c["fleet"]["alone"]["requests"], c["fleet"]["with_training"]["requests"]) == (0, 2)
+    old = contention.build([{"key": "t/j", "trace": steps}], reqs, speedup=1.0)
+    assert (old["fleet"]["alone"]["requests"], old["fleet"]["with_training"]["requests"]) == (2, 0)
+
+
 def test_no_section_without_a_fleet_or_steps() -> None:
     """Without requests or without any stepped job the section is empty (and renders as nothing)."""
     assert contention.build([{"key": "t/j", "trace": [_step(0, 0.1)]}], [], 1.0) == {}

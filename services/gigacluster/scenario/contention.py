@@ -105,11 +105,22 @@ def fleet_contention(requests: Sequence[dict[str, Any]], jobs: Sequence[tuple[fl
     return out
 
 
-def build(jobs: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any]], speedup: float) -> dict[str, Any]:
+def run_window(job: dict[str, Any], v0_s: float, end_s: float) -> tuple[float, float] | None:
+    """(start, end) of a job's run from its record (``started_s`` to ``finished_s``, or the run's ``end_s``; stack
+    times, relative to ``v0_s``), else of its trace: a trace holds a job's latest steps only (GetJobTrace), so in a
+    long run it may begin after the fleet's window though the job ran all along."""
+    rec = job.get("job") or {}
+    if rec.get("started_s"):
+        return rec["started_s"] - v0_s, (rec.get("finished_s") or end_s) - v0_s
+    return job_window(job.get("trace", ()))
+
+
+def build(jobs: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any]], speedup: float, *,
+          v0_s: float = 0.0, end_s: float = math.inf) -> dict[str, Any]:
     """The contention section of a report: per job with a step trace, and the fleet (empty without a fleet or
-    without jobs that stepped)."""
+    without jobs that stepped). Requests are classed by the jobs' runs (:func:`run_window`)."""
     fleet = fleet_window(requests)
-    windows = [w for w in (job_window(j.get("trace", ())) for j in jobs) if w]
+    windows = [w for w in (run_window(j, v0_s, end_s) for j in jobs if j.get("trace")) if w]
     if fleet is None or not windows:
         return {}
     return {"fleet_window_s": list(fleet), "job_windows_s": [list(w) for w in windows],

@@ -159,7 +159,9 @@ def build(obs: dict[str, Any]) -> dict[str, Any]:
                       "error": inf.get("error", ""),
                       "streams": inference_rows(inf.get("summary"), obs["speedup_stack"], inf.get("duration_s", 0.0))},
         "faults": list(obs.get("faults", ())),
-        "contention": contention.build(obs["jobs"], inf.get("requests", ()), obs["speedup_stack"]),
+        "contention": contention.build(obs["jobs"], inf.get("requests", ()), obs["speedup_stack"],
+                                       v0_s=obs.get("end_s", 0.0) - obs.get("virtual_s", 0.0),
+                                       end_s=obs.get("end_s", math.inf)),
     }
 
 

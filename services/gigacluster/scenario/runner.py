@@ -449,9 +449,9 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
         for task in timed:
             task.cancel()
         await asyncio.gather(*timed, return_exceptions=True)
-        final = await finish(run)
-        end_v = await run.stack_now()
+        end_v = await run.stack_now()  # the run's end: the final records' wait below is not part of it
         wall_s = loop.time() - run.wall0
+        final = await finish(run)
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
         await fleet_task
