@@ -248,18 +248,22 @@ class FlowSim:
         """Per-link rate, utilisation, active sub-flows, bytes carried and state; and per tier. Kept while nothing
         changed (time, link state, flows started or removed, bytes credited): telemetry, metrics and clients read
         it every few seconds, and on a 10M-link site each computation is a second of a core."""
-        key = (self.now_s, self._version, self._label, self._pool.size, self._credits)
+        key = self._stats_key()
         if self._stats is not None and self._stats[0] == key:
             return self._stats[1]
         stats = self._link_stats()
         self._stats = (key, stats)
         return stats
 
+    def _stats_key(self) -> tuple[object, ...]:
+        """What the statistics are made of: time, link state, flows started or removed, bytes credited."""
+        return (self.now_s, self._version, self._label, self._pool.size, self._credits)
+
     def tier_stats(self) -> tuple[tuple[TierStats, ...], int]:
         """(per-tier aggregates, active sub-flows): what telemetry, metrics and ``GetLinkStats`` report, equal to
         ``link_stats().tiers`` but computed over the links that carry traffic only (and the link state once per
         network version), so a 10M-link site pays for its busy links, not for every link, each time."""
-        key = (self.now_s, self._version, self._label, self._pool.size, self._credits)
+        key = self._stats_key()
         if self._tiers is not None and self._tiers[0] == key:
             return self._tiers[1]
         if self._stats is not None and self._stats[0] == key:
