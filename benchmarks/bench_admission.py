@@ -35,7 +35,7 @@ import numpy as np
 
 from gigacluster.client import DEFAULT_PORTS, Client
 from gigacluster.scheduler.v1 import scheduler_pb2
-from gigacluster.stack import Stack, StackConfig
+from gigacluster.stack import Stack, StackConfig, free_port
 
 SMALL: dict[str, Any] = {
     "model": {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000,
@@ -68,9 +68,7 @@ def pct(xs: list[float]) -> str:
 
 
 def start_mosquitto() -> tuple[subprocess.Popen[bytes], str, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     d = tempfile.mkdtemp(prefix="gc-bench-mqtt-")
     os.chmod(d, 0o755)
     conf = pathlib.Path(d) / "mosquitto.conf"

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import random
 import signal
 import socket
 import sys
@@ -43,7 +44,34 @@ log = structlog.get_logger()
 ORDER = ("chip", "fabric", "broker", "scheduler", "router")
 
 
+#: Ports handed to services are drawn below the kernel's ephemeral range: a port picked from that
+#: range can be taken as the local port of an outgoing connection (to the broker, a peer, MQTT)
+#: between the moment it is picked and the moment its service binds it, and the service then fails
+#: to start. Below the range only a listener can take it.
+_LOW_PORT = 20000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port on ``host`` that nothing holds now, outside the ephemeral range when the system has room
+    below it (else any free port the kernel offers)."""
+    hi = _ephemeral_low()
+    if hi - _LOW_PORT >= 1000:
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.randrange(_LOW_PORT, hi)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -352,9 +380,15 @@ class Stack:
                                                          "--http-port", str(self.http_port), *fe), env, lp("router"))
         for p in self.procs.values():
             await p.start()
-        await self.wait_healthy()
+        # Supervised from the first moment: a service that dies while the mesh starts (a port taken,
+        # a peer not up yet) is restarted like one that dies later, instead of failing the start.
         if cfg.restart:
             self._supervisor = asyncio.create_task(self._supervise())
+        try:
+            await self.wait_healthy()
+        except BaseException:
+            await self.stop()
+            raise
 
     def endpoint_of(self, name: str) -> str:
         """``HOST:PORT`` of service ``name`` (``chip-2`` for the third shard; ``clock`` for the event clock's
@@ -381,7 +415,7 @@ class Stack:
                     except grpc.aio.AioRpcError:
                         pass
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{name} not healthy after {timeout_s}s")
+                        raise TimeoutError(f"{name} not healthy after {timeout_s}s{self._log_tail(name)}")
                     await asyncio.sleep(0.1)
         # The broker answers health before it has discovered the shards; wait for that too.
         async with open_channel(self.endpoint_of("broker"), self.tls) as ch:
@@ -395,6 +429,19 @@ class Stack:
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.1)
+
+    def _log_tail(self, name: str, lines: int = 15) -> str:
+        """The last ``lines`` of service ``name``'s log, for an error that says why it is not up."""
+        path = self.procs[name].log_path if name in self.procs else None
+        if path is None or not path.exists():
+            return ""
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 16384))
+            tail = f.read().decode("utf-8", "replace").splitlines()[-lines:]
+        p = self.procs[name]
+        state = f"restarts={p.restarts}" + (f", exit {p.proc.returncode}" if p.proc and p.proc.returncode is not None
+                                            else "")
+        return f" ({state}); last lines of {path}:\n" + "\n".join(tail)
 
     async def _supervise(self) -> None:
         backoff: dict[str, float] = {}

@@ -13,7 +13,6 @@ import copy
 import json
 import pathlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import yaml
+
+from gigacluster.stack import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"
@@ -58,9 +59,8 @@ def local_config(metrics_ports: Mapping[str, int], *, base: dict[str, Any] | Non
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
+    return free_port()
 
 
 class PrometheusApi:

@@ -28,6 +28,7 @@ import pytest_asyncio
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.cli.health import SERVING, check
 from gigacluster.runtime.auth import call_metadata
+from gigacluster.stack import free_port
 from tests.conftest import mosquitto_exe
 from tests.ops.compose import DEPLOY, ServiceRun, service_runs
 
@@ -36,9 +37,8 @@ ORDER = ("chip", "fabric", "broker", "scheduler", "router")
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
+    return free_port()
 
 
 def _listening(port: int) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from gigacluster.security.mqtt_auth import TelemetryAcl, render_password_file
+from gigacluster.stack import free_port
 from tests.security_unit.mqtt_probe import topics_received
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
@@ -21,9 +21,7 @@ async def test_embedded_amqtt_broker_isolates_tenants(tmp_path: Path) -> None:
 
     creds = ACL.credentials()
     (tmp_path / "pw").write_text(render_password_file(creds, iterations=1000))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     broker = Broker({
         "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{port}"}},
         "plugins": {

@@ -22,6 +22,7 @@ from gigacluster.security.mqtt_auth import (
     render_password_file,
     verify_mosquitto_hash,
 )
+from gigacluster.stack import free_port
 from tests.security_unit.mqtt_probe import topics_received
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
@@ -114,9 +115,8 @@ def test_credentials_keep_existing_passwords() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
+    return free_port()
 
 
 @pytest.mark.integration
