@@ -297,6 +297,7 @@ class Service(Generic[CfgT]):
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.append(task)
+        task.add_done_callback(_log_failure)
         return task
 
     def every(self, interval_wall_s: float, fn: Callable[[], Awaitable[None]], name: str) -> None:
@@ -313,6 +314,13 @@ class Service(Generic[CfgT]):
                     log.exception("periodic task failed", task=name)
 
         self.spawn(loop(), name)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    """Say when a background task ends with an error (else it is lost until the task is collected)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("background task failed", task=task.get_name(), error=f"{type(exc).__name__}: {exc}"[:300],
+                  exc_info=exc)
 
 
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
