@@ -318,13 +318,10 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         if request.HasField("memory_in_use_bytes"):
             cap.require("memory.write", _devset(idx, self.shard.offset))
             self.shard.hold_memory(idx, int(request.memory_in_use_bytes))
-        now = self.svc.clock.now()
-        out = []
-        for works, not_before_s in plan:
-            res = self.shard.execute(idx, works, not_before_s=not_before_s, now_s=now)
-            out.append(chip_pb2.ExecuteWorkResponse(start_s=res.start_s, end_s=res.end_s, energy_j=res.energy_j,
-                                                    clock_factor=res.clock_factor))
-        return chip_pb2.ReportWorkResponse(results=out)
+        results = self.shard.execute_many(idx, plan, now_s=self.svc.clock.now()) if plan else []
+        return chip_pb2.ReportWorkResponse(results=[
+            chip_pb2.ExecuteWorkResponse(start_s=r.start_s, end_s=r.end_s, energy_j=r.energy_j,
+                                         clock_factor=r.clock_factor) for r in results])
 
     async def AllocateMemory(self, request: chip_pb2.AllocateMemoryRequest,
                              context: grpc.aio.ServicerContext) -> chip_pb2.AllocateMemoryResponse:

@@ -160,30 +160,49 @@ class ChipShard:
     # -- work -------------------------------------------------------------------------------------
     def execute(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float) -> ExecResult:
         """Run ``works`` back to back on devices ``idx`` in lock step."""
-        if not works:
+        return self.execute_many(idx, [(works, not_before_s)], now_s=now_s)[0]
+
+    def execute_many(self, idx: np.ndarray, plan: Sequence[tuple[Sequence[Work], float]], *,
+                     now_s: float) -> list[ExecResult]:
+        """Run each ``(works, not_before_s)`` of ``plan`` in turn on devices ``idx`` in lock step, each after
+        the one before (a replica's iterations reported together): the per-device arrays are read and
+        written once for the whole plan, and each item is priced once per process (model/roofline.py memo)."""
+        if not plan or any(not works for works, _ in plan):
             raise InvalidArgument("items", "must contain at least one work item")
-        failed = idx[(self.fault[idx] == FAULT_FAILED) | (self.fault[idx] == FAULT_HBM)]
+        f = self.fault[idx]
+        failed = idx[(f == FAULT_FAILED) | (f == FAULT_HBM)]
         if failed.size:
             raise FailedPrecondition(
                 f"device {int(failed[0]) + self.offset} has failed ({failed.size} failed in the group); "
                 "the work cannot run", reason="DEVICE_FAILED", device=int(failed[0]) + self.offset,
             )
-        start = max(not_before_s if not_before_s > 0 else now_s, float(self.busy_until_s[idx].max()))
-        clock = float(self.clock[idx].min()) * self.overhead.compute_throughput_factor
-        duration = self.overhead.per_call_s
-        above = 0.0
-        for w in works:
-            duration += work_time_s(self.chip, w, clock_factor=clock)
-            above += power.work_energy_above_idle_j(self.chip, w, clock_factor=clock)
-        end = start + duration
+        busy_until = float(self.busy_until_s[idx].max())
+        # The clock of the group's slowest device (the shard's clock, read for these devices only).
+        slowest = float((self.thermal_clock[idx] * self.fault_factor[idx]).min())
+        clock = slowest * self.overhead.compute_throughput_factor
+        out: list[ExecResult] = []
+        busy = above_total = 0.0
+        start = end = duration = above = 0.0
+        for works, not_before_s in plan:
+            start = max(not_before_s if not_before_s > 0 else now_s, busy_until)
+            duration = self.overhead.per_call_s
+            above = 0.0
+            for w in works:
+                duration += work_time_s(self.chip, w, clock_factor=clock)
+                above += power.work_energy_above_idle_j(self.chip, w, clock_factor=clock)
+            end = busy_until = start + duration
+            busy += duration
+            above_total += above
+            out.append(ExecResult(start, end, above * idx.size, clock))
         self.busy_until_s[idx] = end
-        self.busy_s[idx] += duration
-        self.above_idle_j[idx] += above
+        self.busy_s[idx] += busy
+        self.above_idle_j[idx] += above_total
+        # The last item booked (what accrual up to a time takes back when it has not run yet).
         self._item_start_s[idx] = start
         self._item_end_s[idx] = end
         self._item_above_j[idx] = above
         self._item_busy_s[idx] = duration
-        return ExecResult(start, end, above * idx.size, clock)
+        return out
 
     # -- steady-state windows ---------------------------------------------------------------------
     def execute_window(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from gigacluster.hw.catalog import Chip, _raw, facility
 from gigacluster.model import SpecError
-from gigacluster.model.roofline import EfficiencyParams, Work, compute_bound_fraction, work_time_s
+from gigacluster.model.roofline import EfficiencyParams, Work, compute_bound_fraction, memo, work_time_s
 
 J_PER_KWH = 3.6e6
 J_PER_MWH = 3.6e9
@@ -33,6 +33,13 @@ def active_power_w(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> floa
 
 def work_energy_above_idle_j(chip: Chip, work: Work, *, clock_factor: float = 1.0) -> float:
     """Energy above idle to run ``work`` (all repetitions) at ``clock_factor``, joules."""
+    return memo(_energy_memo, chip, work, clock_factor, _price_energy_j)
+
+
+_energy_memo: dict[tuple[int, Work, float], tuple[Chip, float]] = {}
+
+
+def _price_energy_j(chip: Chip, work: Work, clock_factor: float) -> float:
     t = work_time_s(chip, work, clock_factor=clock_factor)
     return (active_power_w(chip, work, clock_factor=clock_factor) - chip.idle_w) * t
 

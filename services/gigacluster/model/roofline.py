@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gigacluster.hw.catalog import PRECISIONS, Chip, _raw
@@ -207,7 +207,33 @@ def memory_efficiency(chip: Chip, work: Work) -> float:
     return p.skinny_hbm_fraction if _skinny(work, p) else p.hbm_peak_fraction
 
 
+#: Priced items, by (chip object, item, clock factor): a live service prices the same items again and again
+#: (an inference engine's GEMMs depend only on the batch's token count; a training step repeats its plan),
+#: and the catalog is read once per process, so an item's price never changes. Emptied when full.
+_MEMO_MAX = 1 << 16
+_time_memo: dict[tuple[int, Work, float], tuple[Chip, float]] = {}
+
+
+def memo(table: dict[tuple[int, Work, float], tuple[Chip, float]], chip: Chip, work: Work, clock_factor: float,
+         price: Callable[[Chip, Work, float], float]) -> float:
+    """``price(chip, work, clock_factor)``, remembered in ``table``. The key holds the chip's id and the entry
+    the chip itself, so an id is never reused while its entry lives (chips are unhashable dataclasses)."""
+    key = (id(chip), work, clock_factor)
+    hit = table.get(key)
+    if hit is not None and hit[0] is chip:
+        return hit[1]
+    v = price(chip, work, clock_factor)
+    if len(table) >= _MEMO_MAX:
+        table.clear()
+    table[key] = (chip, v)
+    return v
+
+
 def _one_time_s(chip: Chip, work: Work, clock_factor: float) -> float:
+    return memo(_time_memo, chip, work, clock_factor, _price_one_s)
+
+
+def _price_one_s(chip: Chip, work: Work, clock_factor: float) -> float:
     peak = chip.peak_flops(work.precision) * compute_efficiency(chip, work) * clock_factor
     bw = chip.hbm_Bps * memory_efficiency(chip, work)
     t = max(work.flops / peak if work.flops else 0.0, work.bytes_ / bw if work.bytes_ else 0.0)
