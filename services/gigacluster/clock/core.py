@@ -15,6 +15,17 @@ coordinator starts a probe round and every process reports again; it advances on
 answer is idle, balanced, and shows the same activity as the report that started the round, i.e.
 nothing at all happened in between, so both waves describe one instant at which the mesh was idle
 and nothing was in flight.
+
+Dormant processes. Most processes of a large mesh are idle most of the time with no call open (a chip
+shard no job runs on), yet each would answer every probe and hear every advance. A process may say it
+is *dormant* (idle, no call or stream open either way) and promise to wake through the coordinator
+before it handles any call that reaches it: its report with ``wake`` set is taken in, acknowledged, and
+only then does its handler run. Until then nothing can change it but time reaching its own wake-up, so
+its last report stands for it in probe rounds (it is not asked) and it is told the time only when its
+wake-up is due. This is safe because a dormant report has every counter at zero: a call on its way to
+a dormant process shows open at its client alone, so the totals differ until the woken process reports
+it; and the caller cannot see its call end (and balance the totals) before the wake was acknowledged,
+so a dormant report can never stand for a process a call has already changed.
 """
 
 from __future__ import annotations
@@ -38,10 +49,20 @@ class Report:
     now_s: float = 0.0
     msgs_sent: int = 0  # messages of open server streams this process sent as their server
     msgs_received: int = 0  # ... and received as their client
+    dormant: bool = False  # asks to be left out of rounds until it wakes (see the module docstring)
+    wake: int = 0  # non-zero: a call reached this dormant process; it waits for this to be acknowledged
 
     def __post_init__(self) -> None:
-        if min(self.calls_out, self.calls_in, self.activity, self.round, self.msgs_sent, self.msgs_received) < 0:
+        if min(self.calls_out, self.calls_in, self.activity, self.round, self.msgs_sent, self.msgs_received,
+               self.wake) < 0:
             raise ValueError("counters must be >= 0")
+
+    @property
+    def at_rest(self) -> bool:
+        """Dormant as the coordinator may take it: idle with every counter at zero (a report that says dormant
+        with a call open is counted as a live one)."""
+        return (self.dormant and self.idle and not self.wake and self.calls_out == 0 and self.calls_in == 0
+                and self.msgs_sent == 0 and self.msgs_received == 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +74,10 @@ class Step:
     advance_to_s: float | None = None
     # with an advance: each process's horizon, the earliest wake-up of every other process (inf: none)
     horizons: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # the processes to send the probe or the time to (None: every process); dormant ones are left out
+    targets: frozenset[str] | None = None
+    # process -> the ``wake`` of its report to acknowledge (with the time), sent before anything else
+    woken: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 NOTHING = Step()
@@ -116,7 +141,11 @@ class Coordinator:
         return self._maybe_probe()
 
     def report(self, rep: Report) -> Step:
-        """Fold in one report; returns what to do next."""
+        """Fold in one report; returns what to do next (with a wake, its acknowledgement first)."""
+        step = self._fold(rep)
+        return dataclasses.replace(step, woken={rep.process: rep.wake}) if rep.wake else step
+
+    def _fold(self, rep: Report) -> Step:
         if rep.process not in self.registered:
             self.register(rep.process, rep.now_s)
         self.latest[rep.process] = rep
@@ -130,6 +159,11 @@ class Coordinator:
             return NOTHING
         return self._conclude()
 
+    def resting(self, process: str) -> bool:
+        """Whether ``process`` is left out of rounds: its latest report is at rest and its wake-up not due."""
+        r = self.latest.get(process)
+        return r is not None and r.at_rest and (r.next_wake_s is None or r.next_wake_s > self.now_s)
+
     def _maybe_probe(self) -> Step:
         if (self.active is not None or len(self.registered) < self.expect or set(self.latest) != self.registered
                 or not quiet(self.latest)):
@@ -137,8 +171,11 @@ class Coordinator:
         self.round += 1
         self.active = self.round
         self.snapshot = dict(self.latest)
-        self.answers = {}
-        return Step(probe_round=self.round)
+        resting = {p for p in self.registered if self.resting(p)}
+        self.answers = {p: self.latest[p] for p in resting}  # their reports stand for them
+        if set(self.answers) == self.registered:  # every process at rest: the round is already answered
+            return self._conclude()
+        return Step(probe_round=self.round, targets=frozenset(self.registered - resting) if resting else None)
 
     def _conclude(self) -> Step:
         answers, snapshot = self.answers, self.snapshot
@@ -155,8 +192,12 @@ class Coordinator:
             owner = min((r.next_wake_s, p) for p, r in answers.items() if r.next_wake_s is not None)[1]
             kind = owner.partition("-")[0]
             self.advances_by_kind[kind] = self.advances_by_kind.get(kind, 0) + 1
-        # a wake-up at or before now: tell the laggard the time
-        return Step(advance_to_s=self.now_s, horizons=horizons(answers))
+        # a wake-up at or before now: tell the laggard the time. A process at rest hears it only when its
+        # wake-up is due (its clock is told the time again by the next call that reaches it).
+        due = frozenset(p for p, r in answers.items()
+                        if not r.at_rest or (r.next_wake_s is not None and r.next_wake_s <= self.now_s))
+        return Step(advance_to_s=self.now_s, horizons=horizons(answers),
+                    targets=due if len(due) < len(answers) else None)
 
 
 __all__ = ["NOTHING", "Coordinator", "Report", "Step", "earliest_wake", "horizons", "quiet"]

@@ -31,7 +31,8 @@ def report_of(msg: clock_pb2.SyncRequest) -> Report:
     return Report(process=msg.process, idle=msg.idle,
                   next_wake_s=msg.next_wake_s if msg.HasField("next_wake_s") else None,
                   calls_out=msg.calls_out, calls_in=msg.calls_in, activity=msg.activity, round=msg.round,
-                  now_s=msg.now_s, msgs_sent=msg.stream_messages_sent, msgs_received=msg.stream_messages_received)
+                  now_s=msg.now_s, msgs_sent=msg.stream_messages_sent, msgs_received=msg.stream_messages_received,
+                  dormant=msg.dormant, wake=msg.wake)
 
 
 class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
@@ -45,13 +46,17 @@ class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
         self.probes = 0
 
     def apply(self, step: Step) -> None:
+        for name, wake in step.woken.items():  # first: the woken process's call waits for it
+            if (q := self.outboxes.get(name)) is not None:
+                q.put_nowait(clock_pb2.SyncResponse(now_s=self.core.now_s, woken=wake))
         if step.probe_round is not None:
             self.probes += 1
-            self.broadcast(clock_pb2.SyncResponse(now_s=self.core.now_s, probe_round=step.probe_round))
+            self.broadcast(clock_pb2.SyncResponse(now_s=self.core.now_s, probe_round=step.probe_round), step.targets)
         if step.advance_to_s is not None:
             for name, q in self.outboxes.items():
-                q.put_nowait(clock_pb2.SyncResponse(now_s=step.advance_to_s,
-                                                    horizon_s=step.horizons.get(name, step.advance_to_s)))
+                if step.targets is None or name in step.targets:
+                    q.put_nowait(clock_pb2.SyncResponse(now_s=step.advance_to_s,
+                                                        horizon_s=step.horizons.get(name, step.advance_to_s)))
 
     def authenticated(self, key: str | None) -> bool:
         """No keys configured (a bare test mesh) admits anyone; else the service key or the admin key."""
@@ -61,9 +66,10 @@ class ClockServicer(clock_pb2_grpc.ClockServiceServicer):
             return False
         return any(k and hmac.compare_digest(key.encode(), k.encode()) for k in (self.service_key, self.admin_key))
 
-    def broadcast(self, msg: clock_pb2.SyncResponse) -> None:
-        for q in self.outboxes.values():
-            q.put_nowait(msg)
+    def broadcast(self, msg: clock_pb2.SyncResponse, targets: frozenset[str] | None = None) -> None:
+        for name, q in self.outboxes.items():
+            if targets is None or name in targets:
+                q.put_nowait(msg)
 
     async def Sync(self, request_iterator: AsyncIterator[clock_pb2.SyncRequest],
                    context: grpc.aio.ServicerContext) -> None:

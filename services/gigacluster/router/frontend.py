@@ -127,6 +127,7 @@ class FrontendService(Service[RouterConfig]):
     """A front end: public ports, auth, overload; Generate over the link, the rest forwarded to the core."""
 
     name = "router-frontend"
+    clock_dormancy = False  # serves HTTP, which the clock's gRPC interceptors do not see
 
     def __init__(self, config: RouterConfig, link_path: str, secret: str, index: int, core: str) -> None:
         super().__init__(config)

@@ -43,6 +43,7 @@ class RouterService(Service[RouterConfig]):
     """The router's parts put together: ``manager`` (deployments) and ``admission`` (requests)."""
 
     name = "router"
+    clock_dormancy = False  # serves HTTP, which the clock's gRPC interceptors do not see
 
     def __init__(self, config: RouterConfig) -> None:
         # With front ends (.frontends) this process is the core: they hold the public ports, it serves them

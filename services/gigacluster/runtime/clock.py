@@ -19,7 +19,7 @@ import heapq
 import hmac
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +105,12 @@ class EventClock(VirtualClock):
         self.holds = 0
         self.left = False  # a client participant left the clock: its later calls come from outside the mesh
         self.on_change: Callable[[], None] | None = None  # the coordinator client's wake-up
+        # Dormancy (clock/core.py): True while the coordinator may be leaving this process out of its rounds
+        # (its last report said dormant); a call then waits for ``on_awaken`` (the coordinator's acknowledgement)
+        # before it is handled or sent. ``external``: calls from outside the mesh being served now.
+        self.dormant = False
+        self.on_awaken: Callable[[], Awaitable[None]] | None = None
+        self.external = 0
         self._horizon = -math.inf  # the coordinator's lookahead for this process (SyncResponse.horizon_s)
 
     def now(self) -> float:
@@ -114,6 +120,18 @@ class EventClock(VirtualClock):
         """No wall time brings virtual time nearer: a future instant is infinitely far in wall time (a
         poller waits its longest tick, since only the coordinator moves time), a past one is due now."""
         return math.copysign(math.inf, virtual_s) if virtual_s else 0.0
+
+    async def awaken(self) -> None:
+        """Before this process handles or sends a call: if it told the coordinator it is dormant, wake through
+        the coordinator first (its report taken in and acknowledged), so it is in the rounds again."""
+        if self.dormant and self.on_awaken is not None:
+            await self.on_awaken()
+
+    @property
+    def at_rest(self) -> bool:
+        """Idle with no call, stream message or outside call open: what a dormant report requires."""
+        return (self.holds == 0 and self.calls_in <= 0 and self.calls_out <= 0 and self.msgs_sent <= 0
+                and self.msgs_received <= 0 and self.external <= 0)
 
     def bump(self) -> None:
         """Something happened that the coordinator must hear about before it moves time."""

@@ -40,15 +40,20 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, clock: EventClock) -> None:
         self.clock = clock
 
-    def _begin(self, vt: float | None) -> None:
+    async def _begin(self, vt: float | None) -> None:
+        """Count the call open (a call from outside the mesh as ``external``), then, if this process is dormant,
+        wake it through the coordinator before the handler runs (clock/core.py, "Dormant processes")."""
         if vt is None:
+            self.clock.external += 1
             self.clock.bump()
-            return
-        self.clock.advance(vt)
-        self.clock.call_started(inbound=True)
+        else:
+            self.clock.advance(vt)
+            self.clock.call_started(inbound=True)
+        await self.clock.awaken()
 
     def _end(self, vt: float | None) -> None:
         if vt is None:
+            self.clock.external -= 1
             self.clock.bump()
         else:
             self.clock.call_ended(inbound=True)
@@ -72,8 +77,8 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
 
     def _unary(self, inner: Callable[..., Any], vt: float | None) -> Callable[..., Any]:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            self._begin(vt)
             try:
+                await self._begin(vt)
                 response = await inner(request, context)
                 self._stamp(context)
                 return response
@@ -86,9 +91,9 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
         if inspect.isasyncgenfunction(inner) or inspect.isasyncgenfunction(getattr(inner, "__func__", None)):
 
             async def stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                self._begin(vt)
                 sent = 0
                 try:
+                    await self._begin(vt)
                     async for item in inner(request, context):
                         if vt is None:
                             self.clock.bump()
@@ -105,8 +110,8 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
             return stream_gen
 
         async def stream_coro(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            self._begin(vt)
             try:
+                await self._begin(vt)
                 await inner(request, context)
                 self._stamp(context)
             finally:
@@ -141,6 +146,7 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
             return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
+            await self.clock.awaken()
             call = await continuation(self.details(client_call_details), request)
             try:
                 await call
@@ -171,6 +177,7 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
             return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
+            await self.clock.awaken()
             call = await continuation(self.details(client_call_details), request)
         except BaseException:
             self.clock.call_ended(inbound=False)

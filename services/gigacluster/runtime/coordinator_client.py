@@ -37,8 +37,14 @@ class ClockAgent:
     """Keeps one process's :class:`EventClock` in step with the coordinator at ``endpoint``."""
 
     def __init__(self, clock: EventClock, endpoint: str, service: str, *, connect_timeout_s: float,
-                 service_key: str = "") -> None:
+                 service_key: str = "", dormancy: bool = False) -> None:
         self.clock = clock
+        # May this process report itself dormant (clock/core.py)? Only where every call it handles or makes
+        # passes the clock interceptors, which wake it first (not a process that serves HTTP or a client
+        # participant driven by its own code).
+        self.dormancy = dormancy
+        self._wake_seq = 0
+        self._waking: asyncio.Future[None] | None = None
         self.metadata = call_metadata(api_key=service_key)
         self.endpoint = endpoint
         self.process = f"{service}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -49,6 +55,8 @@ class ClockAgent:
         self._sent: tuple[object, ...] | None = None
         self.synced = asyncio.Event()  # set once the coordinator has told this process the time
         clock.on_change = self._dirty.set
+        if dormancy:
+            clock.on_awaken = self._awaken
 
     async def connect(self) -> None:
         """Reach the coordinator, or fail naming the setting (a service in event mode cannot run without it)."""
@@ -61,8 +69,27 @@ class ClockAgent:
                               f"{self.connect_timeout_s:g} s: start it (gigacluster serve clock) or fix "
                               "--clock-coordinator / GIGACLUSTER_CLOCK_COORDINATOR") from None
 
+    async def _awaken(self) -> None:
+        """A call reached (or leaves) this dormant process: report awake, wait for the coordinator to take it in."""
+        if self._waking is None:
+            self._wake_seq += 1
+            self._waking = asyncio.get_running_loop().create_future()
+            self._dirty.set()
+        await asyncio.shield(self._waking)
+
+    def _woken(self) -> None:
+        """The coordinator took the wake in (or the session is gone, and with it the dormancy it knew of)."""
+        self.clock.dormant = False
+        if self._waking is not None:
+            if not self._waking.done():
+                self._waking.set_result(None)
+            self._waking = None
+            self.clock.bump()  # the woken calls run within the next settle, before any report
+
     async def close(self) -> None:
+        self._woken()
         self.clock.on_change = None
+        self.clock.on_awaken = None
         if self._channel is not None:
             await self._channel.close()
 
@@ -90,7 +117,10 @@ class ClockAgent:
         assert self._channel is not None, "connect() first"
         call = clock_pb2_grpc.ClockServiceStub(self._channel).Sync(metadata=self.metadata)
         self._sent = None
-        await call.write(self._report(0))
+        self._woken()  # a new session: the coordinator knows nothing of this process yet
+        first = self._report(0)
+        self.clock.dormant = first.dormant
+        await call.write(first)
         reader = asyncio.ensure_future(self._read(call))
         try:
             while not reader.done():
@@ -107,20 +137,31 @@ class ClockAgent:
                 rnd, self._probe = self._probe, 0
                 rep = self._report(rnd)
                 key = (rep.idle, rep.next_wake_s if rep.HasField("next_wake_s") else None, rep.calls_out,
-                       rep.calls_in, rep.activity, rep.stream_messages_sent, rep.stream_messages_received)
+                       rep.calls_in, rep.activity, rep.stream_messages_sent, rep.stream_messages_received,
+                       rep.dormant, rep.wake)
                 if rnd == 0 and key == self._sent:
                     continue  # nothing new to say
                 self._sent = key
+                if rep.dormant:  # from now on (before the write yields) a call waits to wake this process
+                    self.clock.dormant = True
                 await call.write(rep)
             reader.result()  # raises the stream's error, if any
         finally:
             reader.cancel()
             call.cancel()
+            self._woken()
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         async for msg in call:
+            due = self.clock.next_wake_s()
             self.clock.advance(msg.now_s, horizon_s=msg.horizon_s if msg.HasField("horizon_s") else None)
             self.synced.set()
+            if msg.woken and msg.woken == self._wake_seq:
+                self._woken()
+            elif msg.probe_round or (due is not None and msg.now_s >= due):
+                # Probed, or told the time of its own wake-up: the coordinator counts this process in its
+                # rounds until its next report, so its calls need not wake it (a dormant report sets it again).
+                self.clock.dormant = False
             if msg.probe_round:
                 self._probe = max(self._probe, msg.probe_round)
             self._dirty.set()
@@ -136,7 +177,11 @@ class ClockAgent:
     def _report(self, rnd: int) -> clock_pb2.SyncRequest:
         c = self.clock
         nxt = c.next_wake_s()
+        # A pending wake goes with every report until it is acknowledged (each report with it is).
+        wake = self._wake_seq if self._waking is not None else 0
+        dormant = self.dormancy and self._waking is None and c.at_rest
         return clock_pb2.SyncRequest(process=self.process, round=rnd, idle=c.holds == 0, next_wake_s=nxt,
+                                     dormant=dormant, wake=wake,
                                      calls_out=max(c.calls_out, 0), calls_in=max(c.calls_in, 0),
                                      activity=c.activity, now_s=c.now(), stream_messages_sent=max(c.msgs_sent, 0),
                                      stream_messages_received=max(c.msgs_received, 0))

@@ -221,6 +221,9 @@ class Service(Generic[CfgT]):
     """Base of every service process."""
 
     name = "service"
+    #: On the event clock, may this process go dormant (clock/core.py)? Only if every call it handles or makes
+    #: is a gRPC call through the clock interceptors; a service that also serves HTTP says False.
+    clock_dormancy = True
 
     def __init__(self, config: CfgT) -> None:
         self.config = config
@@ -232,7 +235,7 @@ class Service(Generic[CfgT]):
             clock.install(self.clock)
             self.clock_agent = ClockAgent(self.clock, config.clock_coordinator, self.name,
                                           connect_timeout_s=config.clock_connect_timeout_s,
-                                          service_key=config.service_key)
+                                          service_key=config.service_key, dormancy=self.clock_dormancy)
         else:
             self.clock = VirtualClock(epoch, config.speedup) if epoch > 0 else VirtualClock.starting_now(config.speedup)
         self.telemetry = Telemetry(

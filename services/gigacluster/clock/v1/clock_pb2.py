@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gigacluster/clock/v1/clock.proto\x12\x14gigacluster.clock.v1\"\xeb\x01\n\x0bSyncRequest\x12\x0f\n\x07process\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\x0c\n\x04idle\x18\x03 \x01(\x08\x12\x18\n\x0bnext_wake_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tcalls_out\x18\x05 \x01(\x04\x12\x10\n\x08\x63\x61lls_in\x18\x06 \x01(\x04\x12\x10\n\x08\x61\x63tivity\x18\x07 \x01(\x04\x12\r\n\x05now_s\x18\x08 \x01(\x01\x12\x1c\n\x14stream_messages_sent\x18\t \x01(\x04\x12 \n\x18stream_messages_received\x18\n \x01(\x04\x42\x0e\n\x0c_next_wake_s\"X\n\x0cSyncResponse\x12\r\n\x05now_s\x18\x01 \x01(\x01\x12\x13\n\x0bprobe_round\x18\x02 \x01(\x04\x12\x16\n\thorizon_s\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_horizon_s\"\x10\n\x0eGetTimeRequest\"\xe1\x01\n\x0fGetTimeResponse\x12\r\n\x05now_s\x18\x01 \x01(\x01\x12\x11\n\tprocesses\x18\x02 \x01(\r\x12\x10\n\x08\x61\x64vances\x18\x03 \x01(\x04\x12\x0e\n\x06probes\x18\x04 \x01(\x04\x12S\n\x10\x61\x64vances_by_kind\x18\x05 \x03(\x0b\x32\x39.gigacluster.clock.v1.GetTimeResponse.AdvancesByKindEntry\x1a\x35\n\x13\x41\x64vancesByKindEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xb9\x01\n\x0c\x43lockService\x12Q\n\x04Sync\x12!.gigacluster.clock.v1.SyncRequest\x1a\".gigacluster.clock.v1.SyncResponse(\x01\x30\x01\x12V\n\x07GetTime\x12$.gigacluster.clock.v1.GetTimeRequest\x1a%.gigacluster.clock.v1.GetTimeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gigacluster/clock/v1/clock.proto\x12\x14gigacluster.clock.v1\"\x8a\x02\n\x0bSyncRequest\x12\x0f\n\x07process\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\x0c\n\x04idle\x18\x03 \x01(\x08\x12\x18\n\x0bnext_wake_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tcalls_out\x18\x05 \x01(\x04\x12\x10\n\x08\x63\x61lls_in\x18\x06 \x01(\x04\x12\x10\n\x08\x61\x63tivity\x18\x07 \x01(\x04\x12\r\n\x05now_s\x18\x08 \x01(\x01\x12\x1c\n\x14stream_messages_sent\x18\t \x01(\x04\x12 \n\x18stream_messages_received\x18\n \x01(\x04\x12\x0f\n\x07\x64ormant\x18\x0b \x01(\x08\x12\x0c\n\x04wake\x18\x0c \x01(\x04\x42\x0e\n\x0c_next_wake_s\"g\n\x0cSyncResponse\x12\r\n\x05now_s\x18\x01 \x01(\x01\x12\x13\n\x0bprobe_round\x18\x02 \x01(\x04\x12\x16\n\thorizon_s\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05woken\x18\x04 \x01(\x04\x42\x0c\n\n_horizon_s\"\x10\n\x0eGetTimeRequest\"\xe1\x01\n\x0fGetTimeResponse\x12\r\n\x05now_s\x18\x01 \x01(\x01\x12\x11\n\tprocesses\x18\x02 \x01(\r\x12\x10\n\x08\x61\x64vances\x18\x03 \x01(\x04\x12\x0e\n\x06probes\x18\x04 \x01(\x04\x12S\n\x10\x61\x64vances_by_kind\x18\x05 \x03(\x0b\x32\x39.gigacluster.clock.v1.GetTimeResponse.AdvancesByKindEntry\x1a\x35\n\x13\x41\x64vancesByKindEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xb9\x01\n\x0c\x43lockService\x12Q\n\x04Sync\x12!.gigacluster.clock.v1.SyncRequest\x1a\".gigacluster.clock.v1.SyncResponse(\x01\x30\x01\x12V\n\x07GetTime\x12$.gigacluster.clock.v1.GetTimeRequest\x1a%.gigacluster.clock.v1.GetTimeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._loaded_options = None
   _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._serialized_options = b'8\001'
   _globals['_SYNCREQUEST']._serialized_start=59
-  _globals['_SYNCREQUEST']._serialized_end=294
-  _globals['_SYNCRESPONSE']._serialized_start=296
-  _globals['_SYNCRESPONSE']._serialized_end=384
-  _globals['_GETTIMEREQUEST']._serialized_start=386
-  _globals['_GETTIMEREQUEST']._serialized_end=402
-  _globals['_GETTIMERESPONSE']._serialized_start=405
-  _globals['_GETTIMERESPONSE']._serialized_end=630
-  _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._serialized_start=577
-  _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._serialized_end=630
-  _globals['_CLOCKSERVICE']._serialized_start=633
-  _globals['_CLOCKSERVICE']._serialized_end=818
+  _globals['_SYNCREQUEST']._serialized_end=325
+  _globals['_SYNCRESPONSE']._serialized_start=327
+  _globals['_SYNCRESPONSE']._serialized_end=430
+  _globals['_GETTIMEREQUEST']._serialized_start=432
+  _globals['_GETTIMEREQUEST']._serialized_end=448
+  _globals['_GETTIMERESPONSE']._serialized_start=451
+  _globals['_GETTIMERESPONSE']._serialized_end=676
+  _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._serialized_start=623
+  _globals['_GETTIMERESPONSE_ADVANCESBYKINDENTRY']._serialized_end=676
+  _globals['_CLOCKSERVICE']._serialized_start=679
+  _globals['_CLOCKSERVICE']._serialized_end=864
 # @@protoc_insertion_point(module_scope)

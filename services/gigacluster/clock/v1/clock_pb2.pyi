@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SyncRequest(_message.Message):
-    __slots__ = ("process", "round", "idle", "next_wake_s", "calls_out", "calls_in", "activity", "now_s", "stream_messages_sent", "stream_messages_received")
+    __slots__ = ("process", "round", "idle", "next_wake_s", "calls_out", "calls_in", "activity", "now_s", "stream_messages_sent", "stream_messages_received", "dormant", "wake")
     PROCESS_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class SyncRequest(_message.Message):
     NOW_S_FIELD_NUMBER: _ClassVar[int]
     STREAM_MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     STREAM_MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    DORMANT_FIELD_NUMBER: _ClassVar[int]
+    WAKE_FIELD_NUMBER: _ClassVar[int]
     process: str
     round: int
     idle: bool
@@ -28,17 +30,21 @@ class SyncRequest(_message.Message):
     now_s: float
     stream_messages_sent: int
     stream_messages_received: int
-    def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ..., stream_messages_sent: _Optional[int] = ..., stream_messages_received: _Optional[int] = ...) -> None: ...
+    dormant: bool
+    wake: int
+    def __init__(self, process: _Optional[str] = ..., round: _Optional[int] = ..., idle: _Optional[bool] = ..., next_wake_s: _Optional[float] = ..., calls_out: _Optional[int] = ..., calls_in: _Optional[int] = ..., activity: _Optional[int] = ..., now_s: _Optional[float] = ..., stream_messages_sent: _Optional[int] = ..., stream_messages_received: _Optional[int] = ..., dormant: _Optional[bool] = ..., wake: _Optional[int] = ...) -> None: ...
 
 class SyncResponse(_message.Message):
-    __slots__ = ("now_s", "probe_round", "horizon_s")
+    __slots__ = ("now_s", "probe_round", "horizon_s", "woken")
     NOW_S_FIELD_NUMBER: _ClassVar[int]
     PROBE_ROUND_FIELD_NUMBER: _ClassVar[int]
     HORIZON_S_FIELD_NUMBER: _ClassVar[int]
+    WOKEN_FIELD_NUMBER: _ClassVar[int]
     now_s: float
     probe_round: int
     horizon_s: float
-    def __init__(self, now_s: _Optional[float] = ..., probe_round: _Optional[int] = ..., horizon_s: _Optional[float] = ...) -> None: ...
+    woken: int
+    def __init__(self, now_s: _Optional[float] = ..., probe_round: _Optional[int] = ..., horizon_s: _Optional[float] = ..., woken: _Optional[int] = ...) -> None: ...
 
 class GetTimeRequest(_message.Message):
     __slots__ = ()
