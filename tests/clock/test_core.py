@@ -267,3 +267,78 @@ async def test_an_ahead_sleeper_ends_once_the_horizon_passes_its_time() -> None:
     clock.advance(9.0)
     await asyncio.gather(*tasks)
     assert woke["far"] == 9.0
+
+
+def dormant(p: str, *, wake: float | None = None, act: int = 0, rnd: int = 0, inn: int = 0) -> Report:
+    return Report(process=p, idle=True, next_wake_s=wake, calls_out=0, calls_in=inn, activity=act, round=rnd,
+                  dormant=True)
+
+
+def test_a_dormant_process_is_not_probed_and_hears_only_its_own_wake_up() -> None:
+    """A process at rest (dormant, every counter zero) is left out of the probe round, its report standing for
+    it; the advance goes to the live process and to the dormant one only once its wake-up is due."""
+    c = Coordinator(expect=3)
+    for p in ("live", "rest", "later"):
+        c.register(p)
+    c.report(rep("live", wake=5.0, act=1))
+    c.report(dormant("rest"))
+    step = c.report(dormant("later", wake=9.0))
+    assert step.probe_round == 1 and step.targets == frozenset({"live"})
+    step = c.report(rep("live", wake=5.0, act=1, rnd=1))
+    assert step.advance_to_s == 5.0 and step.targets == frozenset({"live"})
+    # live now sleeps past later's wake-up: time goes to 9, told to both live and later, not to rest
+    c.report(rep("live", wake=20.0, act=2))
+    step = c.report(rep("live", wake=20.0, act=2, rnd=2))
+    assert step.advance_to_s == 9.0 and step.targets == frozenset({"live", "later"})
+    assert not c.resting("later")  # its wake-up is due: probed until it reports again
+
+
+def test_a_dormant_report_with_a_call_open_counts_as_a_live_one() -> None:
+    """Dormancy needs every counter at zero: a process serving a call is probed whatever it says (a stale report
+    with a call open could otherwise balance a call in transit elsewhere)."""
+    assert dormant("a").at_rest
+    assert not dormant("a", inn=1).at_rest
+    c = Coordinator(expect=2)
+    step = two(c, rep("a", out=1, act=1), dormant("b", inn=1))
+    assert step.probe_round == 1 and step.targets is None and c.answers == {}  # the round asks both
+
+
+def test_a_wake_is_acknowledged_at_once_and_ends_dormancy() -> None:
+    """A dormant process a call reached reports with ``wake``: the coordinator acknowledges it (before any probe)
+    and counts the process in its rounds again."""
+    c = Coordinator(expect=2)
+    two(c, rep("a", wake=3.0, act=1), dormant("b"))
+    c.report(rep("a", wake=3.0, act=1, rnd=1))  # time moves to 3 (b not told)
+    woke = Report("b", idle=True, next_wake_s=None, calls_out=0, calls_in=1, activity=1, wake=7)
+    step = c.report(woke)
+    assert step.woken == {"b": 7} and not c.resting("b")
+
+
+def test_every_process_at_rest_moves_time_without_a_probe() -> None:
+    """When every process is at rest the round is already answered: time moves to the earliest wake-up and only
+    the process whose wake-up it is hears of it."""
+    c = Coordinator(expect=2)
+    step = two(c, dormant("a", wake=4.0), dormant("b", wake=6.0))
+    assert step.probe_round is None and step.advance_to_s == 4.0 and step.targets == frozenset({"a"})
+
+
+async def test_a_dormant_clock_waits_for_its_wake_before_a_call_runs() -> None:
+    """EventClock.awaken waits for the agent's acknowledgement only while the process is dormant."""
+    ck = EventClock()
+    woke = asyncio.Event()
+
+    async def on_awaken() -> None:
+        await woke.wait()
+        ck.dormant = False
+
+    ck.on_awaken = on_awaken
+    await ck.awaken()  # not dormant: no wait
+    ck.dormant = True
+    task = asyncio.ensure_future(ck.awaken())
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    woke.set()
+    await asyncio.wait_for(task, 1)
+    assert ck.at_rest
+    ck.external += 1
+    assert not ck.at_rest
