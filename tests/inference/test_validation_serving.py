@@ -18,22 +18,22 @@ from tests.inference.lambda_vllm_runs import RUNS, STEADY_CHUNK_S, STEADY_CHUNKS
 
 # Our error per (prompts, metric), held within 3 points (docs/validation.md section 2d, "Published serving latency").
 DOCUMENTED: dict[int | str, dict[str, float]] = {
-    10: {"ttft_p50": 0.27, "ttft_p99": 0.24, "tpot_p50": 0.00, "e2e_p50": 0.02, "e2e_p99": 0.04},
-    40: {"ttft_p50": 0.12, "ttft_p99": 0.24, "tpot_p50": 0.02, "tpot_p99": 0.23, "e2e_p50": 0.04, "e2e_p99": 0.01},
-    160: {"ttft_p50": 0.17, "ttft_p99": 0.10, "tpot_p50": -0.07, "tpot_p99": -0.14, "e2e_p50": -0.01,
-          "e2e_p99": -0.02},
-    320: {"ttft_p50": 0.29, "ttft_p99": 0.32, "tpot_p50": -0.19, "tpot_p99": -0.13, "e2e_p50": -0.01,
-          "e2e_p99": -0.04},
-    "a100-160": {"ttft_p50": 0.14, "ttft_p99": 0.14, "tpot_p50": -0.04, "tpot_p99": 0.39, "e2e_p50": -0.01,
-                 "e2e_p99": -0.09},
+    10: {"ttft_p50": 0.28, "ttft_p99": 0.26, "tpot_p50": 0.01, "e2e_p50": 0.03, "e2e_p99": 0.04},
+    40: {"ttft_p50": 0.13, "ttft_p99": 0.25, "tpot_p50": 0.05, "tpot_p99": 0.26, "e2e_p50": 0.06, "e2e_p99": 0.03},
+    160: {"ttft_p50": 0.18, "ttft_p99": 0.11, "tpot_p50": 0.00, "tpot_p99": -0.11, "e2e_p50": 0.05,
+          "e2e_p99": 0.03},
+    320: {"ttft_p50": 0.30, "ttft_p99": 0.35, "tpot_p50": -0.07, "tpot_p99": -0.11, "e2e_p50": 0.07,
+          "e2e_p99": 0.03},
+    "a100-160": {"ttft_p50": 0.14, "ttft_p99": 0.15, "tpot_p50": 0.00, "tpot_p99": 0.41, "e2e_p50": 0.02,
+                 "e2e_p99": -0.06},
 }
 TTFT_MISS = ("a burst waits for the API server to take every request in it, serving.api_request_s (4 ms) each; "
              "these runs' first tokens imply 2.4-3.5 ms per request on the H100 host "
              "(the smallest TTFT of a run against its size)")
-TPOT_MISS = ("the model's decode step with the burst running is short of the published chunk rate by 10-17% at "
-             "160-320 requests on the H100 and 22% on the A100 (STEADY_CHUNK_S); the tails (p99, short outputs "
-             "whose TPOT holds a prefill stall) over by 23-39% at 40 and on A100, where the model's first gap "
-             "(prefills after the first token) is long")
+TPOT_MISS = ("short outputs whose TPOT holds a prefill stall (p99): over by 26% at 40 prompts and 41% on the A100, "
+             "where the model's first gap (the burst's prefills after a request's first token) is long: 0.285 s "
+             "against 0.235 at 40 prompts, 2.93 s against 2.33 on the A100, whose prefill the model prices "
+             "about a quarter slow (STEADY_CHUNK_S: its decode rate is also 17% short)")
 
 
 def _bound(metric: str) -> float:
@@ -62,7 +62,7 @@ def test_vllm_llama3_8b_prompts_at_once(n: int | str, metric: str) -> None:
 
 def test_vllm_lambda_errors_stay_where_documented() -> None:
     """Every Lambda metric at its documented error (DOCUMENTED, within 3 points): end-to-end p50/p99 within
-    9% at every load; TTFT over by 10-32% (the API server's per-request cost); TPOT p50 short at 160-320."""
+    7% at every load; TPOT p50 within 8%; TTFT over by 11-35% (the API server's per-request cost)."""
     for n, doc in DOCUMENTED.items():
         got = replay_ms(n)
         for metric, err in doc.items():
@@ -71,14 +71,15 @@ def test_vllm_lambda_errors_stay_where_documented() -> None:
 
 # The model's decode rate against the published one with the whole burst running (docs/validation.md 2d,
 # "Where the TPOT miss lies"): 10-token chunks of request 0, its 5th to 9th, published in the same files.
-CHUNK_ERR: dict[int | str, float] = {40: -0.03, 160: -0.10, 320: -0.17, "a100-160": -0.22}
+CHUNK_ERR: dict[int | str, float] = {40: 0.01, 160: 0.00, 320: -0.02, "a100-160": -0.17}
 
 
-def test_decode_rate_with_the_burst_running_is_short_where_documented() -> None:
+def test_decode_rate_with_the_burst_running_is_where_documented() -> None:
     """The model's 10-token chunks with the burst running (24-28, 92-105 and 185-215 requests on the H100, 90-104 on
-    the A100) against the Lambda files': 3%, 10% and 17% short on the H100 with FlashAttention-2's measured paged
-    decode time (they were 9%, 15% and 20% short with the plain roofline), 22% on the A100 (no such table): the
-    rest of the per-step miss grows with the running batch, as the TPOT p50 miss at 320 does."""
+    the A100) against the Lambda files': within 2% on the H100 once every group of 10 steps pays v0's scheduler
+    time per running sequence (serving.v0_schedule_seq_s, 100 us: vLLM issue 6801); they were 3%, 10% and 17%
+    short without it, the gap growing with the batch. The A100 stays 17% short (22% before): no paged-decode
+    table for it, and its prefill is slow in the model too."""
     for n, pub in STEADY_CHUNK_S.items():
         got = float(np.mean(chunk_gaps_s(n)[STEADY_CHUNKS]))
         assert got / pub - 1.0 == pytest.approx(CHUNK_ERR[n], abs=0.03), n

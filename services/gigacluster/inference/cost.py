@@ -39,6 +39,25 @@ def iteration_overhead_s() -> float:
     return v
 
 
+@functools.cache
+def v0_schedule_seq_s() -> float:
+    """Host seconds per running sequence of one vLLM v0 scheduler invocation (catalog
+    ``serving.v0_schedule_seq_s``): scheduling, input preparation, sampling set-up and output
+    processing between two engine steps, which multi-step scheduling pays once per group of steps."""
+    v = float((_raw().get("serving") or {}).get("v0_schedule_seq_s", 0.0))
+    if not 0.0 <= v < 0.01:
+        raise ValueError(f"catalog serving.v0_schedule_seq_s must be in [0, 10 ms), got {v!r}")
+    return v
+
+
+def iteration_host_s(cfg: ReplicaConfig, seqs: int, scheduler_call: bool) -> float:
+    """Host seconds of one iteration of ``seqs`` sequences: the fixed ``iteration_overhead_s``, plus v0's
+    per-sequence scheduler work when the engine runs v0's multi-step path and this iteration is a scheduler
+    call (a group's first step or a prefill step): multi-step pays that work once per group."""
+    per_call = v0_schedule_seq_s() * seqs if cfg.num_scheduler_steps > 1 and scheduler_call else 0.0
+    return iteration_overhead_s() + per_call
+
+
 def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
                    new: np.ndarray) -> tuple[tuple[Work, ...], int, int]:
     """Per-shard work of one iteration over slots with ``computed`` of ``length`` tokens and ``new`` to run;
