@@ -56,28 +56,34 @@ def _drive(eng: ReplicaEngine, arrivals: dict[float, list[object]]) -> tuple[dic
 def test_multi_step_reports_a_request_at_the_end_of_its_group() -> None:
     """With 4 scheduler steps, a request stopping after its 2nd decode step is seen finished with the 4th
     (vLLM streams a group's tokens at its end), while a lone request is not held (nothing else runs); each
-    scheduler call (the prefill and every group's first step) pays v0's host time per sequence in it."""
+    scheduler call (every step with 1 scheduler step; the prefill and every group's first step with 4) pays
+    v0's host time per sequence in it."""
     from gigacluster.inference.cost import v0_schedule_seq_s
+
+    c = v0_schedule_seq_s()
 
     ends = {}
     for steps in (1, 4):
         eng = ReplicaEngine(ReplicaConfig(LLAMA8B, "h100-sxm", num_scheduler_steps=steps))
         ends[steps], _ = _drive(eng, {0.0: [make_req("short", 50, 3), make_req("long", 50, 40, seed=1)]})
-    step = (ends[1]["long"] - ends[1]["short"]) / 37  # one decode iteration at batch 1-2
-    assert ends[4]["short"] - ends[1]["short"] == pytest.approx(2 * step, rel=0.05)
-    # Scheduler calls: the prefill (2 sequences), the first group (2), then 9 groups of "long" alone.
-    assert ends[4]["long"] == pytest.approx(ends[1]["long"] + 13 * v0_schedule_seq_s(), rel=1e-9)
+    step = (ends[1]["long"] - ends[1]["short"]) / 37 - c  # one decode iteration at batch 1, less its scheduler call
+    # "short" is seen 2 steps later, and its 2nd step is not a scheduler call with 4 steps (2 sequences in it).
+    assert ends[4]["short"] - ends[1]["short"] == pytest.approx(2 * step - 2 * c, rel=0.05)
+    # Scheduler calls per sequence: 1 step: prefill 2 + 2 x 2 + 37 = 43; 4 steps: prefill 2 + group 2 + 9 groups = 13.
+    assert ends[4]["long"] == pytest.approx(ends[1]["long"] - 30 * c, rel=1e-9)
 
 
 def test_a_scheduler_call_costs_v0s_host_time_per_running_sequence() -> None:
-    """A group's first decode step pays serving.v0_schedule_seq_s per running sequence (100 us: vLLM issue
-    6801, 20 ms between two steps at batch 200), its other steps do not; single-step engines never do."""
+    """vLLM v0's path pays serving.v0_schedule_seq_s per running sequence at each scheduler call (100 us: vLLM
+    issue 6801, 20 ms between two steps at batch 200): every step with one scheduler step, a group's first step
+    with multi-step; v1's path (chunked prefill, steps 0 here) never does."""
     from gigacluster.inference.cost import iteration_overhead_s, v0_schedule_seq_s
 
     assert v0_schedule_seq_s() == pytest.approx(1e-4)
     hosts = {}
-    for steps in (1, 4):
-        eng = ReplicaEngine(ReplicaConfig(LLAMA8B, "h100-sxm", num_scheduler_steps=steps))
+    for steps in (0, 1, 4):
+        eng = ReplicaEngine(ReplicaConfig(LLAMA8B, "h100-sxm", num_scheduler_steps=max(steps, 1),
+                                          chunked_prefill=steps == 0))
         for i in range(8):
             eng.admit(make_req(f"r{i}", 50, 20, seed=i), 0.0)
         t, hosts[steps] = 0.0, []
@@ -88,7 +94,8 @@ def test_a_scheduler_call_costs_v0s_host_time_per_running_sequence() -> None:
             eng.complete_batch(it, t)
             hosts[steps].append(it.host_s)
     base, extra = iteration_overhead_s(), 8 * v0_schedule_seq_s()
-    assert hosts[1] == pytest.approx([base] * 6)
+    assert hosts[0] == pytest.approx([base] * 6)
+    assert hosts[1] == pytest.approx([base + extra] * 6)
     assert hosts[4] == pytest.approx([base + extra, base + extra, base, base, base, base + extra])
 
 

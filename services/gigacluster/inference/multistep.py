@@ -7,10 +7,10 @@ API server in chunks of ``k`` tokens at the end of each group (vLLM v0.6.0 relea
 vllm-benchmark results show). So a request that stops inside a group is seen finished at the group's
 end. A prefill iteration is one step and its first tokens go out at once. ``k = 1`` (vLLM's default)
 is plain iteration-level scheduling. Every iteration still pays the fixed host cost (catalog
-``serving.iteration_overhead_s``); the iteration that opens a group (or a prefill iteration, a
-scheduler call of its own) also pays v0's per-sequence host work between two steps, catalog
-``serving.v0_schedule_seq_s`` per sequence in it: multi-step pays it once per group, which is what it
-was built to amortise (the engine adds it in ``ReplicaEngine._build``).
+``serving.iteration_overhead_s``); a scheduler call (every iteration with one step; the iteration that
+opens a group, or a prefill iteration, with ``k`` > 1) also pays v0's per-sequence host work between two
+steps, catalog ``serving.v0_schedule_seq_s`` per sequence in it: multi-step pays it once per group, which
+is what it was built to amortise (:func:`.cost.iteration_host_s`).
 """
 
 from __future__ import annotations
