@@ -5,7 +5,8 @@ Meta-Llama-3-8B-Instruct_tp1_len2048.json`` for N = 10, 40, 160, 320, and ``resu
 1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2000.json`` (2024-09-07, the ``vllm/vllm-openai`` v0.6
 image, ``--max-model-len`` 2,048 or 2,000, so the v0 engine with prefill-first scheduling and a prefill
 budget of that many tokens; multi-step scheduling with 10 steps, as the files' chunks of 10 tokens
-between inter-token gaps show). vLLM's ``benchmark_serving.py`` sent N ShareGPT
+between inter-token gaps show; the asynchronous output processor, on by default in v0.6, so each step's
+outputs reach the client when the next step ends). vLLM's ``benchmark_serving.py`` sent N ShareGPT
 prompts at once (``request_rate: inf``); each file lists every request's prompt and output length
 and the run's percentiles, which the replay below computes the same way (numpy's linear-interpolated
 percentiles; TPOT over requests with more than one output token; a request that streamed no text,
@@ -112,15 +113,18 @@ STEADY_CHUNK_S: dict[int | str, float] = {
 }
 
 
-def _requests(run: LambdaRun) -> list[Request]:
+def run_requests(run: LambdaRun) -> list[Request]:
+    """The run's requests, all sent at 0 (prompt tokens drawn from a fixed seed; at least one output token)."""
     rng = np.random.default_rng(0)
     return [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
             for i, (p, o) in enumerate(zip(run.prompts, run.outputs, strict=True))]
 
 
-def _config(run: LambdaRun) -> ReplicaConfig:
+def run_config(run: LambdaRun) -> ReplicaConfig:
+    """vLLM 0.6's engine as the run used it: v0 (no chunked prefill), the prefill budget, 10 scheduler steps and
+    the asynchronous output processor (on by default in v0.6: outputs seen when the next step ends)."""
     return ReplicaConfig(preset("llama3-8b"), run.chip, chunked_prefill=False, max_prefill_tokens=run.budget,
-                         num_scheduler_steps=10)
+                         num_scheduler_steps=10, async_output=True)
 
 
 @functools.cache
@@ -129,9 +133,9 @@ def chunk_gaps_s(n: int | str, request: int = 0) -> tuple[float, ...]:
     11th, then every 10 tokens (one engine, the burst released when the API server has taken it, as
     :func:`simulate` runs it)."""
     run = RUNS[n]
-    eng = ReplicaEngine(_config(run), model_energy=False)
+    eng = ReplicaEngine(run_config(run), model_energy=False)
     now = len(run.prompts) * api_request_s()
-    for r in _requests(run):
+    for r in run_requests(run):
         eng.admit(r, now)
     rid, times = f"r{request}", []
     while (it := eng.next_iteration(now)) is not None:
@@ -146,7 +150,7 @@ def replay_ms(n: int | str) -> dict[str, float]:
     """Run ``n`` (its prompt count, or ``"a100-160"``) through the offline simulator, measured as
     benchmark_serving measures it (ms)."""
     run = RUNS[n]
-    done = {s.request_id: s for s in simulate(_config(run), _requests(run), keep_requests=True).requests}
+    done = {s.request_id: s for s in simulate(run_config(run), run_requests(run), keep_requests=True).requests}
     ttft, tpot, e2e = [], [], []
     for i, out in enumerate(run.outputs):
         s = done[f"r{i}"]

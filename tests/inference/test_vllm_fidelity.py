@@ -57,12 +57,16 @@ def test_vllm_v1_batch_defaults_per_chip() -> None:
 
 def test_every_iteration_pays_the_host_time() -> None:
     """Each iteration's predicted time is its kernels + collectives + the catalog's 1 ms of host time
-    (scheduling, sampling, launch), prefill or decode alike."""
-    eng = ReplicaEngine(ReplicaConfig(LLAMA8B, "h100-sxm", tp=2))
-    eng.admit(make_req("a", 300, 3), 0.0)
-    t = 0.0
-    while (it := eng.next_iteration(t)) is not None:
-        assert it.host_s == iteration_overhead_s() == pytest.approx(1e-3)
-        assert it.predicted_s == pytest.approx(it.compute_s + it.comm_s + it.host_s)
-        t += it.predicted_s
-        eng.complete(it, t)
+    (scheduling, sampling, launch), prefill or decode alike, and on vLLM v0's path (no chunked prefill)
+    v0's scheduler time per sequence in the batch (serving.v0_schedule_seq_s)."""
+    from gigacluster.inference.cost import v0_schedule_seq_s
+
+    for chunked, per_seq in ((True, 0.0), (False, v0_schedule_seq_s())):
+        eng = ReplicaEngine(ReplicaConfig(LLAMA8B, "h100-sxm", tp=2, chunked_prefill=chunked))
+        eng.admit(make_req("a", 300, 3), 0.0)
+        t = 0.0
+        while (it := eng.next_iteration(t)) is not None:
+            assert it.host_s == pytest.approx(iteration_overhead_s() + per_seq) and iteration_overhead_s() == 1e-3
+            assert it.predicted_s == pytest.approx(it.compute_s + it.comm_s + it.host_s)
+            t += it.predicted_s
+            eng.complete(it, t)

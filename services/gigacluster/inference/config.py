@@ -63,6 +63,7 @@ class ReplicaConfig:
     ep: int = 1
     moe_overlap: str = "none"  # "two_batch": DeepSeek's two micro-batch overlap of the all-to-all (moe_work)
     num_scheduler_steps: int = 1  # vLLM v0's multi-step scheduling (inference.multistep); 1 = off, vLLM's default
+    async_output: bool = False  # vLLM v0.6's async output processor: outputs seen one iteration late (multistep)
 
     def __post_init__(self) -> None:
         if not isinstance(self.arch, ModelArch):
@@ -76,6 +77,8 @@ class ReplicaConfig:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise SpecError(f, f"must be an integer >= {lo}, got {v!r}")
+        if not isinstance(self.async_output, bool):
+            raise SpecError("async_output", f"must be true or false, got {self.async_output!r}")
         if self.role not in ROLES:
             raise SpecError("role", f"allowed: {', '.join(ROLES)}; got {self.role!r}")
         if self.arch.heads % self.tp:

@@ -39,6 +39,35 @@ def iteration_overhead_s() -> float:
     return v
 
 
+@functools.cache
+def v0_schedule_seq_s() -> float:
+    """Host seconds per running sequence of one vLLM v0 scheduler invocation (catalog
+    ``serving.v0_schedule_seq_s``): scheduling, input preparation, sampling and output processing
+    between two engine steps, which multi-step scheduling pays once per group of steps."""
+    v = float((_raw().get("serving") or {}).get("v0_schedule_seq_s", 0.0))
+    if not 0.0 <= v < 0.01:
+        raise ValueError(f"catalog serving.v0_schedule_seq_s must be in [0, 10 ms), got {v!r}")
+    return v
+
+
+def iteration_host_s(cfg: ReplicaConfig, seqs: int, scheduler_call: bool) -> float:
+    """Host seconds of one iteration of ``seqs`` sequences: the fixed ``iteration_overhead_s``, plus v0's
+    per-sequence work between two steps when the engine runs vLLM v0's path (no chunked prefill) and this
+    iteration is a scheduler call: every iteration with one scheduler step; with multi-step a group's first
+    step or a prefill step, so multi-step pays that work once per group."""
+    if cfg.chunked_prefill or not scheduler_call:
+        return iteration_overhead_s()
+    # Each data-parallel attention group runs its own scheduler (vLLM's DP engines), in parallel.
+    return iteration_overhead_s() + v0_schedule_seq_s() * math.ceil(seqs / cfg.shard.dp_attn)
+
+
+def decode_host_s(cfg: ReplicaConfig, batch: int) -> float:
+    """Mean host seconds of one decode iteration of ``batch`` sequences (:func:`iteration_host_s` averaged
+    over a multi-step group), for estimates that do not step the engine."""
+    per_call = iteration_host_s(cfg, batch, True) - iteration_overhead_s()
+    return iteration_overhead_s() + per_call / cfg.num_scheduler_steps
+
+
 def iteration_work(shape: ShardShape, computed: np.ndarray, length: np.ndarray,
                    new: np.ndarray) -> tuple[tuple[Work, ...], int, int]:
     """Per-shard work of one iteration over slots with ``computed`` of ``length`` tokens and ``new`` to run;
@@ -150,7 +179,7 @@ def queue_wait_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, queued_promp
         prefill_s = (per_chunk + iteration_overhead_s()) * queued_prompt / chunk
     batch = min(cfg.max_batch, n)
     step_s = works_time_s(chip, batch_work(
-        shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch)) + iteration_overhead_s()
+        shape, decode_seqs=batch, decode_kv_tokens=batch * ctx, logits=batch)) + decode_host_s(cfg, batch)
     waves = math.ceil(n / cfg.max_batch)
     return max(1e-3, prefill_s + waves * (out / n) * step_s)
 
@@ -169,6 +198,6 @@ def _queue_wait_general_s(chip: Chip, shape: ShardShape, cfg: ReplicaConfig, que
     batch = min(cfg.max_batch, n)
     w = shape.moe.batch_work(tokens=batch, pre_c=none, pre_n=none,
                              dec_c=np.full(batch, max(0, round(ctx)), dtype=np.int64), logits=batch)
-    step_s = works_time_s(chip, w) + moe_comm_s(chip, shape, batch) + iteration_overhead_s()
+    step_s = works_time_s(chip, w) + moe_comm_s(chip, shape, batch) + decode_host_s(cfg, batch)
     waves = math.ceil(n / cfg.max_batch)
     return max(1e-3, prefill_s + waves * (out / n) * step_s)

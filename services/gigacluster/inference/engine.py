@@ -1,31 +1,30 @@
 """A replica engine: continuous batching over a paged KV cache, as vLLM schedules it.
 
-One :class:`ReplicaEngine` is one model replica (``tp`` chips). It is driven from outside, in real
-time by the router service or in virtual time by :mod:`.sim`:
+One :class:`ReplicaEngine` is one model replica (``tp`` chips), driven from outside, in real time by the router
+service or in virtual time by :mod:`.sim`:
 
 1. :meth:`ReplicaEngine.admit` queues a :class:`Request` (bounded; may raise ``AdmissionError``);
 2. :meth:`ReplicaEngine.next_iteration` picks the next batch and returns an :class:`Iteration`
    whose ``work`` (per shard) the caller runs, e.g. on the chip services, for ``predicted_s``;
 3. :meth:`ReplicaEngine.complete` applies it and returns the tokens it produced.
 
-Scheduling follows vLLM. Without chunked prefill (vLLM v0), a waiting request is started as soon as
-a batch slot and KV blocks for its whole prompt are free, and prefill iterations take priority
-over decode. With chunked prefill (Sarathi / vLLM v1), every iteration has a token budget of
-``max_prefill_tokens``: running decodes first (one token each), then the next chunks of prompts,
-then new prompts, each holding KV blocks for its scheduled tokens only (v1 has no watermark and
-admits nobody in a step that preempted). A decode or chunk that needs a KV block when none is free
-preempts the lowest-priority, most recently started sequence, which gives up its blocks and is
-recomputed later (vLLM's recompute mode): a request preempted before its first token waits again.
-Prefix caching: full prompt blocks are hashed (chained, salted by tenant) and reused while cached.
-``num_scheduler_steps`` > 1 is v0's multi-step scheduling (:mod:`.multistep`).
+Scheduling follows vLLM. Without chunked prefill (vLLM v0), a waiting request is started as soon as a batch slot and
+KV blocks for its whole prompt are free, and prefill iterations take priority over decode. With chunked prefill
+(Sarathi / vLLM v1), every iteration has a token budget of ``max_prefill_tokens``: running decodes first (one token
+each), then the next chunks of prompts, then new prompts, each holding KV blocks for its scheduled tokens only (v1 has
+no watermark and admits nobody in a step that preempted). A decode or chunk that needs a KV block when none is free
+preempts the lowest-priority, most recently started sequence, which gives up its blocks and is recomputed later
+(vLLM's recompute mode): a request preempted before its first token waits again. Prefix caching: full prompt blocks
+are hashed (chained, salted by tenant) and reused while cached. ``num_scheduler_steps`` > 1 is v0's multi-step
+scheduling, ``async_output`` v0.6's output lag (:mod:`.multistep`).
 
-Disaggregated serving (NVIDIA Dynamo, vLLM's disaggregated prefill) splits the two phases across
-replicas by ``ReplicaConfig.role``: a ``prefill`` engine computes the prompt and samples the first
-token, then finishes the request with ``finish_reason="prefilled"`` and HOLDS its KV blocks until
-the caller has sent them elsewhere (:meth:`ReplicaEngine.release_kv`); a ``decode`` engine takes
-requests that carry a :class:`Handoff` (their KV cache and first token arrived from a prefill
-replica) and only decodes them. A preempted handed-off sequence is recomputed locally. The request
-types live in :mod:`.request`, the configuration in :mod:`.config`, the waiting queue in :mod:`.waiting`.
+Disaggregated serving (NVIDIA Dynamo, vLLM's disaggregated prefill) splits the two phases across replicas by
+``ReplicaConfig.role``: a ``prefill`` engine computes the prompt and samples the first token, then finishes the request
+with ``finish_reason="prefilled"`` and HOLDS its KV blocks until the caller has sent them elsewhere
+(:meth:`ReplicaEngine.release_kv`); a ``decode`` engine takes requests that carry a :class:`Handoff` (their KV cache
+and first token arrived from a prefill replica) and only decodes them. A preempted handed-off sequence is recomputed
+locally. The request types live in :mod:`.request`, the configuration in :mod:`.config`, the waiting queue in
+:mod:`.waiting`.
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ class ReplicaEngine:
         self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
         self._preemptions = self._rejected = self._shed_count = self._finished = 0
         self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
-        self._groups = StepGroups(cfg.num_scheduler_steps)
+        self._groups = StepGroups(cfg.num_scheduler_steps, lag=cfg.async_output)
 
     # ----------------------------------------------------------------------------- admission
     def admit(self, req: Request, now_s: float) -> None:
@@ -199,7 +198,7 @@ class ReplicaEngine:
             return None
         slots = np.fromiter(sched.keys(), dtype=np.int64, count=len(sched))
         new = np.fromiter(sched.values(), dtype=np.int64, count=len(sched))
-        it = self._build(now_s, slots, new)
+        it = self._build(now_s, slots, new, scheduler_call=self._groups.at_boundary)
         self._groups.scheduled(decode_only=it.prefill_tokens == 0)
         self._inflight = it
         return it
@@ -367,12 +366,12 @@ class ReplicaEngine:
         self._private[slot] = 0
         self._free_slots.append(slot)
 
-    def _build(self, now_s: float, slots: np.ndarray, new: np.ndarray) -> Iteration:
+    def _build(self, now_s: float, slots: np.ndarray, new: np.ndarray, *, scheduler_call: bool = True) -> Iteration:
         c = self._computed[slots]
         work, prefill_tokens, decode_seqs = iteration_work(self._shape, c, self._length[slots], new)
         compute_s, comm_s, ar = iteration_time_s(self._chip, self._shape, self.cfg.tp, work,
                                                  prefill_tokens + decode_seqs)
-        self._iter_seq, host_s = self._iter_seq + 1, cost.iteration_overhead_s()
+        self._iter_seq, host_s = self._iter_seq + 1, cost.iteration_host_s(self.cfg, slots.size, scheduler_call)
         ids = tuple(self._seqs[s].req.id for s in slots.tolist())  # type: ignore[union-attr]
         return Iteration(
             seq=self._iter_seq, start_s=now_s, work=work, predicted_s=compute_s + comm_s + host_s,
@@ -410,8 +409,9 @@ class ReplicaEngine:
         self._computed[slots] += new
         emit = slots[self._computed[slots] == self._length[slots]]
         if emit.size == 0:
+            done = self._groups.close(end_s, idle=not self._active.any(), queued=self._queue.count)
             return CompletionBatch(end_s, (), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool),
-                                   np.empty(0), tuple(self._groups.close(end_s, idle=not self._active.any())))
+                                   np.empty(0), tuple(done))
         idx = self._gen[emit].copy()
         toks = token_ids(self._seed[emit], idx, low=FIRST_WORD_TOKEN, high=self._tok_high)
         itl = np.where(idx > 0, end_s - self._last_tok[emit], np.nan)
@@ -427,7 +427,7 @@ class ReplicaEngine:
             assert seq is not None
             ids.append(seq.req.id)
             if idx[k] == 0:
-                seq.first_tok_s = end_s
+                self._groups.first_token(seq, end_s)
             if not seq.registered:
                 # The prompt is now computed: its full blocks become reusable prefix-cache entries.
                 assert seq.hashes is not None
@@ -444,8 +444,8 @@ class ReplicaEngine:
                 del self._by_id[seq.req.id]
                 self._finished += 1
                 self._groups.finish(seq, "prefilled" if handoff else "stop" if eos_hit[k] else "length")
-        summaries = self._groups.close(end_s, idle=not self._active.any())
-        return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(summaries))
+        done = self._groups.close(end_s, idle=not self._active.any(), queued=self._queue.count)
+        return CompletionBatch(end_s, tuple(ids), idx, toks, finished, itl, tuple(done))
 
     # ----------------------------------------------------------------------------- control
     def release_kv(self, request_id: str) -> bool:
