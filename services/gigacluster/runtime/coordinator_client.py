@@ -30,6 +30,11 @@ from gigacluster.runtime.clock import EventClock
 log = structlog.get_logger()
 
 SETTLE_YIELDS = 8  # loop passes with no activity before a process calls itself settled
+# Wall seconds a process stays at rest before it reports dormant: a process that serves calls every few
+# milliseconds (a job's chips and fabric stepping one step at a time) would pay a wake round trip per call;
+# one with nothing to do (a shard no job runs on) goes dormant after this and stays so. Speed only: the
+# rule is safe at any value.
+DORMANT_AFTER_S = 0.5
 RECONNECT_MAX_S = 1.0
 
 
@@ -45,6 +50,9 @@ class ClockAgent:
         self.dormancy = dormancy
         self._wake_seq = 0
         self._waking: asyncio.Future[None] | None = None
+        self._rest_since: float | None = None  # loop time since which the process has been at rest
+        self._rest_activity = -1  # its activity counter then (any activity since starts the rest again)
+        self._rest_timer: asyncio.TimerHandle | None = None
         self.metadata = call_metadata(api_key=service_key)
         self.endpoint = endpoint
         self.process = f"{service}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -174,12 +182,29 @@ class ClockAgent:
             if self.clock.activity == before:
                 return
 
+    def _rested(self) -> bool:
+        """Whether the process has been at rest, with no activity at all, for DORMANT_AFTER_S wall seconds; if
+        not yet, a report is due when it will have been (a timer sets the dirty flag)."""
+        loop = asyncio.get_running_loop()
+        if self._rest_since is None or self.clock.activity != self._rest_activity:
+            self._rest_since, self._rest_activity = loop.time(), self.clock.activity
+        left = self._rest_since + DORMANT_AFTER_S - loop.time()
+        if left <= 0:
+            return True
+        if self._rest_timer is None or self._rest_timer.cancelled():
+            self._rest_timer = loop.call_later(left, self._rest_due)
+        return False
+
+    def _rest_due(self) -> None:
+        self._rest_timer = None
+        self._dirty.set()
+
     def _report(self, rnd: int) -> clock_pb2.SyncRequest:
         c = self.clock
         nxt = c.next_wake_s()
         # A pending wake goes with every report until it is acknowledged (each report with it is).
         wake = self._wake_seq if self._waking is not None else 0
-        dormant = self.dormancy and self._waking is None and c.at_rest
+        dormant = self.dormancy and self._waking is None and c.at_rest and self._rested()
         return clock_pb2.SyncRequest(process=self.process, round=rnd, idle=c.holds == 0, next_wake_s=nxt,
                                      dormant=dormant, wake=wake,
                                      calls_out=max(c.calls_out, 0), calls_in=max(c.calls_in, 0),
