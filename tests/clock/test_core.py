@@ -342,3 +342,26 @@ async def test_a_dormant_clock_waits_for_its_wake_before_a_call_runs() -> None:
     assert ck.at_rest
     ck.external += 1
     assert not ck.at_rest
+
+
+async def test_a_process_reports_dormant_only_after_resting_without_activity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent says dormant only once the process has been at rest, with no activity, for DORMANT_AFTER_S (a
+    process called every few ms stays in the rounds); any activity starts the rest again; a process that may not
+    go dormant (it serves HTTP) never says so."""
+    from gigacluster.runtime import coordinator_client as cc
+
+    monkeypatch.setattr(cc, "DORMANT_AFTER_S", 0.05)
+    ck = EventClock()
+    agent = cc.ClockAgent(ck, "127.0.0.1:1", "chip", connect_timeout_s=1, dormancy=True)
+    assert not agent._report(0).dormant
+    await asyncio.sleep(0.06)
+    assert agent._report(0).dormant
+    ck.bump()
+    assert not agent._report(0).dormant
+    ck.calls_in = 1  # serving a call: never at rest
+    await asyncio.sleep(0.06)
+    assert not agent._report(0).dormant
+    http = cc.ClockAgent(EventClock(), "127.0.0.1:1", "router", connect_timeout_s=1, dormancy=False)
+    http._report(0)
+    await asyncio.sleep(0.06)
+    assert not http._report(0).dormant
