@@ -22,14 +22,10 @@ import pytest
 import pytest_asyncio
 
 from gigacluster.client import DEFAULT_PORTS, Client
-from gigacluster.stack import Stack, StackConfig, free_port
+from gigacluster.stack import Stack, StackConfig
+from gigacluster.stack import free_port as _free_port
 
 TEST_SPEEDUP = 10.0
-
-
-def _free_port() -> int:
-    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
-    return free_port()
 
 
 def required_exe(name: str, package: str, *, fallback: str | None = None) -> str:

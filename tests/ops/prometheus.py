@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from gigacluster.stack import free_port
+from gigacluster.stack import free_port as _free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"
@@ -56,11 +56,6 @@ def local_config(metrics_ports: Mapping[str, int], *, base: dict[str, Any] | Non
         cfg["global"]["scrape_interval"] = scrape_interval
         cfg["global"]["evaluation_interval"] = scrape_interval
     return dict(cfg)
-
-
-def _free_port() -> int:
-    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
-    return free_port()
 
 
 class PrometheusApi:

@@ -28,17 +28,12 @@ import pytest_asyncio
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.cli.health import SERVING, check
 from gigacluster.runtime.auth import call_metadata
-from gigacluster.stack import free_port
+from gigacluster.stack import free_port as _free_port
 from tests.conftest import mosquitto_exe
 from tests.ops.compose import DEPLOY, ServiceRun, service_runs
 
 pytestmark = pytest.mark.integration
 ORDER = ("chip", "fabric", "broker", "scheduler", "router")
-
-
-def _free_port() -> int:
-    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
-    return free_port()
 
 
 def _listening(port: int) -> bool:

@@ -22,7 +22,7 @@ from gigacluster.security.mqtt_auth import (
     render_password_file,
     verify_mosquitto_hash,
 )
-from gigacluster.stack import free_port
+from gigacluster.stack import free_port as _free_port
 from tests.security_unit.mqtt_probe import topics_received
 
 ACL = TelemetryAcl.of("gc1", ["acme", "beta"])
@@ -112,11 +112,6 @@ def test_credentials_keep_existing_passwords() -> None:
     old = ACL.credentials()
     new = TelemetryAcl.of("gc1", ["acme", "beta", "gamma"]).credentials(old)
     assert {u: new[u] for u in old} == old and len(new["tenant-gamma"]) == 32
-
-
-def _free_port() -> int:
-    """A free loopback port outside the ephemeral range (see :func:`gigacluster.stack.free_port`)."""
-    return free_port()
 
 
 @pytest.mark.integration

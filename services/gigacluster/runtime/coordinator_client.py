@@ -95,6 +95,9 @@ class ClockAgent:
             self.clock.bump()  # the woken calls run within the next settle, before any report
 
     async def close(self) -> None:
+        if self._rest_timer is not None:
+            self._rest_timer.cancel()
+            self._rest_timer = None
         self._woken()
         self.clock.on_change = None
         self.clock.on_awaken = None
@@ -191,7 +194,7 @@ class ClockAgent:
         left = self._rest_since + DORMANT_AFTER_S - loop.time()
         if left <= 0:
             return True
-        if self._rest_timer is None or self._rest_timer.cancelled():
+        if self._rest_timer is None:
             self._rest_timer = loop.call_later(left, self._rest_due)
         return False
 
