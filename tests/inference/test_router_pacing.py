@@ -186,3 +186,61 @@ def test_a_body_with_few_brackets_skips_the_depth_scan_and_a_deep_one_is_refused
     assert parse_json_body(b'{"prompt": [1, 2, 3], "s": "[[[[["}', 2)["s"] == "[[[[["  # scanned: strings skipped
     with pytest.raises(InvalidArgument):
         parse_json_body(b'{"a": [[[1]]]}', 3)
+
+
+async def test_on_the_event_clock_the_first_message_is_its_first_time_and_later_ones_take_all() -> None:
+    """A stamped pacer (the event clock) sends the first virtual time's tokens alone (TTFT as any client reads
+    it), then everything pending in one message however many virtual times it spans."""
+    clock = VirtualClock.starting_now()
+    box = TokenBox(Pacer(clock, lambda: 1, stamped=True))
+    for i, t in enumerate((1.0, 1.0, 1.01, 1.02, 1.03)):
+        box.put_nowait(_tok(i, t))
+    first = await box.take()
+    assert [e.index for e in first] == [0, 1]
+    rest = await box.take()
+    assert [e.time_s for e in rest] == [1.01, 1.02, 1.03] and box.empty()
+
+
+def test_a_chunk_of_several_times_carries_each_tokens_time_to_grpc_and_http() -> None:
+    """Generation.take stamps each token when a message's tokens differ in time; the GenerateResponse and the
+    HTTP chunk carry the stamps, and a chunk rebuilt from the response (a front end's) keeps them."""
+    from types import SimpleNamespace
+
+    from gigacluster.router.generation import Generation
+    from gigacluster.router.http import _Format
+    from gigacluster.router.messages import chunk_of, generate_response
+
+    gen = Generation.__new__(Generation)
+    gen.stream = SimpleNamespace(owner=SimpleNamespace(index=2), prefill_replica=-1, kv_transfer_bytes=0.0)  # type: ignore[assignment]
+    gen.dep = SimpleNamespace(name="deployments/d")  # type: ignore[assignment]
+    gen.tok = SimpleNamespace(decode=lambda ids: "x" * len(ids))  # type: ignore[assignment]
+    gen.request_id, gen.stop_chars, gen._chars, gen.generated, gen.done = "r", None, 0, 0, False
+    one = gen.take([_tok(0, 0.5), _tok(1, 0.5)])
+    assert one.token_times_s == () and generate_response(one).token_times_s == []
+    many = gen.take([_tok(2, 0.51), _tok(3, 0.52), _tok(4, 0.53)])
+    assert many.time_s == 0.53 and many.token_times_s == (0.51, 0.52, 0.53)
+    resp = generate_response(many)
+    assert list(resp.token_times_s) == [0.51, 0.52, 0.53]
+    assert chunk_of(resp).token_times_s == (0.51, 0.52, 0.53)
+    fmt = _Format("text_completion", SimpleNamespace(request_id="r", generated=5, prompt_tokens=7), "m")  # type: ignore[arg-type]
+    assert b'"token_times_s":[0.51,0.52,0.53]' in fmt.chunk_sse(many)
+    assert b"token_times_s" not in fmt.chunk_sse(one)
+
+
+async def test_the_load_client_reads_each_tokens_stamp_as_if_it_came_alone() -> None:
+    """A message whose tokens carry their own virtual times gives the load client the TTFT and inter-token gaps
+    of one message per distinct time (as the event clock sent them before), and counts as one message."""
+    from gigacluster.loadtest.drivers import Result, Timebase, _Tokens
+
+    tb = Timebase(clock=VirtualClock.starting_now())  # type: ignore[arg-type]  # any clock: seen() reads the stamp
+    alone, together = Result(0, 0.0), Result(0, 0.0)
+    a, b = _Tokens(alone, 0.2, tb), _Tokens(together, 0.2, tb)
+    for n, t in ((1, 0.5), (1, 0.51), (2, 0.53), (1, 0.56)):
+        a.chunk(n, t)
+    b.chunk(1, 0.5)
+    b.chunk(4, 0.56, [0.51, 0.53, 0.53, 0.56])
+    assert together.ttft_s == alone.ttft_s == pytest.approx(0.3)
+    assert together.virtual_itl_s == pytest.approx(alone.virtual_itl_s)
+    assert together.virtual_itl_s == pytest.approx([0.01, 0.01, 0.01, 0.03])
+    assert together.itl_s == pytest.approx(alone.itl_s)
+    assert (together.tokens, together.chunks, alone.chunks) == (5, 2, 4)

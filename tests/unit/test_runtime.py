@@ -103,3 +103,25 @@ def test_work_items_round_trip_through_the_proto() -> None:
 
     ws = [Work(1e12, 2e9, "fp8", "matmul", 3, (128, 4096, 4096), graph=True), Work(0.0, 1e9, "bf16", "memory")]
     assert chip_wire.works(chip_wire.work_msgs(ws)) == ws
+
+
+def test_decoded_work_items_are_kept_by_their_bytes_and_invalid_ones_never() -> None:
+    """The chip decodes an item it has seen before from its bytes (the same Work value); an invalid item is
+    refused with its position every time, however often it comes, and never enters the cache."""
+    from gigacluster.chip.v1 import chip_pb2
+    from gigacluster.errors import InvalidArgument
+    from gigacluster.model.roofline import Work
+    from gigacluster.wire import chip as chip_wire
+
+    w = Work(3e12, 1e9, "bf16", "matmul", 1, (64, 8192, 8192))
+    msgs = chip_wire.work_msgs([w, w])
+    assert msgs[0] is msgs[1]  # one message per Work, copied into each request
+    req = chip_pb2.WorkIteration(items=msgs)
+    first, again = chip_wire.works(req.items), chip_wire.works(req.items)
+    assert first == [w, w] and again[0] is first[0]
+    bad = chip_pb2.WorkItem(kind="matmul", flops=-1.0)
+    before = len(chip_wire._WORKS)
+    for _ in range(2):
+        with pytest.raises(InvalidArgument, match=r"items\[1\]\.flops"):
+            chip_wire.works([req.items[0], bad])
+    assert len(chip_wire._WORKS) == before

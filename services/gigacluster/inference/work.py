@@ -31,6 +31,11 @@ BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp8
 ACT_BYTES: dict[str, float] = {p: (4.0 if p in ("fp32", "tf32") else 2.0) for p in BYTES_PER_PARAM}
 
 
+# A batch's GEMMs, elementwise item and logits GEMM (None without logits): batch_work's items that do not
+# depend on the context.
+FixedItems = tuple[tuple[Work, ...], Work, "Work | None"]
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardShape:
     """Per-shard sizes of a model split ``tp`` ways (Megatron-style: heads and FFN columns split).
@@ -55,6 +60,12 @@ class ShardShape:
     @functools.cached_property
     def moe(self) -> MoeShard:
         return MoeShard(self.arch, self.tp, self.ep, self.precision, self.moe_overlap)
+
+    @functools.cached_property
+    def fixed_items(self) -> dict[tuple[int, bool, int], FixedItems]:
+        """:func:`batch_work`'s items that do not depend on the context (GEMMs, elementwise, logits) by
+        (tokens, graph, logits): a replica forms the same few batches again and again."""
+        return {}
 
     @property
     def chips(self) -> int:
@@ -173,30 +184,20 @@ def batch_work(
     ``*_kv_tokens`` the context tokens whose K and V are read; ``logits`` counts the sequences that
     sample a token. Returns an empty tuple for an empty batch.
     """
-    arch, prec = shape.arch, shape.precision
+    arch = shape.arch
     tokens = prefill_tokens + decode_seqs
     if tokens <= 0:
         return ()
-    bpp, act = BYTES_PER_PARAM[prec], ACT_BYTES[prec]
-    h, ffn, layers = arch.hidden, shape.ffn, arch.layers
-    items: list[Work] = []
     # vLLM replays decode-only batches from captured CUDA graphs (prefill runs eagerly).
     graph = prefill_tokens == 0
-    # The layer's four GEMMs with their true (m, n, k): QKV, attention output, gate+up, down.
-    m = tokens
-    for n_out, k_in in shape.gemms:
-        items.append(
-            Work(
-                flops=2.0 * m * n_out * k_in,
-                bytes_=n_out * k_in * bpp + m * (n_out + k_in) * act,
-                precision=prec,
-            graph=graph,
-                kind="matmul",
-                count=layers,
-                shape=(m, n_out, k_in),
-            )
-        )
-    kv_layer = shape.kv_bytes_per_token_layer
+    cache = shape.fixed_items
+    fixed = cache.get((tokens, graph, logits))
+    if fixed is None:
+        if len(cache) >= FIXED_ITEMS_MAX:
+            cache.clear()
+        fixed = cache[(tokens, graph, logits)] = _fixed_items(shape, tokens, graph, logits)
+    gemms, elementwise, head = fixed
+    items = list(gemms)
     if prefill_tokens:
         items.append(_attention(shape, graph, pairs=prefill_pairs, kv_tokens=prefill_kv_tokens,
                                 q_tokens=prefill_tokens, seqs=prefill_seqs, rows=prefill_tokens))
@@ -204,31 +205,38 @@ def batch_work(
         # Decode kernels (FlashDecoding) pack the query heads sharing a KV head into one tile.
         items.append(_attention(shape, graph, pairs=decode_kv_tokens, kv_tokens=decode_kv_tokens,
                                 q_tokens=decode_seqs, seqs=decode_seqs, rows=arch.heads // arch.kv_heads))
-    # Norms, rotary embedding, residual adds, activation function, and writing the new K and V.
-    items.append(
-        Work(
-            flops=tokens * (10.0 * h + 4.0 * ffn),
-            bytes_=tokens * ((8.0 * h + 3.0 * ffn) * act + kv_layer),
-            precision=prec,
-            graph=graph,
-            kind="elementwise",
-            count=layers,
-        )
+    items.append(elementwise)
+    if head is not None:
+        items.append(head)
+    return tuple(items)
+
+
+FIXED_ITEMS_MAX = 4096  # (tokens, graph, logits) kept per shape
+
+
+def _fixed_items(shape: ShardShape, tokens: int, graph: bool, logits: int) -> FixedItems:
+    """The GEMMs, the elementwise item and the logits GEMM (None without logits) of a batch of ``tokens``."""
+    arch, prec = shape.arch, shape.precision
+    bpp, act = BYTES_PER_PARAM[prec], ACT_BYTES[prec]
+    h, ffn, layers = arch.hidden, shape.ffn, arch.layers
+    # The layer's four GEMMs with their true (m, n, k): QKV, attention output, gate+up, down.
+    m = tokens
+    gemms = tuple(
+        Work(flops=2.0 * m * n_out * k_in, bytes_=n_out * k_in * bpp + m * (n_out + k_in) * act, precision=prec,
+             graph=graph, kind="matmul", count=layers, shape=(m, n_out, k_in))
+        for n_out, k_in in shape.gemms
     )
+    # Norms, rotary embedding, residual adds, activation function, and writing the new K and V.
+    elementwise = Work(flops=tokens * (10.0 * h + 4.0 * ffn),
+                       bytes_=tokens * ((8.0 * h + 3.0 * ffn) * act + shape.kv_bytes_per_token_layer),
+                       precision=prec, graph=graph, kind="elementwise", count=layers)
+    head = None
     if logits:
         vocab_s = arch.vocab / shape.tp
-        items.append(
-            Work(
-                flops=2.0 * logits * shape.head_params,
-                bytes_=shape.head_params * bpp + logits * (h * act + vocab_s * 4.0),
-                precision=prec,
-            graph=graph,
-                kind="matmul",
-                count=1,
-                shape=(logits, int(vocab_s), h),
-            )
-        )
-    return tuple(items)
+        head = Work(flops=2.0 * logits * shape.head_params,
+                    bytes_=shape.head_params * bpp + logits * (h * act + vocab_s * 4.0),
+                    precision=prec, graph=graph, kind="matmul", count=1, shape=(logits, int(vocab_s), h))
+    return gemms, elementwise, head
 
 
 def allreduce_bytes(shape: ShardShape, tokens: int) -> float:

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -93,10 +93,26 @@ class _Tokens:
     def __init__(self, result: Result, intended: float, tb: Timebase) -> None:
         self.r, self.t0, self.tb, self.last, self.last_produced = result, intended, tb, math.nan, math.nan
 
-    def chunk(self, n_tokens: int, produced_s: float = 0.0) -> None:
-        now = self.tb.seen(produced_s)
+    def chunk(self, n_tokens: int, produced_s: float = 0.0, token_times_s: Sequence[float] = ()) -> None:
+        """A stream message of ``n_tokens`` tokens, the last produced at ``produced_s`` (virtual; 0: unknown) or,
+        when the router stamps each (``token_times_s``, the event clock), each token at its own time: the
+        same figures as one message per distinct time."""
         if n_tokens <= 0:
             return
+        if len(token_times_s) == n_tokens and n_tokens > 1:
+            i = 0
+            while i < n_tokens:
+                j = i + 1
+                while j < n_tokens and token_times_s[j] == token_times_s[i]:
+                    j += 1
+                self._tokens(j - i, float(token_times_s[i]))
+                i = j
+        else:
+            self._tokens(n_tokens, produced_s)
+        self.r.chunks += 1
+
+    def _tokens(self, n_tokens: int, produced_s: float) -> None:
+        now = self.tb.seen(produced_s)
         if produced_s > 0:
             gap = 0.0 if math.isnan(self.last_produced) else (produced_s - self.last_produced) / n_tokens
             self.r.virtual_itl_s.extend([gap] * (n_tokens - 1 if math.isnan(self.last_produced) else n_tokens))
@@ -109,7 +125,6 @@ class _Tokens:
             self.r.itl_s.extend([(now - self.last) / n_tokens] * n_tokens)
         self.last = now
         self.r.tokens += n_tokens
-        self.r.chunks += 1
 
     def done(self) -> None:
         self.r.e2e_s = (self.last if self.tb.virtual and not math.isnan(self.last) else self.tb.now()) - self.t0
@@ -122,7 +137,7 @@ async def generate(client: Client, result: Result, intended: float, *, model: st
     tok = _Tokens(result, intended, tb)
     try:
         async for chunk in client.generate(model, prompt, max_tokens=max_tokens, priority=priority):
-            tok.chunk(len(chunk.token_ids), chunk.time_s)
+            tok.chunk(len(chunk.token_ids), chunk.time_s, chunk.token_times_s)
             if chunk.HasField("usage") and chunk.usage.ttft_s > 0:
                 result.virtual_ttft_s = chunk.usage.ttft_s
                 result.virtual_e2e_s = chunk.usage.e2e_s
@@ -171,7 +186,8 @@ async def _sse(session: aiohttp.ClientSession, base_url: str, body: dict[str, An
             if event.get("choices"):
                 # One event per chunk of the router's stream, with the number of tokens it holds (the usage
                 # event corrects the total for a server that does not say).
-                tok.chunk(int(extra.get("tokens", 1)), float(extra.get("time_s") or 0.0))
+                tok.chunk(int(extra.get("tokens", 1)), float(extra.get("time_s") or 0.0),
+                          [float(t) for t in extra.get("token_times_s") or ()])
             usage = event.get("usage") or {}
             if usage.get("completion_tokens"):
                 result.tokens = int(usage["completion_tokens"])

@@ -37,6 +37,8 @@ class Chunk:
     summary: RequestSummary | None = None
     prefill_replica: str = ""
     kv_transfer_bytes: float = 0.0
+    # Each token's virtual time when they differ (the event clock's later messages); empty: all at time_s.
+    token_times_s: tuple[float, ...] = ()
 
 
 class Generation:
@@ -87,6 +89,7 @@ class Generation:
         done = self.done = last.finished
         ids = [t.token_id for t in toks]
         text = self.tok.decode(ids)
+        times = tuple(t.time_s for t in toks) if toks[0].time_s != last.time_s else ()
         if self.stop_chars is not None:
             text = text[: max(0, self.stop_chars - self._chars)]
         self._chars += len(text)
@@ -97,7 +100,7 @@ class Generation:
             finish_reason=(last.finish_reason or "length") if done else "",
             summary=last.summary if done else None,
             prefill_replica=f"{dep.name}/replicas/{st.prefill_replica}" if st.prefill_replica >= 0 else "",
-            kv_transfer_bytes=st.kv_transfer_bytes)
+            kv_transfer_bytes=st.kv_transfer_bytes, token_times_s=times)
 
     def close(self) -> None:
         """Drop the request if it has not finished (the client went away)."""
@@ -118,7 +121,7 @@ class Admission:
         self.pacer = Pacer(clock, lambda: self.overload.open,
                            0.0 if isinstance(clock, EventClock) else config.stream_messages_per_s,
                            config.stream_max_hold_s, config.coalesce_lag_s, config.coalesce_hold_s,
-                           one_time=isinstance(clock, EventClock))
+                           stamped=isinstance(clock, EventClock))
         self.clock = clock
         self.find = find
         self._tokenizers: dict[int, Tokenizer] = {}

@@ -353,6 +353,8 @@ class _Format:
     def extra(self, c: Chunk) -> dict[str, Any]:
         s = c.summary
         out: dict[str, Any] = {"replica": c.replica, "time_s": c.time_s}
+        if c.token_times_s:
+            out["token_times_s"] = list(c.token_times_s)
         if s is not None:
             out.update(ttft_s=s.ttft_s, queue_s=s.queue_s, e2e_s=s.e2e_s, tpot_s=s.tpot_s,
                        kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
@@ -382,7 +384,8 @@ class _Format:
     def chunk_sse(self, c: Chunk) -> bytes:
         """``sse(chunk(c))``; a chunk that is not the last (no usage, no finish) from a pre-rendered head and
         tail around its text, replica, time and token count: the same bytes without building the object."""
-        if c.summary is not None or c.finish_reason or self.continuous or not math.isfinite(c.time_s):
+        if (c.summary is not None or c.finish_reason or self.continuous or c.token_times_s
+                or not math.isfinite(c.time_s)):
             return self.sse(self.chunk(c))
         if self._pre is None:
             obj = "chat.completion.chunk" if self.kind == "chat.completion" else "text_completion"

@@ -149,7 +149,7 @@ def generate_response(c: Chunk) -> router_pb2.GenerateResponse:
     """One chunk of tokens as a GenerateResponse, with the request's usage on the last."""
     resp = router_pb2.GenerateResponse(request_id=c.request_id, index=c.index, token_ids=c.token_ids,
                                        text=c.text, time_s=c.time_s, replica=c.replica,
-                                       finish_reason=c.finish_reason)
+                                       finish_reason=c.finish_reason, token_times_s=c.token_times_s)
     s = c.summary
     if s is not None:
         resp.usage.CopyFrom(router_pb2.GenerateUsage(
@@ -204,7 +204,8 @@ def chunk_of(r: router_pb2.GenerateResponse) -> Chunk:
             finish_reason=r.finish_reason, kv_transfer_s=u.kv_transfer_s, energy_j=u.energy_j)
     return Chunk(request_id=r.request_id, index=r.index, token_ids=list(r.token_ids), text=r.text, time_s=r.time_s,
                  replica=r.replica, finish_reason=r.finish_reason, summary=summary,
-                 prefill_replica=r.usage.prefill_replica, kv_transfer_bytes=r.usage.kv_transfer_bytes)
+                 prefill_replica=r.usage.prefill_replica, kv_transfer_bytes=r.usage.kv_transfer_bytes,
+                 token_times_s=tuple(r.token_times_s))
 
 
 def generate_request(model: str, text: str | None, token_ids: Sequence[int] | None, request_id: str,

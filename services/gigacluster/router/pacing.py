@@ -15,7 +15,11 @@ So a router serving few streams sends every token as its own message (exact inte
 one serving many sends each stream fewer, fuller messages, spending a bounded number of writes a
 second instead of falling behind. The tokens keep their virtual times (a chunk says when its last
 was produced and how many it holds); time to first token and end-to-end latency are never
-delayed. On the event clock pacing is off (its tokens are stamped, not timed on the wire).
+delayed. On the event clock pacing is off (its tokens are stamped, not timed on the wire): a stream's
+first message holds the tokens of its first virtual time only (the first token, as every client reads
+TTFT), and each later one everything pending, each token with its own virtual time
+(``GenerateResponse.token_times_s``). A replica running ahead of the clock produces many iterations'
+tokens at once, and one message each cost the router and its client a write and a read per token.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ class Pacer:
     # TokenEvents and exceptions; a front end's are the core's LinkEvents.
     final: Callable[[Any], bool] = lambda ev: isinstance(ev, Exception) or ev.finished
     time_of: Callable[[Any], float] = lambda ev: float(ev.time_s)
-    # Each message carries the tokens of one virtual time only (the event clock: a replica running ahead of the
-    # clock queues many iterations' tokens at once, and a message's time is its last token's).
-    one_time: bool = False
+    # The event clock: the first message carries the tokens of its first virtual time only (its time is the
+    # first token's, TTFT); later messages carry every pending token with its own time (a replica running
+    # ahead of the clock queues many iterations' tokens at once).
+    stamped: bool = False
 
     def hold_s(self, pending: Sequence[Any]) -> float:
         """Wall seconds the next message of a stream with ``pending`` events may wait after its last one
@@ -129,7 +134,8 @@ class TokenBox:
                     self._timer.cancel()
                     self._timer = None
         items, self.items = self.items, []
-        if self.pacer is not None and self.pacer.one_time and len(items) > 1 and not isinstance(items[0], Exception):
+        if (self.pacer is not None and self.pacer.stamped and not self.sent and len(items) > 1
+                and not isinstance(items[0], Exception)):
             t0, n = self.pacer.time_of(items[0]), 1
             while n < len(items) and not isinstance(items[n], Exception) and self.pacer.time_of(items[n]) == t0:
                 n += 1

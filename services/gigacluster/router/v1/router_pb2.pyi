@@ -195,7 +195,7 @@ class GenerateUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., queue_s: _Optional[float] = ..., ttft_s: _Optional[float] = ..., e2e_s: _Optional[float] = ..., energy_j: _Optional[float] = ..., kv_transfer_s: _Optional[float] = ..., kv_transfer_bytes: _Optional[float] = ..., prefill_replica: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "index", "token_ids", "text", "time_s", "finish_reason", "usage", "replica")
+    __slots__ = ("request_id", "index", "token_ids", "text", "time_s", "finish_reason", "usage", "replica", "token_times_s")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class GenerateResponse(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_TIMES_S_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -212,7 +213,8 @@ class GenerateResponse(_message.Message):
     finish_reason: str
     usage: GenerateUsage
     replica: str
-    def __init__(self, request_id: _Optional[str] = ..., index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., time_s: _Optional[float] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., replica: _Optional[str] = ...) -> None: ...
+    token_times_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, request_id: _Optional[str] = ..., index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., time_s: _Optional[float] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., replica: _Optional[str] = ..., token_times_s: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ("deployment",)
