@@ -103,6 +103,7 @@ class EfficiencyParams:
     fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
     paged_decode_call_s: float  # fixed time of one paged decode-attention call (0: the roofline alone)
     paged_decode_hbm_fraction: float  # share of HBM bandwidth its KV scan reaches beyond that
+    ranks_per_chip: int  # framework ranks one chip runs (Neuron on Trn1: one per NeuronCore-v2)
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
@@ -112,6 +113,8 @@ class EfficiencyParams:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
         if self.tile_m < 1 or self.tile_n < 1 or self.tile_k < 1 or self.compute_units < 1:
             raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
+        if self.ranks_per_chip < 1:
+            raise SpecError("efficiency.ranks_per_chip", f"must be >= 1, got {self.ranks_per_chip!r}")
         if not 0 <= self.overlap_compute_share < 1:
             raise SpecError("efficiency.overlap_compute_share",
                             f"must be in [0, 1), got {self.overlap_compute_share!r}")
@@ -136,7 +139,7 @@ def _efficiency_params(name: str) -> EfficiencyParams:
     if missing:
         raise SpecError("efficiency", f"catalog misses {sorted(missing)} for chip {name!r}")
     vals = {k: float(merged[k]) for k in fields}
-    for k in ("tile_m", "tile_n", "tile_k", "compute_units"):
+    for k in ("tile_m", "tile_n", "tile_k", "compute_units", "ranks_per_chip"):
         vals[k] = int(vals[k])
     return EfficiencyParams(**vals)  # type: ignore[arg-type]
 

@@ -14,9 +14,10 @@ all-gather with the first forward) and all-gather-based context parallelism (CP,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 
-from gigacluster.hw.catalog import get_chip, get_system
+from gigacluster.hw.catalog import Chip, _raw, get_chip, get_system
 from gigacluster.model import SpecError, moe
 from gigacluster.model.arch import ModelArch
 from gigacluster.model.attention import flash_core, materialized_works
@@ -55,6 +56,7 @@ class CollectiveDemand:
     count: int
     hidden_fraction: float = 0.0  # inline collectives: share hidden behind compute
     window: str = "inline"  # inline | grad (overlaps last backward) | param (overlaps first forward)
+    hbm_touches: float = 0.0  # mean HBM accesses per rank per chunk of a ring step (0: no HBM floor)
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.bytes_ < 0:
@@ -274,10 +276,16 @@ def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: fl
         # Without sequence parallelism (Megatron-LM 2021): 2 all-reduces forward, 2 backward, 2 more
         # under full recompute, each the bus volume of 2 all-gathers, and no re-gather in backward.
         per_layer = (4 + 6 if spec.sequence_parallel else 4 + 4) + (4 if spec.recompute == "full" else 0)
+        touch = ring_hbm_touches()
+        if spec.sequence_parallel:  # all-gathers: 2 forward, 4 backward, +2 full recompute; the rest reduce-scatters
+            n_ag = 6 + (2 if spec.recompute == "full" else 0)
+            touches = (n_ag * touch["all_gather"] + (per_layer - n_ag) * touch["reduce_scatter"]) / per_layer
+        else:  # each all-reduce (a reduce-scatter and an all-gather) counts as 2 all-gathers here
+            touches = (touch["all_gather"] + touch["reduce_scatter"]) / 2
         demands.append(
             CollectiveDemand(
                 "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), per_layer * L * m,
-                hidden_fraction=spec.tp_comm_overlap,
+                hidden_fraction=spec.tp_comm_overlap, hbm_touches=touches,
             )
         )
     if cp > 1:
@@ -466,12 +474,29 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
 
 
 def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str, float]:
-    """Total seconds per step of each collective demand under ``comm``."""
+    """Total seconds per step of each collective demand under ``comm``, each call at least the time its
+    ring chunks take through the chip's HBM (``hbm_touches`` per rank per chunk, for every rank the chip runs)."""
     chip = get_chip(spec.chip)
-    return {
-        d.name: d.count * comm.collective_time_s(chip, spec.system, d.op, d.bytes_, d.layout)
-        for d in plan.collectives
-    }
+    return {d.name: d.count * max(comm.collective_time_s(chip, spec.system, d.op, d.bytes_, d.layout),
+                                  _hbm_floor_s(chip, d))
+            for d in plan.collectives}
+
+
+def _hbm_floor_s(chip: Chip, d: CollectiveDemand) -> float:
+    """Seconds one call of ``d`` keeps the chip's HBM busy: a ring over ``size x ranks_per_chip`` ranks
+    moves ``(N-1)/N`` of the buffer through each rank, ``hbm_touches`` accesses per byte, and the chip's
+    ranks share its HBM (Neuron docs: large collectives are "HBM bandwidth bound or contended")."""
+    if d.hbm_touches <= 0:
+        return 0.0
+    p = EfficiencyParams.for_chip(chip)
+    n = d.layout.size * p.ranks_per_chip
+    return d.hbm_touches * p.ranks_per_chip * (n - 1) / n * d.bytes_ / (chip.hbm_Bps * p.hbm_peak_fraction)
+
+
+@functools.cache
+def ring_hbm_touches() -> dict[str, float]:
+    """HBM accesses per rank per chunk of a ring step by op (catalog ``efficiency.comm.ring_hbm_touches``)."""
+    return {k: float(v) for k, v in _raw()["efficiency"]["comm"]["ring_hbm_touches"].items()}
 
 
 def link_bytes(plan: StepPlan) -> tuple[float, float]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gigacluster.hw.catalog import Chip, get_chip
 from gigacluster.model import DoesNotFitError, moe
+from gigacluster.model.roofline import EfficiencyParams
 from gigacluster.model.train_spec import GRAD_DTYPES, TrainSpec
 
 # Memory the framework cannot give to tensors: CUDA/Neuron context, NCCL buffers, allocator
@@ -52,7 +53,9 @@ def _dims(spec: TrainSpec) -> tuple[int, int, int, int, int]:
     a = spec.arch
     t_mb = spec.microbatch_size * a.seq_len // spec.cp
     q_t = a.q_dim // spec.tp
-    kv_t = max(a.kv_dim // spec.tp, a.head_dim)  # KV heads replicate when kv_heads < tp
+    # KV heads replicate until every rank holds one (Megatron; NxD's kv_replicator): a chip running
+    # several ranks (Neuron on Trn1: one per NeuronCore) holds one KV head per rank.
+    kv_t = max(a.kv_dim // spec.tp, a.head_dim * EfficiencyParams.for_chip(spec.chip).ranks_per_chip)
     return t_mb, q_t, kv_t, a.ffn_hidden // spec.tp, a.head_dim
 
 
