@@ -6,7 +6,9 @@ model with the default ``library`` policy and adaptive routing). A row the model
 Nothing here is fitted per row: two constants are calibrated on one row each, the NVLS efficiency
 (row ``h100-nvls-8``, catalog ``efficiency.comm.nvls``) and A100's per-step latency (row ``a100-2-32b``,
 catalog ``efficiency.comm.chips.a100-40gb.step_latency_s``); the others are predictions. The per-call
-and per-step costs are otherwise NCCL's own tuning tables (catalog ``efficiency.comm.protocols``).
+and per-step costs are otherwise NCCL's own tuning tables (catalog ``efficiency.comm.protocols``), and
+Blackwell's NVLS efficiency is the Hopper one scaled by NCCL's own Blackwell / Hopper ratio (0.74 / 0.85,
+catalog ``efficiency.comm.nvls.chip_efficiency``), set on no row.
 """
 
 from __future__ import annotations
