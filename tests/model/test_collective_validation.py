@@ -6,7 +6,9 @@ model with the default ``library`` policy and adaptive routing). A row the model
 Nothing here is fitted per row: two constants are calibrated on one row each, the NVLS efficiency
 (row ``h100-nvls-8``, catalog ``efficiency.comm.nvls``) and A100's per-step latency (row ``a100-2-32b``,
 catalog ``efficiency.comm.chips.a100-40gb.step_latency_s``); the others are predictions. The per-call
-and per-step costs are otherwise NCCL's own tuning tables (catalog ``efficiency.comm.protocols``).
+and per-step costs are otherwise NCCL's own tuning tables (catalog ``efficiency.comm.protocols``), and
+Blackwell's NVLS efficiency is the Hopper one scaled by NCCL's own Blackwell / Hopper ratio (0.74 / 0.85,
+catalog ``efficiency.comm.nvls.chip_efficiency``), set on no row.
 """
 
 from __future__ import annotations
@@ -78,6 +80,47 @@ ROWS = [
     Row("h100-16-ring", "multi-node", "nccl-tests issue 290 (NVIDIA): two 8x H100 nodes, NDR 400 Gb/s, "
         "NCCL_ALGO=RING: 46-48 GB/s per NIC, 8 NICs = 376 GB/s busbw at the midpoint", "all_reduce", 8 * GiB,
         "h100-sxm", 16, 376.0, {"algo": "rail_rings"}),
+    # hisohara/ai-scripts, training/01_rccl-smoketest/README.md (rccl-tests on AMD Accelerator Cloud clusters;
+    # https://github.com/hisohara/ai-scripts/blob/main/training/01_rccl-smoketest/README.md): out-of-place busbw.
+    Row("mi300x-8-1g", "single-node", "hisohara/ai-scripts rccl-smoketest README, AAC8 (rccl-tests develop:a7809b3, "
+        "8x AMD Instinct MI300X, one node): 1073741824 B all-reduce 5990.7 us, busbw 313.66 GB/s (8 GiB: 315.69)",
+        "all_reduce", 1 * GiB, "mi300x", 8, 313.66),
+    Row("mi325x-8-ring", "single-node", "hisohara/ai-scripts rccl-smoketest README, AAC11 MI325X, 1-node run with "
+        "NCCL_ALGO=Ring: 8589934592 B all-reduce 47217 us, busbw 318.37 GB/s; RCCL's Ring lays its channels over "
+        "every xGMI link (the model's mesh_rings)", "all_reduce", 8 * GiB, "mi325x", 8, 318.37,
+        {"algo": "mesh_rings"}),
+    Row("gb200-4-ring", "single-node", "Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md: NCCL "
+        "2.25.1 AllReduce, Ring algorithm, in-place busbw on one ND GB200 v6 host (4 GB200, Azure/AI-benchmarking-"
+        "guide issue 7: 'autodetect number of GPUs on current host (4 for GB200)'), 8G: 679.61 GB/s",
+        "all_reduce", 8 * GiB, "gb200", 4, 679.61, {"algo": "ring"}),
+    Row("gb200-72-nvls", "single-node", "coreweave/nccl-tests PR 43 (GB200 NVL72 Slurm example), one full NVL72 "
+        "rack, 72 ranks: 8589934592 B all-reduce 20299 us, out-of-place busbw 834.57 GB/s (4 GiB: 839.16)",
+        "all_reduce", 8 * GiB, "gb200", 72, 834.57,
+        miss="NVLS on one NVL72 rack: the model's switch reduction moves (1 + 1/n) S per GPU link, so its busbw "
+        "rises 25% from 8 to 72 GPUs (839 GB/s on 8x B200, 1048 on 72 GB200); the rack measures 835, the level "
+        "of 8x B200 (NVIDIA/nccl issue 1807: '830+'). No published account of what holds NVLS on NVL72 there "
+        "(the switch trays' reduction rate, channels, MNNVL) was found, so nothing in the model is changed for it"),
+    Row("mi300x-16-8nic", "multi-node", "hisohara/ai-scripts rccl-smoketest README, AAC10 (RCCL 2.22.3, "
+        "rccl-tests develop:448c4c7): 2 x 8 MI300X, eight mlx5 RoCE NICs per node (NIC speed not stated; the "
+        "catalog's 400 Gb/s per GPU): 8589934592 B 45224 us, busbw 356.14 GB/s (16 GiB: 357.46)",
+        "all_reduce", 8 * GiB, "mi300x", 16, 356.14, {"nics_per_node": 8}),
+    *[Row(f"mi325x-{8 * k}-ring", "multi-node", f"hisohara/ai-scripts rccl-smoketest README, AAC11: {k} x 8 "
+          f"MI325X, eight Broadcom bnxt_re NICs per node (speed not stated; the catalog's 400 Gb/s), "
+          f"NCCL_ALGO=Ring: 8589934592 B busbw {bw} GB/s", "all_reduce", 8 * GiB, "mi325x", 8 * k, bw,
+          {"algo": "rail_rings", "nics_per_node": 8})
+      for k, bw in ((2, 349.20), (4, 349.92), (8, 349.98))],
+    Row("mi355x-16-pollara", "multi-node", "hisohara/ai-scripts rccl-smoketest README, AAC14 MI355X with Pollara 400 "
+        "(RCCL 2.26.6 with AMD's ANP plugin, eight AINICs per node in NCCL_IB_HCA): 2 x 8 MI355X, 8589934592 B "
+        "43643 us, busbw 369.04 GB/s", "all_reduce", 8 * GiB, "mi355x", 16, 369.04, {"nics_per_node": 8}),
+    *[Row(f"{chip.split('-')[0]}-16-default", "multi-node", f"coreweave/nccl-tests PR 92 test plan: {chip} 8-GPU x "
+          f"2-node base MPIJob (no SHARP), '{bw} GB/s busbw @ 8G allreduce' (NICs not stated; the catalog's one "
+          "400 Gb/s NIC per GPU)", "all_reduce", 8 * GiB, chip, 16, bw,
+          miss="NCCL's default on two NVLS-capable nodes is NVLSTree (NVLS inside each node, a tree across the "
+               "two; NVIDIA/nccl issue 1244: 16 H20 'works well using NCCL_ALGO=NVLSTree'): every NIC then "
+               "carries S/8 each way where a ring carries 2(n-1)/n S/8, so busbw can reach 2(n-1)/n = 1.875x the "
+               "NICs' rate (8 x 46 GB/s x 1.875 = 690). The model has no NVLS tree and runs the rail rings "
+               "(367 GB/s, the NICs' rate)")
+      for chip, bw in (("b200", 690.07), ("h100-sxm", 440.58))],
     Row("mi300x-8-8mib", "small-mid", "crickett-hpe/hpc-ai-envs PR 30 (rccl-tests develop 83d38d9): 8x MI300X, "
         "8 MiB all-reduce, busbw 161.14 GB/s (91.1 us); RCCL's rings over all seven links pay 14 steps",
         "all_reduce", 8 * MiB, "mi300x", 8, 161.14),

@@ -181,13 +181,53 @@ class Hierarchical(Algorithm):
         return out
 
 
+def walecki_paths(m: int) -> list[tuple[int, ...]]:
+    """The m/2 zigzag Hamiltonian paths that split the complete graph on ``m`` (even) vertices edge-disjointly
+    (Walecki's construction, as in Alspach, "The wonderful Walecki construction", Bull. ICA 52, 2008): path j
+    runs j, j+1, j-1, j+2, j-2, ..., j+m/2 (mod m). Run both ways, they are m directed paths that use every
+    directed link of the mesh exactly once."""
+    if m < 2 or m % 2:
+        raise ValueError(f"walecki_paths needs an even m >= 2, got {m}")
+    out = []
+    for j in range(m // 2):
+        seq = [j]
+        for k in range(1, m // 2):
+            seq += [(j + k) % m, (j - k) % m]
+        seq.append((j + m // 2) % m)
+        out.append(tuple(seq))
+    return out
+
+
+def _mesh_rail_rings(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, ring) of the m rail rings over ``grid`` (domains x local ranks) of full-mesh domains: ring r
+    follows directed path r of :func:`walecki_paths` inside a domain, reversed in the next, so it leaves a
+    domain from the chip where the next one's path starts (one rail per hop, no scale-up hand-over) and the
+    m rings use every directed mesh link of a domain once and every NIC once each way. With an odd number of
+    domains the closing hop leaves the last domain on one rail and reaches the first on another (a hand-over
+    inside the domain instead would put a second ring on a link another path already uses)."""
+    g, m = grid.shape
+    paths = [p for q in walecki_paths(m) for p in (q, q[::-1])]
+    srcs, dsts, rings = [], [], []
+    for r, path in enumerate(paths):
+        fwd, rev = np.asarray(path), np.asarray(path[::-1])
+        chain = np.concatenate([grid[dom, fwd if dom % 2 == 0 else rev] for dom in range(g)])
+        srcs.append(chain)
+        dsts.append(np.roll(chain, -1))
+        rings.append(np.full(chain.size, r, dtype=np.int64))
+    return np.concatenate(srcs), np.concatenate(dsts), np.concatenate(rings)
+
+
 class RailRings(Algorithm):
     """NCCL's multi-channel rings across domains, rail-aligned with PXN: one ring per local rank c of
     the m ranks a domain holds, each carrying S/m. Ring c visits every domain's ranks starting at
     local c; its last rank in a domain hands the data over scale-up to local c (PXN), whose NIC
     sends it on rail c to local c of the next domain. So every ring stays on one rail, the m rings
-    use all m NICs of a domain, and a domain's scale-up links carry the rest. Needs >= 2 domains
-    holding the same number (>= 2) of the ranks.
+    use all m NICs of a domain, and a domain's scale-up links carry the rest. On full-mesh domains
+    (MI300X-class, an even m) the rings instead follow edge-disjoint Hamiltonian paths inside each domain
+    (:func:`_mesh_rail_rings`), as RCCL lays its ring channels over every xGMI link: the chain above
+    would put seven of the eight rings on the same link between neighbouring local ranks (48 GB/s busbw on
+    2 x 8 MI300X, where rccl-tests measure 356). Needs >= 2 domains holding the same number (>= 2) of
+    the ranks.
     """
 
     name = "rail_rings"
@@ -203,6 +243,10 @@ class RailRings(Algorithm):
             raise SpecError("algo", "rail_rings needs >= 2 domains holding the same number (>= 2) of ranks")
         g, m = grid.shape
         n = g * m
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        if topo.scaleup == "full_mesh" and m % 2 == 0:
+            s, d, f = _mesh_rail_rings(grid)
+            return [Phase(s, d, factor * bytes_ / m, steps, flow_of=f)]
         srcs, dsts, rings = [], [], []
         for c in range(m):
             order = np.roll(grid, -c, axis=1)  # every domain's ranks, starting at local c
@@ -213,7 +257,6 @@ class RailRings(Algorithm):
             srcs.append(s)
             dsts.append(np.concatenate([d_in, pxn_d, rail_d]))
             rings.append(np.full(s.size, c, dtype=np.int64))
-        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
         return [Phase(np.concatenate(srcs), np.concatenate(dsts), factor * bytes_ / m, steps,
                       flow_of=np.concatenate(rings))]
 
@@ -431,6 +474,17 @@ def _nvls() -> tuple[frozenset[str], float]:
     return frozenset(str(x) for x in c.get("chips", ())), float(c.get("efficiency", 1.0))
 
 
+@functools.cache
+def nvls_efficiency(chip: str) -> float:
+    """The NVLS efficiency of ``chip``'s NVLink generation: its own ``efficiency.comm.nvls.chip_efficiency``
+    entry (Blackwell), else the calibrated ``efficiency.comm.nvls.efficiency`` (Hopper)."""
+    c = _raw()["efficiency"]["comm"].get("nvls") or {}
+    value = float((c.get("chip_efficiency") or {}).get(chip, _nvls()[1]))
+    if not 0.0 < value <= 1.0:
+        raise SpecError(f"efficiency.comm.nvls.chip_efficiency.{chip}", f"must be in (0, 1], got {value!r}")
+    return value
+
+
 class NVLS(Algorithm):
     """NVLink SHARP all-reduce (NCCL's NVLS, the default on NVSwitch 3+ from NCCL 2.17): the switch
     reduces. Each GPU reads its S/n shard reduced from all GPUs (multimem load-reduce: S up, S/n
@@ -438,7 +492,8 @@ class NVLS(Algorithm):
     GPU link carries (1 + 1/n) S each way instead of the ring's 2(n-1)/n S. The flow model has no
     switch endpoints, so the phase spreads those bytes over pair flows that load each GPU's up and
     down links exactly that much; the switch path reaches a lower share of the line rate than
-    point-to-point copies (catalog ``efficiency.comm.nvls.efficiency``, on top of the link's).
+    point-to-point copies (catalog ``efficiency.comm.nvls.efficiency``, on top of the link's; Blackwell has its
+    own, ``efficiency.comm.nvls.chip_efficiency``, from NCCL's per-architecture NVLS efficiency).
     Runs within one switched domain of a chip listed in ``efficiency.comm.nvls.chips``; Simple only.
     """
 
@@ -453,8 +508,7 @@ class NVLS(Algorithm):
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         n = ranks.size
-        _, eff = _nvls()
-        per_gpu = (1.0 + 1.0 / n) * bytes_ / eff
+        per_gpu = (1.0 + 1.0 / n) * bytes_ / nvls_efficiency(topo.config.chip)
         return [dataclasses.replace(_pairs(ranks, per_gpu / (n - 1)), steps=2)]  # load-reduce, then multicast
 
 

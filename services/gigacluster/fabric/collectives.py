@@ -24,6 +24,7 @@ ring                all_reduce                    2(n-1)/n * S                  
 ring                reduce_scatter, all_gather    (n-1)/n * S                     n-1
 ring                broadcast (a pipelined chain) S                               n-1
 rail_rings          AR, RS, AG across domains     as ring, S/m per ring, m rings  as ring
+                    (full-mesh domains: each ring on its own xGMI links, Walecki paths)
 tree                all_reduce                    S/2 per tree edge, both ways    2 depth
 nvls                all_reduce, one NVSwitch 3+   (1 + 1/n) S per GPU link        2
 hierarchical        all_reduce                    intra RS, inter ring AR, intra AG (3 phases)
@@ -273,12 +274,14 @@ DEFAULT_POLICY = LibraryPolicy.name
 
 class RingOnlyPolicy(SelectionPolicy):
     """Always the ring where it applies (NCCL with NCCL_ALGO=Ring): rail-aligned rings across domains
-    holding equal shares of the ranks, one ring otherwise, direct for the ops a ring cannot run."""
+    holding equal shares of the ranks, RCCL's rings over every link inside one full mesh (its Ring
+    algorithm lays its channels over all xGMI links), one ring otherwise, direct for the ops a ring
+    cannot run."""
 
     name = "ring"
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
-        for name in ("rail_rings", "ring"):
+        for name in ("rail_rings", "mesh_rings", "ring"):
             if ALGORITHMS[name].supports(op, ranks, topo):
                 return name
         return "direct"
