@@ -144,3 +144,35 @@ def test_a_link_fault_cuts_a_window_at_once_and_its_step_in_progress_meets_the_f
     assert not failed and any(e.kind == "rerouted" for e in events)
     rec = d.book.flows[win.flow_names[0]]
     assert d.book.status(rec).state == "running" and rec.bytes_ == pytest.approx(BYTES / 2, rel=0.05)
+
+
+def test_a_reused_scratch_simulator_runs_a_pattern_alone_exactly_as_a_new_one() -> None:
+    """Alone runs take an idle scratch simulator kept for the same link state (cleared of its traffic) instead of
+    allocating one over every link: the step's durations, links and bytes are those of a new simulator, a
+    changed link state gets its own, and at most SCRATCH_KEEP idle ones are kept per live simulator."""
+    from gigacluster.fabric.service import windows as w
+
+    live = FlowSim(_topo())
+    pattern = _pattern() + [PatternCollective("all_gather", RANKS + 1, 0, 1, BYTES / 2, None, "training", "job",
+                                              0.0, 0.0)]
+    first = w.isolated_step(w.LinkState.of(live), pattern)
+    again = w.isolated_step(w.LinkState.of(live), pattern)  # the scratch of the first, cleared
+    new = w._new_scratch(w.LinkState.of(live))  # what every alone run allocated before
+    hs = [w._start(new, c, c.offset_s) for c in pattern]
+    new.run_until_idle()
+    b = new.bytes_carried()
+    assert np.array_equal(new.carried()[0], np.flatnonzero(b > 0))
+    for iso in (first, again):
+        assert iso.durations_s == tuple(max(float(h.end_s) for h in g) - c.offset_s
+                                        for c, g in zip(pattern, hs, strict=True))
+        assert np.array_equal(iso.links, np.flatnonzero(b > 0)) and np.array_equal(iso.step_bytes, b[iso.links])
+    for c, (ids, bb) in zip(pattern, w.collective_bytes(w.LinkState.of(live), pattern), strict=True):
+        alone = w._new_scratch(w.LinkState.of(live))  # each collective alone on a new simulator, as before
+        w._start(alone, c, 0.0)
+        alone.run_until_idle()
+        ab = alone.bytes_carried()
+        assert np.array_equal(ids, np.flatnonzero(ab > 0)) and np.array_equal(bb, ab[ids])
+    live.fail_link(int(first.links[-1]))  # another link state (a spine link): a scratch with it down
+    moved = w.isolated_step(w.LinkState.of(live), pattern)
+    assert int(first.links[-1]) not in set(moved.links.tolist())
+    assert sum(len(v) for v in w._idle[live].values()) <= w.SCRATCH_KEEP

@@ -79,7 +79,7 @@ class FlowSim:
 
     def __init__(
         self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = DEFAULT_POLICY,
-        incremental: bool = True,
+        incremental: bool = True, track_links: bool = False,
     ) -> None:
         self.topo = topo
         self.classes: dict[str, ClassPolicy] = dict(DEFAULT_CLASSES if classes is None else classes)
@@ -101,6 +101,8 @@ class FlowSim:
         self._pool.incremental = incremental  # False: every solve from scratch (the reference in tests)
         self._t_ref = 0.0
         self._bytes_carried = np.zeros(nl)
+        # The links bytes were carried on, as the flows moved (track_links: a scratch simulator's alone runs).
+        self._touched: list[np.ndarray] | None = [] if track_links else None
         self._version = 0  # bumped by every change of link state: plans made before it are stale
         self._credits = 0  # bumped by every credit of bytes moved outside the simulator
         self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
@@ -294,6 +296,45 @@ class FlowSim:
         return LinkStats(self.now_s, rate, cap.copy(), util, flows, carried, state,
                          tier_stats(topo, cap, rate, state),
                          int(self._pool.s_pos.size))
+
+    def carried(self) -> tuple[np.ndarray, np.ndarray]:
+        """(links, bytes) of every link that has carried bytes, in link order: ``bytes_carried()`` at its
+        non-zero links, read from the links the flows met (a simulator made with ``track_links=True``)
+        rather than from a scan of every link of a 10M-link site."""
+        if self._touched is None:
+            b = self.bytes_carried()
+            ids = np.flatnonzero(b > 0)
+            return ids, b[ids]
+        self._solve()
+        parts = [*self._touched, self._pool.used_links()]
+        ids = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        b = self._bytes_carried[ids]
+        dt = self.now_s - self._t_ref
+        if dt > 0:
+            used = self._pool.used_links()
+            b[np.searchsorted(ids, used)] += self._pool.used_rates() * dt
+        keep = b > 0
+        return ids[keep], b[keep]
+
+    def clear_traffic(self) -> None:
+        """Back to time 0 with no flow, group, timer or carried byte, keeping the link state and the planner's
+        plans made under it: a scratch simulator reused for the next alone run costs what a new one would
+        have cost to fill, not the topology-sized arrays a new one allocates."""
+        nl = self.topo.n_links
+        self.now_s = self._t_ref = 0.0
+        self._groups.clear()
+        self._by_seq.clear()
+        self._seq = self._label = self._credits = 0
+        self._timers = []
+        incremental = self._pool.incremental
+        self._pool = FlowPool(nl)
+        self._pool.incremental = incremental
+        self._bytes_carried = np.zeros(nl)
+        if self._touched is not None:
+            self._touched = []
+        self._stats = self._tiers = None
+        self.reserved = None
+        self.reserved_hits = []
 
     def bytes_carried(self) -> np.ndarray:
         """Bytes each link has carried so far (``link_stats().bytes_carried`` without the per-link and per-tier
@@ -526,6 +567,8 @@ class FlowSim:
         self._solve()
         links, moved = self._pool.move(dt)
         self._bytes_carried[links] += moved
+        if self._touched is not None:
+            self._touched.append(links)
         self._t_ref = t
 
     def _process_due(self, t: float) -> list[FlowEvent]:

@@ -17,10 +17,14 @@ starts as a real flow group at its own time, and one in flight continues as a re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
+import threading
+import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -81,15 +85,48 @@ class LinkState:
                                digest_size=16).digest()
 
 
-def _scratch(ls: LinkState) -> FlowSim:
+SCRATCH_KEEP = 2  # idle scratch simulators kept per live one (each holds a few arrays over every link)
+_scratch_lock = threading.Lock()
+_idle: weakref.WeakKeyDictionary[FlowSim, OrderedDict[bytes, list[FlowSim]]] = weakref.WeakKeyDictionary()
+
+
+def _new_scratch(ls: LinkState) -> FlowSim:
     """An empty simulator of the live one's topology, classes and link state (down and degraded links)."""
     sim = ls.sim
-    scratch = FlowSim(sim.topo, classes=sim.classes, policy=sim.policy)
+    scratch = FlowSim(sim.topo, classes=sim.classes, policy=sim.policy, track_links=True)
     for lid in ls.down.tolist():
         scratch.fail_link(lid)
     for lid, f in zip(ls.degraded.tolist(), ls.factors.tolist(), strict=True):
         scratch.degrade_link(lid, f)
     return scratch
+
+
+@contextlib.contextmanager
+def _scratch(ls: LinkState) -> Iterator[FlowSim]:
+    """An empty simulator of the live one's topology, classes and link state, for one alone run: an idle one
+    kept from an earlier run under the same link state (cleared of its traffic, its plans kept) or a new one.
+    On a 10M-link site a new one allocates and fills arrays over every link (a fault that cuts 25 windows
+    asks for about a hundred), and its planner plans every shape afresh. Any thread may take one: each is used
+    by one caller at a time."""
+    key = ls.digest()
+    with _scratch_lock:
+        free = _idle.setdefault(ls.sim, OrderedDict())
+        kept = free.get(key)
+        sim = kept.pop() if kept else None
+    if sim is None:
+        sim = _new_scratch(ls)
+    try:
+        yield sim
+    finally:
+        sim.clear_traffic()
+        with _scratch_lock:
+            free.setdefault(key, []).append(sim)
+            free.move_to_end(key)
+            while sum(len(v) for v in free.values()) > SCRATCH_KEEP:  # the oldest link state's first
+                oldest = next(iter(free))
+                free[oldest].pop(0)
+                if not free[oldest]:
+                    del free[oldest]
 
 
 def _start(sim: FlowSim, c: PatternCollective, start_s: float, bytes_: float | None = None) -> list[FlowGroupHandle]:
@@ -100,31 +137,29 @@ def _start(sim: FlowSim, c: PatternCollective, start_s: float, bytes_: float | N
 def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedStep:
     """Run one step of ``pattern`` alone on a scratch simulator with the live link state ``ls`` (touches nothing
     of the live simulator: a worker thread may run it)."""
-    scratch = _scratch(ls)
-    handles = [_start(scratch, c, c.offset_s) for c in pattern]
-    scratch.run_until_idle()
-    durations = []
-    for c, hs in zip(pattern, handles, strict=True):
-        failed = [h for h in hs if h.state != "done"]
-        if failed:
-            raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
-        durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
-    b = scratch.bytes_carried()
-    links = np.flatnonzero(b > 0)
-    return IsolatedStep(tuple(durations), links, b[links])
+    with _scratch(ls) as scratch:
+        handles = [_start(scratch, c, c.offset_s) for c in pattern]
+        scratch.run_until_idle()
+        durations = []
+        for c, hs in zip(pattern, handles, strict=True):
+            failed = [h for h in hs if h.state != "done"]
+            if failed:
+                raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
+            durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
+        links, b = scratch.carried()
+    return IsolatedStep(tuple(durations), links, b)
 
 
 def collective_bytes(ls: LinkState, pattern: list[PatternCollective]) -> list[tuple[np.ndarray, np.ndarray]]:
     """(link ids, bytes) each collective of ``pattern`` moves in one step, each run alone under ``ls`` (only a
     cut that splits a step needs them: a window of whole steps credits :attr:`IsolatedStep.step_bytes`)."""
     out = []
-    for c in pattern:
-        alone = _scratch(ls)
-        _start(alone, c, 0.0)
-        alone.run_until_idle()
-        b = alone.bytes_carried()
-        ids = np.flatnonzero(b > 0)
-        out.append((ids, b[ids]))
+    with _scratch(ls) as alone:
+        for c in pattern:
+            _start(alone, c, 0.0)
+            alone.run_until_idle()
+            out.append(alone.carried())
+            alone.clear_traffic()
     return out
 
 
