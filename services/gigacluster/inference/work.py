@@ -236,7 +236,13 @@ def _fixed_items(shape: ShardShape, tokens: int, graph: bool, logits: int) -> Fi
         head = Work(flops=2.0 * logits * shape.head_params,
                     bytes_=shape.head_params * bpp + logits * (h * act + vocab_s * 4.0),
                     precision=prec, graph=graph, kind="matmul", count=1, shape=(logits, int(vocab_s), h))
-    return gemms, elementwise, head
+    # One object per distinct item across every replica and shape of the process: the price memos then find
+    # their keys by identity rather than comparing items field by field.
+    return (tuple(_INTERNED.setdefault(w, w) for w in gemms), _INTERNED.setdefault(elementwise, elementwise),
+            None if head is None else _INTERNED.setdefault(head, head))
+
+
+_INTERNED: dict[Work, Work] = {}  # bounded by the distinct (shape, tokens, graph, logits) seen: small
 
 
 def allreduce_bytes(shape: ShardShape, tokens: int) -> float:

@@ -67,6 +67,16 @@ class Work:
             raise SpecError("precision", f"allowed: {', '.join(PRECISIONS)}; got {self.precision!r}")
         if any(int(d) != d or d < 1 for d in self.shape):
             raise SpecError("shape", f"dimensions must be positive integers, got {self.shape!r}")
+        # Hashed once: the price memos below look an item up several times an iteration.
+        object.__setattr__(self, "_hash", hash((self.flops, self.bytes_, self.precision, self.kind, self.count,
+                                                self.shape, self.graph)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
+
+    def __reduce__(self) -> tuple[type[Work], tuple[object, ...]]:
+        # Rebuilt through __init__, so the hash is that of the process that loads it (str hashes are salted).
+        return (Work, (self.flops, self.bytes_, self.precision, self.kind, self.count, self.shape, self.graph))
 
     @property
     def total_flops(self) -> float:
