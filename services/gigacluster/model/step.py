@@ -500,7 +500,16 @@ def ring_hbm_touches() -> dict[str, float]:
 
 
 def link_bytes(plan: StepPlan) -> tuple[float, float]:
-    """(scale-up, scale-out) bytes one step's collectives move, for link energy."""
+    """(scale-up, scale-out) bytes one step's collectives move, for link energy (kept on the plan: a scheduler
+    accounts every step of a window with it)."""
+    kept = plan.__dict__.get("_link_bytes")
+    if kept is None:
+        kept = _link_bytes(plan)
+        object.__setattr__(plan, "_link_bytes", kept)
+    return kept  # type: ignore[no-any-return]
+
+
+def _link_bytes(plan: StepPlan) -> tuple[float, float]:
     up = out = 0.0
     for d in plan.collectives:
         moved = d.count * d.bytes_ * max(bus_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)

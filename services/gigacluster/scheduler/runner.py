@@ -20,7 +20,7 @@ import numpy as np
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
 from gigacluster.errors import FailedPrecondition, Unavailable
 from gigacluster.fabric.v1 import fabric_pb2, fabric_pb2_grpc
-from gigacluster.hw.catalog import facility
+from gigacluster.hw.catalog import Chip, facility
 from gigacluster.model.cost import job_cost
 from gigacluster.model.power import host_overhead_w, link_energy_j
 from gigacluster.model.training import StepBreakdown, compose_step, link_bytes
@@ -246,13 +246,13 @@ class JobRunner:
         return [ends[n] for n in names]
 
 
-def step_energy_it_j(job: JobRecord, res: StepResult) -> float:
+def step_energy_it_j(job: JobRecord, res: StepResult, chip: Chip | None = None) -> float:
     """IT energy of one step for the whole job: the same terms as ``estimate_train``.
 
     Chips at idle power for the step plus what the chip service booked above idle, the host
     share per chip, and link energy for the bytes the step's collectives move.
     """
-    chip = job.spec.chip_spec()
+    chip = job.spec.chip_spec() if chip is None else chip
     step = res.breakdown.step_time_s
     up, out = link_bytes(job.plan)
     n = job.spec.count
@@ -260,9 +260,11 @@ def step_energy_it_j(job: JobRecord, res: StepResult) -> float:
 
 
 def account(job: JobRecord, res: StepResult) -> None:
-    """Fold one finished step into the job's progress, energy and cost."""
+    """Fold one finished step into the job's progress, energy and cost (a window's steps come here one by one
+    when it ends, thousands at once: the chip is looked up once a step)."""
     bd = res.breakdown
     spec = job.spec
+    chip = spec.chip_spec()
     job.step += 1
     job.tokens += spec.tokens_per_step
     job.last_step_time_s = bd.step_time_s
@@ -270,13 +272,13 @@ def account(job: JobRecord, res: StepResult) -> None:
     job.compute_s_sum += bd.compute_s
     job.exposed_comm_s_sum += bd.exposed_comm_s
     job.bubble_s_sum += bd.bubble_s
-    peak = spec.chip_spec().peak_flops(spec.precision)
+    peak = chip.peak_flops(spec.precision)
     job.mfu = job.plan.model_flops_per_step / spec.count / bd.step_time_s / peak
-    e = step_energy_it_j(job, res)
+    e = step_energy_it_j(job, res, chip)
     job.energy_it_j += e
     job.energy_facility_j += e * spec.pue
     job.chip_hours += spec.count * bd.step_time_s / 3600.0
-    cost = job_cost(spec.chip_spec(), spec.count, job.run_s, job.energy_facility_j,
+    cost = job_cost(chip, spec.count, job.run_s, job.energy_facility_j,
                     energy_price_usd_per_kwh=spec.energy_price_usd_per_kwh
                     if spec.energy_price_usd_per_kwh is not None else facility().energy_price_usd_per_kwh)
     job.cost_usd = cost.total_usd
