@@ -176,3 +176,20 @@ def test_a_reused_scratch_simulator_runs_a_pattern_alone_exactly_as_a_new_one() 
     moved = w.isolated_step(w.LinkState.of(live), pattern)
     assert int(first.links[-1]) not in set(moved.links.tolist())
     assert sum(len(v) for v in w._idle[live].values()) <= w.SCRATCH_KEEP
+
+
+def test_whether_flows_cross_links_is_read_through_the_pools_numbering_as_isin_gives_it() -> None:
+    """FlowSim.flows_on (a window's refusal) through the pool's local link numbering: the same answer as testing
+    every incidence entry against the links, for links the flows cross, links they never met and, after the
+    flows end, none."""
+    sim = FlowSim(_topo())
+    sim.start_transfer(0, 9, 4e9, start_s=0.0)
+    sim.start_collective("all_reduce", RANKS + 2, 1e9, start_s=0.0)
+    sim.advance(1e-6)
+    crossed = np.unique(sim._pool.e_link)
+    spare = np.setdiff1d(np.arange(sim.topo.n_links), crossed)
+    for links in (crossed[:1], crossed[-3:], spare[:50], np.concatenate([spare[:5], crossed[5:6]])):
+        assert sim.flows_on(links) == bool(np.isin(sim._pool.e_link, links).any())
+    assert sim.flows_on(crossed[:1]) and not sim.flows_on(spare[:50])
+    sim.run_until_idle()
+    assert not sim.flows_on(crossed)

@@ -105,3 +105,21 @@ def test_the_alone_reference_takes_the_fabrics_durations() -> None:
     fast = alone_reference(r, ref, (0.001, 0.06, 0.03))
     assert slow.calls[1] == pytest.approx((10.3, 10.8)) and slow.comm_s["dp_grad"] == pytest.approx(0.5)
     assert slow.breakdown.step_time_s >= fast.breakdown.step_time_s
+
+
+def test_a_windows_steps_are_the_reference_moved_with_their_calls_moved_when_read() -> None:
+    """shifted() copies the reference's fields and moves its calls only when read: equal, field for field, to the
+    reference rebuilt at the new start with every call moved; a shift of a shift moves the moved calls (the same
+    sums as one move at a time), without a chain."""
+    from gigacluster.scheduler.window import ShiftedCalls
+
+    def moved(r: StepResult, t: float) -> StepResult:  # what shifted() made before
+        dt = t - r.start_s
+        return dataclasses.replace(r, start_s=t, calls=tuple((a + dt, b + dt) for a, b in r.calls))
+
+    one, two = shifted(REF, 10.68), moved(REF, 10.68)
+    assert one == two and one.end_s == two.end_s and len(one.calls) == 2 and one.calls[1] == two.calls[1]
+    again = shifted(one, 11.36)
+    assert again == moved(two, 11.36) and list(again.calls) == list(moved(two, 11.36).calls)
+    assert isinstance(again.calls, ShiftedCalls) and not isinstance(again.calls._base, ShiftedCalls)
+    assert hash(one.calls) == hash(two.calls) and repr(one.calls) == repr(two.calls)

@@ -102,7 +102,7 @@ class FlowSim:
         self._t_ref = 0.0
         self._bytes_carried = np.zeros(nl)
         # The links bytes were carried on, as the flows moved (track_links: a scratch simulator's alone runs).
-        self._touched: list[np.ndarray] | None = [] if track_links else None
+        self._touched: np.ndarray | None = np.zeros(nl, dtype=bool) if track_links else None
         self._version = 0  # bumped by every change of link state: plans made before it are stale
         self._credits = 0  # bumped by every credit of bytes moved outside the simulator
         self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
@@ -306,8 +306,8 @@ class FlowSim:
             ids = np.flatnonzero(b > 0)
             return ids, b[ids]
         self._solve()
-        parts = [*self._touched, self._pool.used_links()]
-        ids = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        self._touched[self._pool.used_links()] = True
+        ids = np.flatnonzero(self._touched)  # one pass over a byte per link (a sort of every phase's links cost more)
         b = self._bytes_carried[ids]
         dt = self.now_s - self._t_ref
         if dt > 0:
@@ -331,7 +331,7 @@ class FlowSim:
         self._pool.incremental = incremental
         self._bytes_carried = np.zeros(nl)
         if self._touched is not None:
-            self._touched = []
+            self._touched = np.zeros(nl, dtype=bool)
         self._stats = self._tiers = None
         self.reserved = None
         self.reserved_hits = []
@@ -364,7 +364,7 @@ class FlowSim:
         if not links.size:
             return False
         self._solve()
-        return bool(np.isin(self._pool.e_link, links).any())
+        return self._pool.crosses(links)
 
     def credit_bytes(self, links: np.ndarray, bytes_: np.ndarray) -> None:
         """Add bytes moved outside the simulator (a steady-state window's steps) to the links' carried bytes."""
@@ -568,7 +568,7 @@ class FlowSim:
         links, moved = self._pool.move(dt)
         self._bytes_carried[links] += moved
         if self._touched is not None:
-            self._touched.append(links)
+            self._touched[links] = True
         self._t_ref = t
 
     def _process_due(self, t: float) -> list[FlowEvent]:

@@ -66,7 +66,7 @@ class StepResult:
     comm_s: dict[str, float]
     # (start, end) of each collective call in ``JobRunner.collective_calls`` order, and the chips' compute
     # time: what a steady-state window (scheduler/window.py) repeats.
-    calls: tuple[tuple[float, float], ...] = ()
+    calls: Sequence[tuple[float, float]] = ()
     chip_s: float = 0.0
 
     @property
