@@ -153,7 +153,7 @@ def test_a_reused_scratch_simulator_runs_a_pattern_alone_exactly_as_a_new_one() 
     from gigacluster.fabric.service import windows as w
 
     live = FlowSim(_topo())
-    pattern = _pattern() + [PatternCollective("all_gather", RANKS + 1, 0, 1, BYTES / 2, None, "training", "job",
+    pattern = [*_pattern(), PatternCollective("all_gather", RANKS + 1, 0, 1, BYTES / 2, None, "training", "job",
                                               0.0, 0.0)]
     first = w.isolated_step(w.LinkState.of(live), pattern)
     again = w.isolated_step(w.LinkState.of(live), pattern)  # the scratch of the first, cleared

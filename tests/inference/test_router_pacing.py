@@ -215,6 +215,9 @@ def test_a_chunk_of_several_times_carries_each_tokens_time_to_grpc_and_http() ->
     gen.dep = SimpleNamespace(name="deployments/d")  # type: ignore[assignment]
     gen.tok = SimpleNamespace(decode=lambda ids: "x" * len(ids))  # type: ignore[assignment]
     gen.request_id, gen.stop_chars, gen._chars, gen.generated, gen.done = "r", None, 0, 0, False
+    gen.stamped = False  # the wall clock: a message's tokens are stamped with the last one's time only
+    assert gen.take([_tok(0, 0.4), _tok(1, 0.45)]).token_times_s == ()
+    gen.stamped = True
     one = gen.take([_tok(0, 0.5), _tok(1, 0.5)])
     assert one.token_times_s == () and generate_response(one).token_times_s == []
     many = gen.take([_tok(2, 0.51), _tok(3, 0.52), _tok(4, 0.53)])
@@ -222,6 +225,12 @@ def test_a_chunk_of_several_times_carries_each_tokens_time_to_grpc_and_http() ->
     resp = generate_response(many)
     assert list(resp.token_times_s) == [0.51, 0.52, 0.53]
     assert chunk_of(resp).token_times_s == (0.51, 0.52, 0.53)
+    from gigacluster.router.messages import merged
+
+    both = merged([generate_response(one), resp])  # a front end's chunks that piled up: every token's time
+    assert list(both.token_times_s) == [0.5, 0.5, 0.51, 0.52, 0.53]
+    assert list(both.token_ids) == [300, 301, 302, 303, 304]
+    assert list(merged([generate_response(one), generate_response(one)]).token_times_s) == []
     fmt = _Format("text_completion", SimpleNamespace(request_id="r", generated=5, prompt_tokens=7), "m")  # type: ignore[arg-type]
     assert b'"token_times_s":[0.51,0.52,0.53]' in fmt.chunk_sse(many)
     assert b"token_times_s" not in fmt.chunk_sse(one)

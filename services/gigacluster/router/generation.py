@@ -53,6 +53,7 @@ class Generation:
                  pacer: Pacer | None = None) -> None:
         self.dep = dep
         stream.queue.pacer = pacer
+        self.stamped = pacer is not None and pacer.stamped  # the event clock: each token's time on the wire
         self._release = release  # gives back the router-wide stream slot (idempotent)
         self.stream = stream
         self.tok = tok
@@ -89,7 +90,7 @@ class Generation:
         done = self.done = last.finished
         ids = [t.token_id for t in toks]
         text = self.tok.decode(ids)
-        times = tuple(t.time_s for t in toks) if toks[0].time_s != last.time_s else ()
+        times = tuple(t.time_s for t in toks) if self.stamped and toks[0].time_s != last.time_s else ()
         if self.stop_chars is not None:
             text = text[: max(0, self.stop_chars - self._chars)]
         self._chars += len(text)

@@ -189,6 +189,12 @@ def merged(chunks: Sequence[router_pb2.GenerateResponse]) -> router_pb2.Generate
     for c in chunks:
         out.token_ids.extend(c.token_ids)
     out.text = "".join(c.text for c in chunks)
+    if any(c.token_times_s for c in chunks):  # stamped tokens (the event clock) keep each one's time
+        del out.token_times_s[:]
+        for c in chunks:
+            out.token_times_s.extend(c.token_times_s or [c.time_s] * len(c.token_ids))
+        if len(set(out.token_times_s)) == 1:
+            del out.token_times_s[:]
     return out
 
 
