@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import sys
 import time
 
@@ -31,6 +32,7 @@ from gigacluster.scheduler.book import JobBook
 from gigacluster.scheduler.cluster import ClusterView
 from gigacluster.scheduler.core import JobRecord, State
 from gigacluster.scheduler.messages import RUN_STATES
+from gigacluster.scheduler.passes import next_event_pass
 from gigacluster.scheduler.placement import Layout, PlacementPolicy, placement_stats
 from gigacluster.scheduler.policy import Decision, Pending, QueueSpec, Running, decide
 from gigacluster.scheduler.runner import _ranges
@@ -101,15 +103,29 @@ class Dispatcher:
 
     async def _next_event_pass(self, kick: asyncio.Event) -> None:
         """Event clock: wait for a kick, or (while jobs are queued) ``event_dispatch_interval_s`` of virtual
-        time, as a wake-up the coordinator knows. A kick dispatches at once, at the virtual time of the
-        change: a wall-time debounce or pause would let the mesh run past the pending pass (the process
+        time, as a wake-up the coordinator knows; when nothing else in the mesh is pending, for a quarantine's
+        end or ``dispatch_interval_s`` wall seconds instead (scheduler/passes.py: the poll would be the mesh's
+        only event and time would race from poll to poll). A kick dispatches at once, at the virtual time of
+        the change: a wall-time debounce or pause would let the mesh run past the pending pass (the process
         looks idle while it sleeps on the wall clock), and would hold an idle mesh for nothing."""
         if kick.is_set():
             return
+        clock = self.clock
+        assert isinstance(clock, EventClock)
+        own = clock.next_wake_s()  # this process's other sleepers (a running job's runner)
+        nxt = next_event_pass(now_s=clock.now(), queued=bool(self.book.queued),
+                              interval_s=self.config.event_dispatch_interval_s,
+                              others_wake_s=min(clock.horizon_s(), math.inf if own is None else own),
+                              quarantine_ends_s=self.cluster.bad.values(),
+                              wall_interval_s=self.config.dispatch_interval_s)
         waits: list[asyncio.Future[object]] = [asyncio.ensure_future(kick.wait())]
-        interval = self.config.event_dispatch_interval_s
-        if self.book.queued and interval > 0:
-            waits.append(asyncio.ensure_future(self.clock.sleep(interval)))
+        if nxt.at_s is not None:
+            waits.append(asyncio.ensure_future(clock.sleep_until(nxt.at_s)))
+        if nxt.wall_s is not None:
+            waits.append(asyncio.ensure_future(asyncio.sleep(nxt.wall_s)))
+            # Time moving means something else became pending after all (a job this process placed, work
+            # from outside): poll in virtual time again from the next pass.
+            waits.append(asyncio.ensure_future(_time_moves(clock, clock.now())))
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -219,3 +235,13 @@ class Dispatcher:
             job.started_s = max(self.clock.now(), 1e-9)
         self.supervisor.start(job, devices, resp.capability, resp.capability_expires_s)
         return True
+
+
+TIME_MOVES_POLL_S = 0.1  # wall seconds between looks at the clock while a pass waits in wall time
+
+
+async def _time_moves(clock: EventClock, since_s: float) -> None:
+    """Return once this process's virtual time is past ``since_s`` (looked at in wall time: this waits for
+    no virtual instant, so it is no event of the clock's)."""
+    while clock.now() <= since_s:
+        await asyncio.sleep(TIME_MOVES_POLL_S)
