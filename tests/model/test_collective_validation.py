@@ -112,14 +112,13 @@ ROWS = [
     Row("mi355x-16-pollara", "multi-node", "hisohara/ai-scripts rccl-smoketest README, AAC14 MI355X with Pollara 400 "
         "(RCCL 2.26.6 with AMD's ANP plugin, eight AINICs per node in NCCL_IB_HCA): 2 x 8 MI355X, 8589934592 B "
         "43643 us, busbw 369.04 GB/s", "all_reduce", 8 * GiB, "mi355x", 16, 369.04, {"nics_per_node": 8}),
+    # NCCL's default here is NVLSTree (NVLS inside each node, a tree between the two; NVIDIA/nccl issue 1244: 16 H20
+    # 'works well using NCCL_ALGO=NVLSTree'): each NIC carries S/8 each way, and NCCL's per-channel ceiling
+    # (perChMaxNVLSTreeBws, 57.7 GB/s Hopper / 96 Blackwell on two nodes, catalog efficiency.comm.nvls_tree) holds
+    # H100 below its NICs' rate. Predictions: no constant is set on these rows.
     *[Row(f"{chip.split('-')[0]}-16-default", "multi-node", f"coreweave/nccl-tests PR 92 test plan: {chip} 8-GPU x "
           f"2-node base MPIJob (no SHARP), '{bw} GB/s busbw @ 8G allreduce' (NICs not stated; the catalog's one "
-          "400 Gb/s NIC per GPU)", "all_reduce", 8 * GiB, chip, 16, bw,
-          miss="NCCL's default on two NVLS-capable nodes is NVLSTree (NVLS inside each node, a tree across the "
-               "two; NVIDIA/nccl issue 1244: 16 H20 'works well using NCCL_ALGO=NVLSTree'): every NIC then "
-               "carries S/8 each way where a ring carries 2(n-1)/n S/8, so busbw can reach 2(n-1)/n = 1.875x the "
-               "NICs' rate (8 x 46 GB/s x 1.875 = 690). The model has no NVLS tree and runs the rail rings "
-               "(367 GB/s, the NICs' rate)")
+          "400 Gb/s NIC per GPU)", "all_reduce", 8 * GiB, chip, 16, bw)
       for chip, bw in (("b200", 690.07), ("h100-sxm", 440.58))],
     Row("mi300x-8-8mib", "small-mid", "crickett-hpe/hpc-ai-envs PR 30 (rccl-tests develop 83d38d9): 8x MI300X, "
         "8 MiB all-reduce, busbw 161.14 GB/s (91.1 us); RCCL's rings over all seven links pay 14 steps",

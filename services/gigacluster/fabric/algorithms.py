@@ -2,7 +2,7 @@
 
 The registry :data:`ALGORITHMS` holds one instance per algorithm (``ring``, ``tree`` alias
 ``double_binary_tree``, ``hierarchical``, ``rail_rings``, ``halving_doubling``, ``direct``,
-``mesh_rings``, ``torus_rings``, ``one_shot``, ``nvls``); :mod:`gigacluster.fabric.collectives` costs,
+``mesh_rings``, ``torus_rings``, ``one_shot``, ``nvls``, ``nvls_tree``); :mod:`gigacluster.fabric.collectives` costs,
 selects and plans them (see its docstring for the cost model and the table of algorithms).
 """
 
@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL
+from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
 from gigacluster.hw.catalog import _raw
 from gigacluster.model import SpecError
@@ -27,6 +28,11 @@ class Phase:
 
     ``flow_of`` (optional) groups the sub-flows of a lockstep phase into several max-min flows, one
     per copy of a collective planned for many groups at once (:mod:`gigacluster.fabric.groups`).
+    ``weight`` (optional, lockstep only) scales each sub-flow's bytes: sub-flow ``i`` carries
+    ``bytes_per_hop * weight[i]`` in the time the phase takes, for algorithms whose pipelined hops
+    move different amounts (NVLSTree: the NVLS pairs inside a node and the NICs between nodes).
+    ``step_s`` is the phase's own least cost per step (0: none), for an algorithm whose library prices its
+    steps above the protocol's figure (NVLSTree: NCCL's NVLS and network hwLat).
     """
 
     src: np.ndarray
@@ -36,14 +42,21 @@ class Phase:
     lockstep: bool = True
     flow_of: np.ndarray | None = None
     proto: str = DEFAULT_PROTOCOL
+    weight: np.ndarray | None = None
+    step_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.src.shape != self.dst.shape:
             raise ValueError("src and dst must have the same shape")
-        if self.bytes_per_hop < 0 or self.steps < 0:
-            raise ValueError("bytes_per_hop and steps must be >= 0")
+        if self.bytes_per_hop < 0 or self.steps < 0 or not 0 <= self.step_s < 1e-3:
+            raise ValueError("bytes_per_hop and steps must be >= 0, step_s in [0, 1 ms)")
         if self.flow_of is not None and self.flow_of.shape != self.src.shape:
             raise ValueError("flow_of must give one flow per sub-flow")
+        if self.weight is not None:
+            if self.weight.shape != self.src.shape or not self.lockstep:
+                raise ValueError("weight must give one factor per sub-flow of a lockstep phase")
+            if not (np.isfinite(self.weight).all() and (self.weight > 0).all()):
+                raise ValueError("weight must be finite and > 0")
 
     @property
     def n_subflows(self) -> int:
@@ -512,10 +525,105 @@ class NVLS(Algorithm):
         return [dataclasses.replace(_pairs(ranks, per_gpu / (n - 1)), steps=2)]  # load-reduce, then multicast
 
 
+@functools.cache
+def nvls_tree_head_busbw_Bps(chip: str, n_domains: int) -> float | None:
+    """NCCL's ceiling on one NVLSTree channel (one NIC head), as busbw B/s, for ``chip`` on ``n_domains`` nodes
+    (catalog ``efficiency.comm.nvls_tree.head_busbw_GBps``: [two nodes, more]); None where NCCL runs no NVLSTree."""
+    table = ((_raw()["efficiency"]["comm"].get("nvls_tree") or {}).get("head_busbw_GBps") or {})
+    pair = table.get(chip)
+    if pair is None:
+        return None
+    value = float(pair[0] if n_domains <= 2 else pair[1])
+    if not (np.isfinite(value) and value > 0):
+        raise SpecError(f"efficiency.comm.nvls_tree.head_busbw_GBps.{chip}", f"must be > 0, got {value!r}")
+    return value * 1e9
+
+
+@functools.cache
+def nvls_tree_latency_s() -> tuple[float, float]:
+    """(inside a node, per network level) latency of NVLSTree: catalog ``efficiency.comm.nvls_tree.latency_s``
+    (NCCL's hwLat for NVLSTree/Simple over NVLink and the network)."""
+    pair = (_raw()["efficiency"]["comm"].get("nvls_tree") or {}).get("latency_s") or (0.0, 0.0)
+    intra, inter = float(pair[0]), float(pair[1])
+    if not (0 <= intra < 1e-3 and 0 <= inter < 1e-3):
+        raise SpecError("efficiency.comm.nvls_tree.latency_s", f"must be in [0, 1 ms), got {pair!r}")
+    return intra, inter
+
+
+class NVLSTree(Algorithm):
+    """NCCL's NVLSTree all-reduce across nodes of NVLS-capable systems (its default there from NCCL 2.18):
+    NVLS inside each node, a tree between the nodes. Every local rank c is the head of one channel and owns
+    the shard S/m of it (one channel per NIC: NCCL's NVLS graph search pairs each NIC with its local GPU): the
+    switch reduces the node's shards (NVLS, (1 + 1/m) S per GPU link as in :class:`NVLS`), head c exchanges
+    its shard with head c of the other nodes over its own rail (NCCL's double binary tree over the nodes, each
+    tree half the shard: S/m each way per NIC on two nodes, where a ring carries 2(n-1)/n x S/m), and the
+    switch multicasts the result. The three stages are pipelined, so the phase is one lockstep phase whose
+    sub-flows carry different bytes (:attr:`Phase.weight`, relative to the shard).
+
+    NCCL's own tuner bounds a channel by ``perChMaxNVLSTreeBws`` (catalog ``efficiency.comm.nvls_tree``,
+    busbw per channel by architecture and node count): below the NIC's rate (Hopper, 57.7 GB/s on two nodes)
+    the ceiling holds the channel, so the tree's NIC bytes are booked up to the time the ceiling allows (the
+    flow model has no per-channel resource to carry it); a NIC slower than the ceiling (Blackwell, 96) keeps
+    its own rate. Its steps cost NCCL's own NVLSTree latency (catalog ``efficiency.comm.nvls_tree.latency_s``),
+    so small messages keep the tree or the rings. Runs on >= 2 switched domains of a chip with a ceiling, each
+    holding the same number (>= 2) of the ranks; Simple only."""
+
+    name = "nvls_tree"
+    ops = ("all_reduce",)
+    protocols = (DEFAULT_PROTOCOL,)
+
+    def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
+        if not super().supports(op, ranks, topo) or topo.scaleup != "switch" or topo.config.chip not in _nvls()[0]:
+            return False
+        grid = Hierarchical._grid(ranks, topo)
+        return (grid is not None and grid.shape[1] >= 2
+                and nvls_tree_head_busbw_Bps(topo.config.chip, grid.shape[0]) is not None)
+
+    def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
+        grid = Hierarchical._grid(ranks, topo)
+        head_Bps = nvls_tree_head_busbw_Bps(topo.config.chip, grid.shape[0]) if grid is not None else None
+        if grid is None or grid.shape[1] < 2 or head_Bps is None:
+            raise SpecError("algo", "nvls_tree needs >= 2 NVLS domains holding the same number (>= 2) of ranks")
+        g, m = grid.shape
+        n = g * m
+        shard = bytes_ / m
+        # NVLS inside each domain: every ordered pair, (1 + 1/m) S per GPU link, in units of the shard
+        i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+        keep = (i != j).ravel()
+        nv_s = grid[:, i.ravel()[keep]].ravel()
+        nv_d = grid[:, j.ravel()[keep]].ravel()
+        nv_w = np.full(nv_s.size, (m + 1) / (nvls_efficiency(topo.config.chip) * (m - 1)))
+        # the double binary tree over the domains, per rail: each tree half the shard, up and down
+        pos = np.arange(1, g)
+        parent = (pos - 1) // 2
+        tr_s, tr_d = [], []
+        for shift in (0, 1):
+            child, par = grid[(pos + shift) % g], grid[(parent + shift) % g]  # (edges, m): one column per rail
+            tr_s += [child.ravel(), par.ravel()]
+            tr_d += [par.ravel(), child.ravel()]
+        t_s, t_d = np.concatenate(tr_s), np.concatenate(tr_d)
+        t_w = np.full(t_s.size, 0.5)
+        # NCCL's channel ceiling: heads (one per NIC) x head busbw, converted to algbw as NCCL does (n / 2(n-1))
+        heads = min(m, topo.config.nics_per_node) if topo.config.nics_per_node else m
+        cap_s = bytes_ / (heads * head_Bps * n / (2.0 * (n - 1)))
+        r = route(topo, t_s, t_d, np.arange(t_s.size))
+        if r.ok.all() and r.e_link.size and bytes_ > 0:
+            used, inv = np.unique(r.e_link, return_inverse=True)
+            load = np.bincount(inv, weights=r.e_coef * t_w[r.e_flow], minlength=used.size)
+            tree_s = shard / float((topo.link_capacity_Bps[used] / load).min())
+            t_w *= max(1.0, cap_s / tree_s)
+        # NCCL's latency for it: intraLat + 2 log2(nNodes) interLat (nvls.cc), spread over the phase's steps
+        intra_s, inter_s = nvls_tree_latency_s()
+        levels = int(np.ceil(np.log2(g)))
+        steps = 1 + 2 * levels
+        return [Phase(np.concatenate([nv_s, t_s]), np.concatenate([nv_d, t_d]), shard, steps,
+                      weight=np.concatenate([nv_w, t_w]), step_s=(intra_s + 2 * levels * inter_s) / steps)]
+
+
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",
                                            accepts=lambda o: isinstance(o, Algorithm))
 """Collective algorithms (instances) by name; ``double_binary_tree`` is another name of ``tree``."""
 for _algo in (Ring(), DoubleBinaryTree(), Hierarchical(), RailRings(), HalvingDoubling(), Direct(), MeshRings(),
-              TorusRings(), OneShot(), NVLS()):
+              TorusRings(), OneShot(), NVLS(), NVLSTree()):
     ALGORITHMS.register(_algo.name, _algo)
 ALGORITHMS.register("double_binary_tree", ALGORITHMS["tree"])

@@ -27,6 +27,8 @@ rail_rings          AR, RS, AG across domains     as ring, S/m per ring, m rings
                     (full-mesh domains: each ring on its own xGMI links, Walecki paths)
 tree                all_reduce                    S/2 per tree edge, both ways    2 depth
 nvls                all_reduce, one NVSwitch 3+   (1 + 1/n) S per GPU link        2
+nvls_tree           all_reduce, >= 2 NVLS domains NVLS inside, S/m per NIC each   2 + 2 log2 g
+                    way between domains (two), NCCL's per-channel ceiling
 hierarchical        all_reduce                    intra RS, inter ring AR, intra AG (3 phases)
 halving_doubling    all_reduce (n a power of 2)   S/2, S/4, ... then back         2 log2 n
 direct              all_to_all                    S/n per ordered pair            1
@@ -174,7 +176,8 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
     cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
     # per used link only (a bincount over every link cost O(topology) per phase)
     used, inv = np.unique(r.e_link, return_inverse=True)
-    load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
+    coef = r.e_coef if phase.weight is None else r.e_coef * phase.weight[r.e_flow]
+    load = np.bincount(inv, weights=coef, minlength=used.size)
     if phase.lockstep:
         return float((cap[used] / load).min()), path_s
     per_entry = cap[r.e_link] / load[inv]
@@ -193,7 +196,7 @@ def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system
         return lat
     if rate == 0.0:
         return float("inf")
-    lat += phase.steps * step_latency_s(path_s, step_s, system_s)
+    lat += phase.steps * step_latency_s(path_s, step_s, max(system_s, phase.step_s))
     return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
 
 
@@ -226,7 +229,7 @@ class FastestPolicy(SelectionPolicy):
     name = "fastest"
     names: ClassVar[tuple[str, ...]] = (
         "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "torus_rings",
-        "one_shot", "nvls")
+        "one_shot", "nvls", "nvls_tree")
 
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
@@ -254,15 +257,15 @@ class FastestPolicy(SelectionPolicy):
 
 class LibraryPolicy(FastestPolicy):
     """The fastest of the algorithms NCCL and RCCL run by default: ring, the rail-aligned
-    multi-channel rings across domains, the double binary tree, NVLS, and on a full mesh RCCL's rings
-    over every link and its one-shot for small messages; direct for all-to-all and send/recv. Not
+    multi-channel rings across domains, the double binary tree, NVLS, NVLSTree across NVLS domains, and on a
+    full mesh RCCL's rings over every link and its one-shot for small messages; direct for all-to-all and send/recv. Not
     halving-doubling nor the three-phase hierarchical ring, which neither library runs. The direct
     reductions on a mesh are RCCL's MSCCL++ path, which it takes only up to RCCL_MSCCLPP_THRESHOLD
     (catalog ``efficiency.comm.full_mesh.direct_max_bytes``); above it RCCL runs its rings. So
     estimates compare with nccl-tests and rccl-tests as published."""
 
     name = "library"
-    names = ("ring", "rail_rings", "tree", "nvls", "direct", "mesh_rings", "torus_rings", "one_shot")
+    names = ("ring", "rail_rings", "tree", "nvls", "nvls_tree", "direct", "mesh_rings", "torus_rings", "one_shot")
     _mesh_reductions = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
 
     def considers(self, name: str, op: str, bytes_: float) -> bool:

@@ -61,6 +61,8 @@ class Template:
     est_s: tuple[float, ...]
     protos: tuple[str, ...] = ()
     flow_idx: tuple[np.ndarray | None, ...] = ()  # a lockstep phase's own flows (rail_rings: one per ring)
+    weights: tuple[np.ndarray | None, ...] = ()  # each sub-flow's share of its phase's bytes (Phase.weight)
+    step_floor_s: tuple[float, ...] = ()  # each phase's own least cost per step (Phase.step_s)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -196,7 +198,7 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         tuple(index(p.dst) for p in phases),
         tuple(float(p.bytes_per_hop) for p in phases), tuple(int(p.steps) for p in phases),
         tuple(bool(p.lockstep) for p in phases), est, tuple(p.proto for p in phases),
-        tuple(p.flow_of for p in phases),
+        tuple(p.flow_of for p in phases), tuple(p.weight for p in phases), tuple(p.step_s for p in phases),
     )
 
 
@@ -206,8 +208,10 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
     phases = []
     protos = tpl.protos or (DEFAULT_PROTOCOL,) * len(tpl.steps)
     flows = tpl.flow_idx or (None,) * len(tpl.steps)
-    for si, di, b, st, ls, pr, fi in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps, tpl.lockstep,
-                                         protos, flows, strict=True):
+    weights = tpl.weights or (None,) * len(tpl.steps)
+    floors = tpl.step_floor_s or (0.0,) * len(tpl.steps)
+    for si, di, b, st, ls, pr, fi, wt, fl in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps,
+                                                 tpl.lockstep, protos, flows, weights, floors, strict=True):
         k = si.size
         flow_of = None
         if ls and fi is not None:  # copy j's own flows follow copy j-1's
@@ -215,7 +219,8 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
             flow_of = (np.arange(g, dtype=np.int64)[:, None] * per + fi[None, :]).ravel()
         elif ls and g > 1:
             flow_of = np.repeat(np.arange(g, dtype=np.int64), k)
-        phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr))
+        phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr,
+                            None if wt is None else np.tile(wt, g), fl))
     return GroupsPlan(op, tpl.algorithm, rows, ranks, bytes_, tuple(phases), tpl.est_s)
 
 

@@ -22,14 +22,14 @@ _BUDGET_DIV = 8  # an incremental solve gives up (for one from scratch) after vi
 _BUDGET_MIN = 200_000  # ... but never below this many entries (a small pool's solve from scratch is cheap anyway)
 _BACKOFF_MAX = 64  # longest run of solves from scratch between two replays that gave up
 _FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve from scratch counts as filled
-_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_loc", "e_coef", "s_pos", "s_src", "s_dst", "s_label")
+_ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_loc", "e_coef", "s_pos", "s_src", "s_dst", "s_label", "s_w")
 
 
 class FlowPool:
     """Active flows (``gseq``: owning group, ``rem``/``bytes_``: bytes left/at start, ``w``, ``prio``),
     their incidence (``e_pos``, ``e_link``, ``e_coef``) and sub-flows (``s_pos``, ``s_src``, ``s_dst``,
-    ``s_label``); after :meth:`solve`: ``rate``, ``drain`` (absolute end time), ``link_rate`` and
-    ``grp_drain`` (latest drain per group).
+    ``s_label``, ``s_w``: the sub-flow's share of its flow's bytes, kept for rerouting); after :meth:`solve`:
+    ``rate``, ``drain`` (absolute end time), ``link_rate`` and ``grp_drain`` (latest drain per group).
 
     Links are numbered locally, in the order the pool first meets them (``e_loc``; ``e_link`` keeps the
     topology's ids): every per-link array of the solvers is as long as the links the pool's flows use, not as
@@ -53,6 +53,7 @@ class FlowPool:
         self.s_src = np.zeros(0, dtype=np.int64)
         self.s_dst = np.zeros(0, dtype=np.int64)
         self.s_label = np.zeros(0, dtype=np.int64)
+        self.s_w = np.zeros(0)
         self._g2l = np.zeros(n_links, dtype=np.int32)  # local id + 1 of each topology link met (0: not met)
         self._l2g = np.zeros(16, dtype=np.int64)  # topology id of each local link (capacity-doubled, as below)
         self.n_local = 0
@@ -126,15 +127,18 @@ class FlowPool:
         self._n_pending = 0
 
     def add(self, gseq: int, n_new: int, bytes_: float, w: float, prio: int, sub_flow: np.ndarray, r: Routes,
-            src: np.ndarray, dst: np.ndarray, labels: np.ndarray) -> None:
-        """Append ``n_new`` flows of group ``gseq``; routed sub-flow ``i`` belongs to flow ``sub_flow[i]``."""
+            src: np.ndarray, dst: np.ndarray, labels: np.ndarray, sub_w: np.ndarray | None = None) -> None:
+        """Append ``n_new`` flows of group ``gseq``; routed sub-flow ``i`` belongs to flow ``sub_flow[i]`` and
+        carries ``sub_w[i]`` (default 1) times its flow's bytes (:attr:`Phase.weight`)."""
         if self.size == 0 and self.n_local:
             self._renumber()
         sub_pos = self.size + sub_flow
+        w_sub = np.ones(src.size) if sub_w is None else np.asarray(sub_w, dtype=np.float64)
+        coef = r.e_coef if sub_w is None else r.e_coef * w_sub[r.e_flow]
         self._chunks.append((
             np.full(n_new, gseq, dtype=np.int64), np.full(n_new, bytes_), np.full(n_new, bytes_), np.full(n_new, w),
             np.full(n_new, prio, dtype=np.int64), np.zeros(n_new), np.full(n_new, np.inf), np.ones(n_new, dtype=bool),
-            sub_pos[r.e_flow], r.e_link, self._local(r.e_link), r.e_coef, sub_pos, src, dst, labels,
+            sub_pos[r.e_flow], r.e_link, self._local(r.e_link), coef, sub_pos, src, dst, labels, w_sub,
         ))
         self._n_pending += n_new
         self.dirty = True
@@ -163,7 +167,7 @@ class FlowPool:
         self.e_pos = newpos[self.e_pos[ek]]
         self.e_link, self.e_loc, self.e_coef = self.e_link[ek], self.e_loc[ek], self.e_coef[ek]
         self.s_pos = newpos[self.s_pos[sk]]
-        self.s_src, self.s_dst, self.s_label = self.s_src[sk], self.s_dst[sk], self.s_label[sk]
+        self.s_src, self.s_dst, self.s_label, self.s_w = self.s_src[sk], self.s_dst[sk], self.s_label[sk], self.s_w[sk]
         self.dirty = True
 
     def replace_incidence(self, keep_e: np.ndarray, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> None:

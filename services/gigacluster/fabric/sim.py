@@ -534,14 +534,15 @@ class FlowSim:
                 self.reserved_hits.append((t, g.id, np.unique(hit)))
         base_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
         sys_s = system_step_s(self.topo) if g.overhead else 0.0
-        lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s, sys_s)
+        lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s,
+                                        max(sys_s, ph.step_s) if g.overhead else 0.0)
         g.phase_lat_s = lat + (base_s if g.phase_idx == 0 else 0.0)
         if k == 0 or ph.bytes_per_hop <= 0:
             self._set_timer(g, t + g.phase_lat_s)
             return []
         n_new = ph.n_flows
         self._pool.add(g.seq, n_new, ph.bytes_per_hop, g.weight, g.priority, ph.flow_index(), r, ph.src, ph.dst,
-                       labels)
+                       labels, ph.weight)
         g.n_pool = n_new
         return []
 
@@ -610,7 +611,8 @@ class FlowSim:
             first_bad.setdefault(int(sub_seq[i]), (int(pool.s_src[subs[i]]), int(pool.s_dst[subs[i]])))
         moved = {int(s): int(c) for s, c in zip(*np.unique(sub_seq, return_counts=True), strict=True)}
         okf = r.ok[r.e_flow]
-        pool.replace_incidence(~affected[pool.e_pos], pool.s_pos[subs][r.e_flow[okf]], r.e_link[okf], r.e_coef[okf])
+        pool.replace_incidence(~affected[pool.e_pos], pool.s_pos[subs][r.e_flow[okf]], r.e_link[okf],
+                               r.e_coef[okf] * pool.s_w[subs][r.e_flow[okf]])
         for s, (src, dst) in sorted(first_bad.items()):
             events += self._fail(self._by_seq[s], self.now_s, NoPathError(
                 f"no live path from chip {src} to chip {dst} after the fault", src_chip=src, dst_chip=dst))
