@@ -91,6 +91,28 @@ def test_the_event_clock_keeps_its_horizon_until_time_moves_without_one() -> Non
     assert ck.horizon_s() == 3.0
 
 
+async def test_a_task_waiting_for_time_to_move_is_no_wake_up_and_returns_when_it_moves() -> None:
+    """EventClock.moved_past: not a wake-up the coordinator sees (next_wake_s stays None), not ended by a probe at
+    the same time, ended by the first advance past it; a cancelled wait leaves nothing behind."""
+    ck = EventClock(4.0)
+    t = asyncio.ensure_future(ck.moved_past(4.0))
+    await asyncio.sleep(0)
+    assert ck.next_wake_s() is None and not t.done()
+    ck.advance(4.0)  # a probe
+    await asyncio.sleep(0)
+    assert not t.done()
+    ck.advance(4.5)
+    await asyncio.wait_for(t, 1.0)
+    gone = asyncio.ensure_future(ck.moved_past(4.5))
+    await asyncio.sleep(0)
+    gone.cancel()
+    again = asyncio.ensure_future(ck.moved_past(4.5))
+    await asyncio.sleep(0)
+    assert len(ck._watchers) == 1
+    ck.advance(5.0)
+    await asyncio.wait_for(again, 1.0)
+
+
 def test_a_call_in_transit_between_reports_is_never_missed() -> None:
     """a reported idle, then called b, which had already reported: the probe sees the changed activity."""
     c = Coordinator()

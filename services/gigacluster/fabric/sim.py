@@ -306,12 +306,12 @@ class FlowSim:
             ids = np.flatnonzero(b > 0)
             return ids, b[ids]
         self._solve()
-        self._touched[self._pool.used_links()] = True
+        used = self._pool.used_links()
+        self._touched[used] = True
         ids = np.flatnonzero(self._touched)  # one pass over a byte per link (a sort of every phase's links cost more)
         b = self._bytes_carried[ids]
         dt = self.now_s - self._t_ref
         if dt > 0:
-            used = self._pool.used_links()
             b[np.searchsorted(ids, used)] += self._pool.used_rates() * dt
         keep = b > 0
         return ids[keep], b[keep]

@@ -238,11 +238,14 @@ def _fixed_items(shape: ShardShape, tokens: int, graph: bool, logits: int) -> Fi
                     precision=prec, graph=graph, kind="matmul", count=1, shape=(logits, int(vocab_s), h))
     # One object per distinct item across every replica and shape of the process: the price memos then find
     # their keys by identity rather than comparing items field by field.
+    if len(_INTERNED) >= INTERNED_MAX:  # a router up for weeks meets many batch sizes: identity is an optimisation
+        _INTERNED.clear()
     return (tuple(_INTERNED.setdefault(w, w) for w in gemms), _INTERNED.setdefault(elementwise, elementwise),
             None if head is None else _INTERNED.setdefault(head, head))
 
 
-_INTERNED: dict[Work, Work] = {}  # bounded by the distinct (shape, tokens, graph, logits) seen: small
+INTERNED_MAX = 1 << 16
+_INTERNED: dict[Work, Work] = {}
 
 
 def allreduce_bytes(shape: ShardShape, tokens: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -100,13 +101,8 @@ class _Tokens:
         if n_tokens <= 0:
             return
         if len(token_times_s) == n_tokens and n_tokens > 1:
-            i = 0
-            while i < n_tokens:
-                j = i + 1
-                while j < n_tokens and token_times_s[j] == token_times_s[i]:
-                    j += 1
-                self._tokens(j - i, float(token_times_s[i]))
-                i = j
+            for t, same in itertools.groupby(token_times_s):
+                self._tokens(sum(1 for _ in same), float(t))
         else:
             self._tokens(n_tokens, produced_s)
         self.r.chunks += 1

@@ -87,6 +87,19 @@ class StepPlan:
     bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
     dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
 
+    @functools.cached_property
+    def link_bytes(self) -> tuple[float, float]:
+        """(scale-up, scale-out) bytes one step's collectives move, for link energy (computed once: a scheduler
+        accounts every step of a window with it)."""
+        up = out = 0.0
+        for d in self.collectives:
+            moved = d.count * d.bytes_ * max(bus_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
+            if d.layout.domains > 1:
+                out += moved
+            else:
+                up += moved
+        return up, out
+
 
 @dataclasses.dataclass(frozen=True)
 class StepBreakdown:
@@ -500,21 +513,5 @@ def ring_hbm_touches() -> dict[str, float]:
 
 
 def link_bytes(plan: StepPlan) -> tuple[float, float]:
-    """(scale-up, scale-out) bytes one step's collectives move, for link energy (kept on the plan: a scheduler
-    accounts every step of a window with it)."""
-    kept = plan.__dict__.get("_link_bytes")
-    if kept is None:
-        kept = _link_bytes(plan)
-        object.__setattr__(plan, "_link_bytes", kept)
-    return kept  # type: ignore[no-any-return]
-
-
-def _link_bytes(plan: StepPlan) -> tuple[float, float]:
-    up = out = 0.0
-    for d in plan.collectives:
-        moved = d.count * d.bytes_ * max(bus_factor(d.op, d.layout.size), 1.0 if d.op == "send_recv" else 0.0)
-        if d.layout.domains > 1:
-            out += moved
-        else:
-            up += moved
-    return up, out
+    """(scale-up, scale-out) bytes one step's collectives move, for link energy (:attr:`StepPlan.link_bytes`)."""
+    return plan.link_bytes

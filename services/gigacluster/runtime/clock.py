@@ -96,6 +96,7 @@ class EventClock(VirtualClock):
         self.wire_keys = tuple(k for k in wire_keys if k)
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._ahead: list[tuple[float, int, asyncio.Future[None]]] = []  # sleepers the horizon may release
+        self._watchers: list[asyncio.Future[None]] = []  # tasks waiting for time to move at all (no wake-up)
         self._seq = 0
         self.calls_out = 0
         self.calls_in = 0
@@ -174,6 +175,15 @@ class EventClock(VirtualClock):
         polling and time never runs past the peer's pending event."""
         await self.sleep_until(math.nextafter(max(t_s, self._now), math.inf))
 
+    async def moved_past(self, t_s: float) -> None:
+        """Return once this process's time is past ``t_s``, whenever something else moves it: unlike a sleep this
+        is no wake-up of the coordinator's, so it never moves time itself."""
+        while self._now <= t_s:
+            f = asyncio.get_running_loop().create_future()
+            self._watchers = [w for w in self._watchers if not w.done()]  # (a cancelled wait leaves its future)
+            self._watchers.append(f)
+            await f
+
     def next_wake_s(self) -> float | None:
         """The earliest time a task of this process waits for (None: none waits)."""
         wakes = []
@@ -198,6 +208,11 @@ class EventClock(VirtualClock):
             self._horizon = horizon_s
         elif t_s > self._now:
             self._horizon = -math.inf
+        if t_s > self._now:
+            for f in self._watchers:
+                if not f.done():
+                    f.set_result(None)
+            self._watchers = []
         self._now = max(self._now, t_s)
         woke = _wake(self._sleepers, lambda t: t <= self._now)
         horizon = self.horizon_s()

@@ -125,7 +125,7 @@ class Dispatcher:
             waits.append(asyncio.ensure_future(asyncio.sleep(nxt.wall_s)))
             # Time moving means something else became pending after all (a job this process placed, work
             # from outside): poll in virtual time again from the next pass.
-            waits.append(asyncio.ensure_future(_time_moves(clock, clock.now())))
+            waits.append(asyncio.ensure_future(clock.moved_past(clock.now())))
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -236,12 +236,3 @@ class Dispatcher:
         self.supervisor.start(job, devices, resp.capability, resp.capability_expires_s)
         return True
 
-
-TIME_MOVES_POLL_S = 0.1  # wall seconds between looks at the clock while a pass waits in wall time
-
-
-async def _time_moves(clock: EventClock, since_s: float) -> None:
-    """Return once this process's virtual time is past ``since_s`` (looked at in wall time: this waits for
-    no virtual instant, so it is no event of the clock's)."""
-    while clock.now() <= since_s:
-        await asyncio.sleep(TIME_MOVES_POLL_S)
