@@ -119,6 +119,8 @@ def test_decoded_work_items_are_kept_by_their_bytes_and_invalid_ones_never() -> 
     req = chip_pb2.WorkIteration(items=msgs)
     first, again = chip_wire.works(req.items), chip_wire.works(req.items)
     assert first == [w, w] and again[0] is first[0]
+    with pytest.raises(InvalidArgument, match=r"items\[0\]\.shape"):
+        chip_wire.works([chip_pb2.WorkItem(flops=1.0, shape=[2**63])])  # hostile: an absurd dimension
     bad = chip_pb2.WorkItem(kind="matmul", flops=-1.0)
     before = len(chip_wire._WORKS)
     for _ in range(2):

@@ -20,6 +20,8 @@ MAX_FLOPS = 1e21  # one work item of more than a zettaFLOP is a caller bug, not 
 MAX_BYTES = 1e18
 MAX_ITEMS = 10_000  # per ExecuteWork call
 MAX_COUNT = 1_000_000  # repeats of one item
+MAX_DIM = 1 << 40  # one operand dimension (a GEMM's m, n or k; an attention's sequence length)
+MAX_RANK = 8  # operand dimensions of one item
 
 
 # Valid items seen, by their wire bytes, and the messages of items sent. A replica reports the same few
@@ -66,6 +68,9 @@ def _work(it: chip_pb2.WorkItem, f: str) -> Work:
     count = int(it.count) or 1
     if count > MAX_COUNT:
         raise InvalidArgument(f"{f}.count", f"must be <= {MAX_COUNT}, got {count}")
+    if len(it.shape) > MAX_RANK or any(d > MAX_DIM for d in it.shape):
+        raise InvalidArgument(f"{f}.shape", f"at most {MAX_RANK} dimensions of at most {MAX_DIM} each, "
+                                            f"got {preview(str(list(it.shape)), 80)}")
     return Work(flops=flops, bytes_=bytes_, precision=precision_name(it.precision, f"{f}.precision"),
                 kind=kind, count=count, shape=tuple(int(s) for s in it.shape), graph=bool(it.graph))
 
