@@ -136,13 +136,16 @@ def test_changed_activity_with_balanced_calls_probes_again_before_advancing() ->
 
 
 def test_a_state_change_during_a_probe_cancels_it() -> None:
-    """A spontaneous report in the middle of a round voids the round; late answers to it are ignored."""
+    """A spontaneous report in the middle of a round voids the round; late answers to it never conclude a round
+    (the latest of them, quiet, starts a new one)."""
     c = Coordinator()
     two(c, rep("a", wake=3.0), rep("b"))
     c.report(rep("a", wake=3.0, rnd=1))
     step = c.report(rep("b", idle=False, act=1))  # b got busy
     assert step == Step() and c.active is None
-    assert c.report(rep("b", act=1, rnd=1)) == Step()  # a stale answer
+    step = c.report(rep("b", act=1, rnd=1))  # a late answer: b's latest state (idle again), never a conclusion
+    assert step.probe_round == 2 and step.advance_to_s is None and c.now_s == 0.0
+    assert c.report(rep("a", wake=3.0, rnd=1)) == Step()  # answers to round 1 no longer count
     assert c.now_s == 0.0
 
 
@@ -387,3 +390,18 @@ async def test_a_process_reports_dormant_only_after_resting_without_activity(mon
     http._report(0)
     await asyncio.sleep(0.06)
     assert not http._report(0).dormant
+
+
+def test_an_answer_to_a_given_up_round_that_makes_the_mesh_quiet_starts_the_next_round() -> None:
+    """A change report gives up round 1 while the mesh is not quiet (a's call to b shows at a alone); b's late
+    answer to round 1 then makes it quiet and starts round 2. It used to be ignored, and the mesh waited for an
+    unrelated report (a chip shard's key pull, once a wall second) or, with none, for ever."""
+    c = Coordinator()
+    assert two(c, rep("a", wake=5.0, act=1), rep("b", act=1)).probe_round == 1
+    assert c.report(rep("a", wake=5.0, out=1, act=2)) == Step()  # a's call to b leaves: round 1 given up
+    assert c.active is None
+    step = c.report(rep("b", inn=1, act=2, rnd=1))  # b's late answer: it serves the call, the mesh is quiet
+    assert step.probe_round == 2 and c.active == 2 and c.now_s == 0.0
+    assert c.report(rep("a", wake=5.0, out=1, act=2, rnd=1)) == Step()  # late for round 2's purposes: ignored
+    c.report(rep("a", wake=5.0, out=1, act=2, rnd=2))
+    assert c.report(rep("b", inn=1, act=2, rnd=2)).advance_to_s == 5.0

@@ -273,3 +273,51 @@ async def test_a_cancelled_read_of_an_ended_stream_releases_its_hold() -> None:
     with pytest.raises(asyncio.CancelledError):
         await reader
     assert _quiet(clock)
+
+
+async def test_a_key_pull_neither_counts_nor_wakes_a_dormant_mesh() -> None:
+    """GetVerificationKeys (pulled every wall second by each chip shard and the fabric) is outside the clock at
+    both ends: served by a dormant server and sent by a dormant client with no count, no activity and no wake-up
+    through the coordinator, while a counted call from the same dormant client does wake it first."""
+    from gigacluster.runtime.clock_wire import UNCOUNTED, uncounted
+
+    keys = "/gigacluster.broker.v1.BrokerService/GetVerificationKeys"
+    assert keys in UNCOUNTED and uncounted(keys.encode()) and not uncounted("/test.Clock/Wait")
+    server_clock, client_clock = EventClock(), EventClock()
+    woken: list[str] = []
+
+    def dormant(ck: EventClock, name: str) -> None:
+        async def on_awaken() -> None:
+            woken.append(name)
+            ck.dormant = False
+
+        ck.dormant, ck.on_awaken = True, on_awaken
+
+    dormant(server_clock, "server")
+    dormant(client_clock, "client")
+    seen: list[tuple[int, int, int]] = []
+
+    async def pull(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        seen.append((server_clock.calls_in, server_clock.external, server_clock.activity))
+        return b"keys"
+
+    server = grpc.aio.server(interceptors=[ClockServerInterceptor(server_clock)])
+    server.add_generic_rpc_handlers((
+        grpc.method_handlers_generic_handler("gigacluster.broker.v1.BrokerService", {
+            "GetVerificationKeys": grpc.unary_unary_rpc_method_handler(pull, _same, _same)}),
+        grpc.method_handlers_generic_handler("test.Clock", {
+            "Wait": grpc.unary_unary_rpc_method_handler(pull, _same, _same)}),
+    ))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             interceptors=client_interceptors(client_clock)) as ch:
+            activity = client_clock.activity
+            assert await ch.unary_unary(keys, _same, _same)(b"") == b"keys"
+            assert seen == [(0, 0, 0)] and woken == []
+            assert (client_clock.calls_out, client_clock.activity, client_clock.dormant) == (0, activity, True)
+            assert await ch.unary_unary("/test.Clock/Wait", _same, _same)(b"") == b"keys"
+            assert woken == ["client", "server"] and seen[1][0] == 1
+    finally:
+        await server.stop(None)

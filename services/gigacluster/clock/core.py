@@ -153,7 +153,9 @@ class Coordinator:
             self.active = None  # something changed: the round in progress cannot succeed
             return self._maybe_probe()
         if rep.round != self.active:
-            return NOTHING  # an answer to a round already given up
+            # An answer to a round already given up is still this process's latest state; with no round in
+            # progress it may be the report that makes the mesh quiet, and no other report may follow it.
+            return self._maybe_probe() if self.active is None else NOTHING
         self.answers[rep.process] = rep
         if set(self.answers) != self.registered:
             return NOTHING

@@ -8,6 +8,12 @@ its own time in the trailing metadata. The coordinator compares the totals (a ca
 open at one end only) and each side takes the later of the two times, so a process never acts on
 an answer from its future. Calls from outside the mesh (the CLI, loadtest) carry no time: they
 count as activity, never as open calls (no client would close them).
+
+A few calls are outside the clock at both ends (``UNCOUNTED``): they read state that no virtual time
+depends on (the broker's verification keys and revocations, which every chip shard and the fabric pull
+each wall second; health checks; reflection), so they neither carry a time nor wake a dormant process.
+Counted, they kept an idle mesh out of dormancy: each pull woke the puller and the broker through the
+coordinator.
 """
 
 from __future__ import annotations
@@ -21,6 +27,21 @@ import grpc
 from gigacluster.runtime.clock import VT_KEY, VT_MAC_KEY, EventClock, proven_vt, vt_mac
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+
+#: Methods outside the event clock: no time carried, no count, no wake-up (module docstring).
+UNCOUNTED: frozenset[str] = frozenset({
+    "/gigacluster.broker.v1.BrokerService/GetVerificationKeys",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+})
+
+
+def uncounted(method: str | bytes) -> bool:
+    """Whether calls of ``method`` (a full method name, as a server or a client interceptor sees it) are outside
+    the clock."""
+    return (method.decode() if isinstance(method, bytes) else method) in UNCOUNTED
 
 def _vt(clock: EventClock, metadata: Any) -> float | None:
     """The time a call's metadata carries, if signed under one of the clock's wire keys."""
@@ -64,7 +85,7 @@ class ClockServerInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Continuation,
                                 handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if handler is None or handler.request_streaming or uncounted(handler_call_details.method):
             return handler  # no mesh call streams its requests
         vt = _vt(self.clock, handler_call_details.invocation_metadata)
         if handler.unary_unary is not None:
@@ -142,7 +163,7 @@ class ClockUnaryClientInterceptor(_ClientClock, grpc.aio.UnaryUnaryClientInterce
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                     request: Any) -> Any:
-        if not self.live:
+        if not self.live or uncounted(client_call_details.method):
             return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
@@ -173,7 +194,7 @@ class ClockStreamClientInterceptor(_ClientClock, grpc.aio.UnaryStreamClientInter
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
-        if not self.live:
+        if not self.live or uncounted(client_call_details.method):
             return await continuation(client_call_details, request)
         self.clock.call_started(inbound=False)
         try:
@@ -243,4 +264,4 @@ def client_interceptors(clock: EventClock | None) -> list[grpc.aio.ClientInterce
     return [ClockUnaryClientInterceptor(clock), ClockStreamClientInterceptor(clock)]
 
 
-__all__ = ["VT_KEY", "ClockServerInterceptor", "client_interceptors"]
+__all__ = ["UNCOUNTED", "VT_KEY", "ClockServerInterceptor", "client_interceptors", "uncounted"]
