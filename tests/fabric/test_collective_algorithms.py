@@ -157,7 +157,7 @@ def test_nvls_tree_only_across_nvls_domains() -> None:
 def test_nvls_tree_moves_one_shard_each_way_per_nic_on_two_nodes() -> None:
     """2 x 8 B200: every NIC carries S/8 each way (a ring carries 2(n-1)/n x S/8), so busbw reaches 1.875x the NICs'
     46 GB/s; the NVLS pairs stay inside their node and load each GPU link (1 + 1/8) S / NVLS efficiency."""
-    from gigacluster.fabric.algorithms import nvls_efficiency
+    from gigacluster.model.nvls import nvls_efficiency
 
     topo = build_topology(TopologyConfig(chip="b200", count=16))
     (ph,) = plan_collective("all_reduce", np.arange(16), 2**30, topo, algo="nvls_tree").phases
