@@ -154,10 +154,22 @@ def test_nvls_tree_only_across_nvls_domains() -> None:
     assert not tree.supports("all_reduce", np.arange(16), a100)
 
 
+def test_nvls_needs_three_local_ranks_as_nccl_sets_it_up() -> None:
+    """NCCL leaves NVLS off for a communicator with <= 2 GPUs on a node (src/transport/nvls.cc, ncclNvlsInit,
+    catalog efficiency.comm.nvls.min_local_ranks): no nvls on 2 GPUs, no nvls_tree on 2 ranks per node."""
+    topo = build_topology(TopologyConfig(chip="h100-sxm", count=32))
+    two_per_node = np.array([0, 1, 8, 9, 16, 17, 24, 25])
+    three_per_node = np.array([0, 1, 2, 8, 9, 10])
+    assert not ALGORITHMS["nvls"].supports("all_reduce", np.arange(2), topo)
+    assert ALGORITHMS["nvls"].supports("all_reduce", np.arange(3), topo)
+    assert not ALGORITHMS["nvls_tree"].supports("all_reduce", two_per_node, topo)
+    assert ALGORITHMS["nvls_tree"].supports("all_reduce", three_per_node, topo)
+
+
 def test_nvls_tree_moves_one_shard_each_way_per_nic_on_two_nodes() -> None:
     """2 x 8 B200: every NIC carries S/8 each way (a ring carries 2(n-1)/n x S/8), so busbw reaches 1.875x the NICs'
     46 GB/s; the NVLS pairs stay inside their node and load each GPU link (1 + 1/8) S / NVLS efficiency."""
-    from gigacluster.fabric.algorithms import nvls_efficiency
+    from gigacluster.model.nvls import nvls_efficiency
 
     topo = build_topology(TopologyConfig(chip="b200", count=16))
     (ph,) = plan_collective("all_reduce", np.arange(16), 2**30, topo, algo="nvls_tree").phases

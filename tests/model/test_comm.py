@@ -10,12 +10,13 @@ from gigacluster.model.comm import AlphaBetaCommModel, CommModel, GroupLayout, v
 
 H100 = get_chip("h100-sxm")
 M = AlphaBetaCommModel()
+RING = AlphaBetaCommModel(nvls=False)  # rings only (NCCL_ALGO=Ring)
 
 
 def test_single_node_allreduce_busbw_matches_nccl_tests() -> None:
     """8x H100 ring all-reduce of 4 GiB: busbw about 370 GB/s (nccl-tests issues 212, 290)."""
     size = 4 * 2**30
-    t = M.collective_time_s(H100, "hgx", "all_reduce", size, GroupLayout(8, 8))
+    t = RING.collective_time_s(H100, "hgx", "all_reduce", size, GroupLayout(8, 8))
     busbw = size / t * volume_factor("all_reduce", 8)
     assert busbw == pytest.approx(370e9, rel=0.03)
 
@@ -46,10 +47,10 @@ def test_oversubscribed_nics_slow_down() -> None:
 
 
 def test_hierarchical_allreduce_splits_inner_and_outer() -> None:
-    """All-reduce over 4 domains of 8 = inner ring on NVLink + outer ring on 1/8 of the data."""
-    p = M.params
+    """Ring all-reduce over 4 domains of 8 = inner ring on NVLink + outer ring on 1/8 of the data."""
+    p = RING.params
     s = 8e9
-    t = M.collective_time_s(H100, "hgx", "all_reduce", s, GroupLayout(32, 8, 1))
+    t = RING.collective_time_s(H100, "hgx", "all_reduce", s, GroupLayout(32, 8, 1))
     inner = 14 * p.scaleup_alpha_s + 1.75 * s / (450e9 * p.scaleup_bus_fraction)
     outer = 6 * p.scaleout_alpha_s + 1.5 * (s / 8) / (50e9 * p.scaleout_bus_fraction)
     assert t == pytest.approx(inner + outer)
@@ -122,3 +123,51 @@ def test_scaleup_fraction_is_the_chips_own() -> None:
     plain = AlphaBetaCommModel(chip_overrides=False).collective_time_s(get_chip("a100-80gb"), "hgx", "all_reduce",
                                                                        s, layout)
     assert 1.75 * s / plain == pytest.approx(300e9 * 0.82, rel=0.01)
+
+
+def _busbw(model: AlphaBetaCommModel, chip: str, op: str, size: float, layout: GroupLayout) -> float:
+    return size / model.collective_time_s(get_chip(chip), "hgx", op, size, layout) * volume_factor(op, layout.size)
+
+
+def test_single_node_allreduce_is_nvls_where_the_switch_reduces() -> None:
+    """8x H100 default all-reduce of 4 GiB is NVLS at about 480 GB/s busbw (nccl-tests issue 212, NVIDIA's
+    S. Jeaugey: "a peak busBw of ~480GB/s"), the flow model's calibration row; A100's NVSwitch has none."""
+    assert _busbw(M, "h100-sxm", "all_reduce", 4 * 2**30, GroupLayout(8, 8)) == pytest.approx(480e9, rel=0.03)
+    a100 = GroupLayout(8, 8)
+    assert _busbw(M, "a100-80gb", "all_reduce", 2**30, a100) == _busbw(RING, "a100-80gb", "all_reduce", 2**30, a100)
+
+
+def test_two_node_allreduce_is_nvls_tree_at_nccls_channel_ceiling() -> None:
+    """2 x 8 H100, 8 GiB: NVLSTree held by NCCL's perChMaxNVLSTreeBws (8 heads x 57.7 GB/s busbw,
+    src/tuning/cost_model.cc), within 5% of coreweave/nccl-tests PR 92's 440.58 GB/s; the ring was 244."""
+    lay = GroupLayout(16, 8)
+    busbw = _busbw(M, "h100-sxm", "all_reduce", 8 * 2**30, lay)
+    assert busbw == pytest.approx(8 * 57.7e9, rel=0.01)
+    assert busbw == pytest.approx(440.58e9, rel=0.05)
+    assert _busbw(RING, "h100-sxm", "all_reduce", 8 * 2**30, lay) < 0.6 * busbw
+
+
+def test_nvls_tree_is_the_same_code_as_the_flow_models() -> None:
+    """The alpha-beta NVLSTree and the fabric's nvls_tree take the same NCCL ceiling and latency
+    (gigacluster.model.nvls): on 2 x 8 H100, where the ceiling binds, they agree within 1%."""
+    from gigacluster.fabric.estimate import collective_estimate_s
+
+    size = 8 * 2**30
+    fabric_s = collective_estimate_s("all_reduce", size, "h100-sxm", 16)
+    assert M.collective_time_s(H100, "hgx", "all_reduce", size, GroupLayout(16, 8)) == pytest.approx(fabric_s, rel=0.01)
+
+
+def test_no_nvls_for_two_ranks_per_node_nor_for_reduce_scatter() -> None:
+    """NCCL sets NVLS up only for 3+ of a communicator's GPUs on a node (src/transport/nvls.cc, gpuCount <= 2)
+    and runs NVLSTree for all-reduce only (src/tuning/nvls.cc), so those price as rings."""
+    for op, lay in (("all_reduce", GroupLayout(16, 2, 4)), ("all_reduce", GroupLayout(2, 2)),
+                    ("reduce_scatter", GroupLayout(16, 8)), ("all_gather", GroupLayout(8, 8))):
+        assert M.collective_time_s(H100, "hgx", op, 2**30, lay) == RING.collective_time_s(H100, "hgx", op, 2**30, lay)
+
+
+def test_gb200_racks_run_no_nvls_tree() -> None:
+    """NCCL disables NVLSTree on multi-node NVLink (src/graph/tuning.cc, MNNVL): GB200 across racks keeps rings."""
+    gb = get_chip("gb200")
+    lay = GroupLayout(144, 72)
+    assert M.collective_time_s(gb, "gb200-nvl72", "all_reduce", 2**30, lay) == RING.collective_time_s(
+        gb, "gb200-nvl72", "all_reduce", 2**30, lay)

@@ -211,3 +211,37 @@ def test_to_dict_has_the_documented_keys() -> None:
     assert set(d["breakdown"]) >= {"compute_s", "exposed_comm_s", "bubble_s"}
     assert d["energy_facility_mwh"] == pytest.approx(d["energy_it_mwh"] * d["pue"])
     assert d["hfu"] >= d["mfu"]
+
+
+def _dp_allreduce_spec(chip: str, count: int, tp: int) -> TrainSpec:
+    """A 1.7B GPT (Megatron-LM SC'21 Table 1's smallest) with a plain data-parallel all-reduce, exposed."""
+    return TrainSpec.from_dict({
+        "model": {"layers": 24, "hidden": 2304, "heads": 24, "kv_heads": 24, "ffn_hidden": 4 * 2304, "vocab": 51200,
+                  "seq_len": 2048, "mlp": "gelu"},
+        "batch": {"global_batch": 512},
+        "parallelism": {"tp": tp, "microbatch_size": 4, "recompute": "selective", "distributed_optimizer": False,
+                        "dp_comm_overlap": False},
+        "hardware": {"chip": chip, "count": count}, "precision": "bf16"})
+
+
+def test_training_dp_allreduce_runs_nvls_tree_in_both_comm_models() -> None:
+    """On 2 x 8 H100 the DP gradient all-reduce (8 ranks per node) is NCCL's NVLSTree in the fabric and the
+    alpha-beta model alike, the same seconds from the same NCCL ceiling, near half the alpha-beta ring's."""
+    from gigacluster.model.comm import AlphaBetaCommModel
+
+    s = _dp_allreduce_spec("h100-sxm", 16, 1)
+    fabric = estimate_train(s).to_dict()["comm_s"]["dp_grad"]
+    nvls = estimate_train(s, AlphaBetaCommModel()).to_dict()["comm_s"]["dp_grad"]
+    ring = estimate_train(s, AlphaBetaCommModel(nvls=False)).to_dict()["comm_s"]["dp_grad"]
+    assert nvls == pytest.approx(fabric, rel=0.02)
+    assert nvls < 0.6 * ring
+
+
+def test_training_dp_allreduce_of_two_ranks_per_node_keeps_the_rings() -> None:
+    """TP 4 leaves two DP ranks per 8-GPU node: NCCL sets no NVLS up for <= 2 local GPUs (src/transport/nvls.cc),
+    so the alpha-beta DP all-reduce is its ring with NVLS on or off."""
+    from gigacluster.model.comm import AlphaBetaCommModel
+
+    s = _dp_allreduce_spec("h100-sxm", 32, 4)
+    on, off = (estimate_train(s, AlphaBetaCommModel(nvls=v)).to_dict()["comm_s"]["dp_grad"] for v in (True, False))
+    assert on == off

@@ -17,8 +17,17 @@ import numpy as np
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
-from gigacluster.hw.catalog import _raw
 from gigacluster.model import SpecError
+from gigacluster.model.nvls import (
+    double_binary_tree,
+    nvls_link_bytes,
+    nvls_min_local_ranks,
+    nvls_runs,
+    nvls_tree_call_latency_s,
+    nvls_tree_cap_s,
+    nvls_tree_levels,
+    nvls_tree_runs,
+)
 from gigacluster.registry import Registry
 
 
@@ -480,24 +489,6 @@ class OneShot(Algorithm):
         return [_pairs(ranks, bytes_)]
 
 
-@functools.cache
-def _nvls() -> tuple[frozenset[str], float]:
-    """(chips whose scale-up switch reduces in the switch, NVLS efficiency): catalog ``efficiency.comm.nvls``."""
-    c = _raw()["efficiency"]["comm"].get("nvls") or {}
-    return frozenset(str(x) for x in c.get("chips", ())), float(c.get("efficiency", 1.0))
-
-
-@functools.cache
-def nvls_efficiency(chip: str) -> float:
-    """The NVLS efficiency of ``chip``'s NVLink generation: its own ``efficiency.comm.nvls.chip_efficiency``
-    entry (Blackwell), else the calibrated ``efficiency.comm.nvls.efficiency`` (Hopper)."""
-    c = _raw()["efficiency"]["comm"].get("nvls") or {}
-    value = float((c.get("chip_efficiency") or {}).get(chip, _nvls()[1]))
-    if not 0.0 < value <= 1.0:
-        raise SpecError(f"efficiency.comm.nvls.chip_efficiency.{chip}", f"must be in (0, 1], got {value!r}")
-    return value
-
-
 class NVLS(Algorithm):
     """NVLink SHARP all-reduce (NCCL's NVLS, the default on NVSwitch 3+ from NCCL 2.17): the switch
     reduces. Each GPU reads its S/n shard reduced from all GPUs (multimem load-reduce: S up, S/n
@@ -507,7 +498,9 @@ class NVLS(Algorithm):
     down links exactly that much; the switch path reaches a lower share of the line rate than
     point-to-point copies (catalog ``efficiency.comm.nvls.efficiency``, on top of the link's; Blackwell has its
     own, ``efficiency.comm.nvls.chip_efficiency``, from NCCL's per-architecture NVLS efficiency).
-    Runs within one switched domain of a chip listed in ``efficiency.comm.nvls.chips``; Simple only.
+    Runs within one switched domain of a chip listed in ``efficiency.comm.nvls.chips``, on at least
+    ``efficiency.comm.nvls.min_local_ranks`` (3) GPUs, as NCCL sets it up; Simple only. The rules and
+    constants are :mod:`gigacluster.model.nvls`, which the alpha-beta model shares.
     """
 
     name = "nvls"
@@ -515,39 +508,13 @@ class NVLS(Algorithm):
     protocols = (DEFAULT_PROTOCOL,)
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        chips, _ = _nvls()
-        return (super().supports(op, ranks, topo) and topo.scaleup == "switch" and topo.config.chip in chips
+        return (super().supports(op, ranks, topo) and nvls_runs(topo.config.chip, topo.scaleup, ranks.size)
                 and np.unique(topo.chip_domain[ranks]).size == 1)
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         n = ranks.size
-        per_gpu = (1.0 + 1.0 / n) * bytes_ / nvls_efficiency(topo.config.chip)
+        per_gpu = nvls_link_bytes(bytes_, n, topo.config.chip)
         return [dataclasses.replace(_pairs(ranks, per_gpu / (n - 1)), steps=2)]  # load-reduce, then multicast
-
-
-@functools.cache
-def nvls_tree_head_busbw_Bps(chip: str, n_domains: int) -> float | None:
-    """NCCL's ceiling on one NVLSTree channel (one NIC head), as busbw B/s, for ``chip`` on ``n_domains`` nodes
-    (catalog ``efficiency.comm.nvls_tree.head_busbw_GBps``: [two nodes, more]); None where NCCL runs no NVLSTree."""
-    table = ((_raw()["efficiency"]["comm"].get("nvls_tree") or {}).get("head_busbw_GBps") or {})
-    pair = table.get(chip)
-    if pair is None:
-        return None
-    value = float(pair[0] if n_domains <= 2 else pair[1])
-    if not (np.isfinite(value) and value > 0):
-        raise SpecError(f"efficiency.comm.nvls_tree.head_busbw_GBps.{chip}", f"must be > 0, got {value!r}")
-    return value * 1e9
-
-
-@functools.cache
-def nvls_tree_latency_s() -> tuple[float, float]:
-    """(inside a node, per network level) latency of NVLSTree: catalog ``efficiency.comm.nvls_tree.latency_s``
-    (NCCL's hwLat for NVLSTree/Simple over NVLink and the network)."""
-    pair = (_raw()["efficiency"]["comm"].get("nvls_tree") or {}).get("latency_s") or (0.0, 0.0)
-    intra, inter = float(pair[0]), float(pair[1])
-    if not (0 <= intra < 1e-3 and 0 <= inter < 1e-3):
-        raise SpecError("efficiency.comm.nvls_tree.latency_s", f"must be in [0, 1 ms), got {pair!r}")
-    return intra, inter
 
 
 class NVLSTree(Algorithm):
@@ -566,46 +533,43 @@ class NVLSTree(Algorithm):
     flow model has no per-channel resource to carry it); a NIC slower than the ceiling (Blackwell, 96) keeps
     its own rate. Its steps cost NCCL's own NVLSTree latency (catalog ``efficiency.comm.nvls_tree.latency_s``),
     so small messages keep the tree or the rings. Runs on >= 2 switched domains of a chip with a ceiling, each
-    holding the same number (>= 2) of the ranks; Simple only."""
+    holding the same number (>= 3, NCCL's NVLS minimum) of the ranks; Simple only. The ceiling, latency, tree
+    and eligibility are :mod:`gigacluster.model.nvls`, shared with the alpha-beta model's closed form."""
 
     name = "nvls_tree"
     ops = ("all_reduce",)
     protocols = (DEFAULT_PROTOCOL,)
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        if not super().supports(op, ranks, topo) or topo.scaleup != "switch" or topo.config.chip not in _nvls()[0]:
+        if not super().supports(op, ranks, topo):
             return False
         grid = Hierarchical._grid(ranks, topo)
-        return (grid is not None and grid.shape[1] >= 2
-                and nvls_tree_head_busbw_Bps(topo.config.chip, grid.shape[0]) is not None)
+        return grid is not None and nvls_tree_runs(topo.config.chip, topo.scaleup, *grid.shape)
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         grid = Hierarchical._grid(ranks, topo)
-        head_Bps = nvls_tree_head_busbw_Bps(topo.config.chip, grid.shape[0]) if grid is not None else None
-        if grid is None or grid.shape[1] < 2 or head_Bps is None:
-            raise SpecError("algo", "nvls_tree needs >= 2 NVLS domains holding the same number (>= 2) of ranks")
+        if grid is None or not nvls_tree_runs(topo.config.chip, topo.scaleup, *grid.shape):
+            raise SpecError("algo", f"nvls_tree needs >= 2 NVLS domains holding the same number (>= "
+                                    f"{nvls_min_local_ranks()}) of ranks")
         g, m = grid.shape
-        n = g * m
         shard = bytes_ / m
         # NVLS inside each domain: every ordered pair, (1 + 1/m) S per GPU link, in units of the shard
         i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
         keep = (i != j).ravel()
         nv_s = grid[:, i.ravel()[keep]].ravel()
         nv_d = grid[:, j.ravel()[keep]].ravel()
-        nv_w = np.full(nv_s.size, (m + 1) / (nvls_efficiency(topo.config.chip) * (m - 1)))
+        nv_w = np.full(nv_s.size, nvls_link_bytes(1.0, m, topo.config.chip) * m / (m - 1))
         # the double binary tree over the domains, per rail: each tree half the shard, up and down
-        pos = np.arange(1, g)
-        parent = (pos - 1) // 2
         tr_s, tr_d = [], []
-        for shift in (0, 1):
-            child, par = grid[(pos + shift) % g], grid[(parent + shift) % g]  # (edges, m): one column per rail
+        for child_dom, parent_dom in double_binary_tree(g):
+            child, par = grid[child_dom], grid[parent_dom]  # (edges, m): one column per rail
             tr_s += [child.ravel(), par.ravel()]
             tr_d += [par.ravel(), child.ravel()]
         t_s, t_d = np.concatenate(tr_s), np.concatenate(tr_d)
         t_w = np.full(t_s.size, 0.5)
-        # NCCL's channel ceiling: heads (one per NIC) x head busbw, converted to algbw as NCCL does (n / 2(n-1))
+        # NCCL's channel ceiling: heads (one per NIC) x head busbw
         heads = min(m, topo.config.nics_per_node) if topo.config.nics_per_node else m
-        cap_s = bytes_ / (heads * head_Bps * n / (2.0 * (n - 1)))
+        cap_s = nvls_tree_cap_s(topo.config.chip, g, m, heads, bytes_)
         r = route(topo, t_s, t_d, np.arange(t_s.size))
         if r.ok.all() and r.e_link.size and bytes_ > 0:
             used, inv = np.unique(r.e_link, return_inverse=True)
@@ -613,11 +577,9 @@ class NVLSTree(Algorithm):
             tree_s = shard / float((topo.link_capacity_Bps[used] / load).min())
             t_w *= max(1.0, cap_s / tree_s)
         # NCCL's latency for it: intraLat + 2 log2(nNodes) interLat (nvls.cc), spread over the phase's steps
-        intra_s, inter_s = nvls_tree_latency_s()
-        levels = int(np.ceil(np.log2(g)))
-        steps = 1 + 2 * levels
+        steps = 1 + 2 * nvls_tree_levels(g)
         return [Phase(np.concatenate([nv_s, t_s]), np.concatenate([nv_d, t_d]), shard, steps,
-                      weight=np.concatenate([nv_w, t_w]), step_s=(intra_s + 2 * levels * inter_s) / steps)]
+                      weight=np.concatenate([nv_w, t_w]), step_s=nvls_tree_call_latency_s(g) / steps)]
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm", field="algo", group="gigacluster.collectives",

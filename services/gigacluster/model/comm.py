@@ -16,6 +16,13 @@ all-gather, all-to-all (n-1)/n; broadcast, send_recv 1) and the bus bandwidth th
 rate times a measured bus fraction (catalog ``efficiency.comm``; a chip's own scale-up fraction under
 ``efficiency.comm.chips`` where it has one, e.g. A100, MI300X). ``bytes_`` is the per-rank
 message size as nccl-tests counts it (for all-gather, the gathered output).
+
+All-reduce on chips whose NVSwitch reduces is also priced as NCCL's NVLink SHARP algorithms and the
+cheaper of the two taken, as NCCL's tuner takes the cheaper: NVLS inside one domain (``(1 + 1/n) S`` per
+GPU link, 2 steps) and NVLSTree across domains (NVLS inside each, NCCL's double binary tree between the
+domains' heads, bounded by NCCL's per-channel ceiling, with NCCL's latency). The rules (3+ ranks per
+domain, all-reduce only, which chips) and constants are :mod:`gigacluster.model.nvls`, the same code the
+flow model's ``nvls`` and ``nvls_tree`` run.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Protocol, runtime_checkable
 
 from gigacluster.hw.catalog import Chip, _raw, get_system
 from gigacluster.model import SpecError
+from gigacluster.model.nvls import nvls_link_bytes, nvls_runs, nvls_tree_runs, nvls_tree_time_s
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
 """The collective operations, the one table every model and wire mapping is built from."""
@@ -138,6 +146,7 @@ class AlphaBetaCommModel:
 
     params: CommParams = dataclasses.field(default_factory=default_comm_params)
     chip_overrides: bool = True  # apply the chip's own scale-up bus fraction (catalog efficiency.comm.chips)
+    nvls: bool = True  # all-reduce also as NCCL's NVLS / NVLSTree where NCCL runs them, the cheaper one taken
 
     def scaleup_Bps(self, chip: Chip, system: str) -> float:
         """Per-rank, per-direction scale-up bandwidth inside one domain."""
@@ -168,7 +177,11 @@ class AlphaBetaCommModel:
                 return p.scaleout_alpha_s + bytes_ / b_out
             return p.scaleup_alpha_s + bytes_ / b_up
         if d == 1:
-            return ring_steps(op, n) * p.scaleup_alpha_s + bus_factor(op, n) * bytes_ / b_up
+            t_ring = ring_steps(op, n) * p.scaleup_alpha_s + bus_factor(op, n) * bytes_ / b_up
+            if op == "all_reduce" and self.nvls and nvls_runs(chip.name, sysd.scaleup, n):
+                # NVLS: the switch reduces, (1 + 1/n) S per GPU link; a load-reduce and a multicast step
+                return min(t_ring, 2 * p.scaleup_alpha_s + nvls_link_bytes(bytes_, n, chip.name) / b_up)
+            return t_ring
         # Hierarchical: the inner reduce-scatter/all-gather on scale-up, then the cross-domain
         # ring on 1/r of the data per rank over the domain's r NICs.
         t_inner = 0.0
@@ -180,4 +193,8 @@ class AlphaBetaCommModel:
         if op == "all_to_all":
             # all-to-all: a fraction (n - r) / n of every rank's data leaves the domain.
             t_outer = (d - 1) * p.scaleout_alpha_s + bytes_ * (n - r) / n / b_out
-        return t_inner + t_outer
+        t = t_inner + t_outer
+        if op == "all_reduce" and self.nvls and n == r * d and nvls_tree_runs(chip.name, sysd.scaleup, d, r):
+            # NVLSTree (NCCL's default across NVLS nodes): each of the r ranks heads one channel on its own NIC
+            t = min(t, nvls_tree_time_s(chip.name, d, r, bytes_, link_Bps=b_up, nic_Bps=b_out, heads=r))
+        return t
