@@ -112,3 +112,30 @@ def test_invalid_work_names_field(kwargs: dict, field: str) -> None:
     with pytest.raises(SpecError) as exc:
         Work(**kwargs)
     assert exc.value.field == field
+
+
+def test_fp8_decode_gemm_on_mi300x_pays_hipblaslt_call_time() -> None:
+    """An FP8 GEMM with m below one tile on MI300X takes at least hipBLASLt's measured line, 9.7 us + bytes /
+    (0.78 x HBM) (ROCm/rocm-libraries PR 12329, M = 1 on MI300X); 16-bit ones (vLLM's own skinny kernels) and
+    other chips keep the plain skinny roofline, and m of one tile or more is unchanged."""
+    mi300x = get_chip("mi300x")
+    p = EfficiencyParams.for_chip(mi300x)
+    assert (p.fp8_skinny_call_s, p.fp8_skinny_hbm_fraction) == (pytest.approx(9.7e-6), pytest.approx(0.78))
+
+    def one(chip_name: str, m: int, prec: str) -> float:
+        bpp = 1.0 if prec == "fp8" else 2.0
+        w = Work(2.0 * m * 13312 * 16384, 13312 * 16384 * bpp + m * (13312 + 16384) * 2.0, prec, "matmul", 1,
+                 (m, 13312, 16384), graph=True)
+        return work_time_s(get_chip(chip_name), w)
+
+    fp8_bytes = 13312 * 16384 + (13312 + 16384) * 2.0  # Llama 3.1 405B gate+up on one of 8 GPUs, one token
+    assert one("mi300x", 1, "fp8") == pytest.approx(9.7e-6 + fp8_bytes / (mi300x.hbm_Bps * 0.78), rel=1e-9)
+    bf16_bytes = 13312 * 16384 * 2.0 + (13312 + 16384) * 2.0
+    assert one("mi300x", 1, "bf16") == pytest.approx(
+        bf16_bytes / (mi300x.hbm_Bps * p.skinny_hbm_fraction) + p.graph_launch_overhead_s, rel=1e-9)
+    h100 = get_chip("h100-sxm")
+    ph = EfficiencyParams.for_chip(h100)
+    assert ph.fp8_skinny_call_s == 0.0
+    assert one("h100-sxm", 1, "fp8") == pytest.approx(
+        fp8_bytes / (h100.hbm_Bps * ph.skinny_hbm_fraction) + ph.graph_launch_overhead_s, rel=1e-9)
+    assert EfficiencyParams.for_chip(get_chip("mi325x")).fp8_skinny_call_s == pytest.approx(9.7e-6)

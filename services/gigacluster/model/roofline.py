@@ -113,11 +113,14 @@ class EfficiencyParams:
     fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
     paged_decode_call_s: float  # fixed time of one paged decode-attention call (0: the roofline alone)
     paged_decode_hbm_fraction: float  # share of HBM bandwidth its KV scan reaches beyond that
+    fp8_skinny_call_s: float  # fixed time of one FP8 library GEMM call with m below one tile (0: the roofline alone)
+    fp8_skinny_hbm_fraction: float  # share of HBM bandwidth its weight stream reaches beyond that
     ranks_per_chip: int  # framework ranks one chip runs (Neuron on Trn1: one per NeuronCore-v2)
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
-                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor", "paged_decode_hbm_fraction"):
+                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor", "paged_decode_hbm_fraction",
+                  "fp8_skinny_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -130,6 +133,8 @@ class EfficiencyParams:
                             f"must be in [0, 1), got {self.overlap_compute_share!r}")
         if not 0 <= self.paged_decode_call_s < 1e-3:
             raise SpecError("efficiency.paged_decode_call_s", f"must be in [0, 1 ms), got {self.paged_decode_call_s!r}")
+        if not 0 <= self.fp8_skinny_call_s < 1e-3:
+            raise SpecError("efficiency.fp8_skinny_call_s", f"must be in [0, 1 ms), got {self.fp8_skinny_call_s!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
             raise SpecError("efficiency.k_overhead", "must be >= 0")
 
@@ -254,6 +259,11 @@ def _price_one_s(chip: Chip, work: Work, clock_factor: float) -> float:
     t += p.graph_launch_overhead_s if work.graph else p.launch_overhead_s
     if p.paged_decode_call_s and _paged_decode(work, p):
         t = max(t, p.paged_decode_call_s + work.bytes_ / (chip.hbm_Bps * p.paged_decode_hbm_fraction))
+    if p.fp8_skinny_call_s and work.precision == "fp8" and _skinny(work, p):
+        # FP8 decode GEMMs that go to the GEMM library's tile kernels (hipBLASLt on MI300X: vLLM's own skinny
+        # kernels took only 16-bit inputs) pay its measured fixed time per call beyond streaming the weights:
+        # the line of its benchmark table, as for paged decode.
+        t = max(t, p.fp8_skinny_call_s + work.bytes_ / (chip.hbm_Bps * p.fp8_skinny_hbm_fraction))
     return t
 
 
