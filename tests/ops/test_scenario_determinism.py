@@ -58,8 +58,9 @@ def figures(rep: dict[str, Any]) -> dict[str, Any]:
     for j in rep["jobs"]:
         out[j["key"]] = {k: j[k] for k in ("steps", "mean_step_s", "energy_it_kwh", "chip_hours", "mfu", "goodput")}
     # Left out, still moving: the sampled mean step of the job whose per-step steps run collectives over the
-    # scale-out links (it differed in one of five runs here). Concurrent calls of one step reach the fabric in wall order, and
-    # a sample at a fixed virtual instant can then see another step (docs/architecture.md, "The event clock").
+    # scale-out links (it differed in one of five runs here). Concurrent calls of one step reach the fabric in
+    # wall order, and a sample at a fixed virtual instant can then see another step (docs/architecture.md,
+    # "Reproducibility").
     del out["beta/wide"]["mean_step_s"]
     for t in rep["tiers"]:
         out[f"tier {t['tier']}"] = {k: t[k] for k in ("mean_utilization", "peak_utilization", "max_links_faulty")}
