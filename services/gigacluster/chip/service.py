@@ -276,7 +276,11 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         self._window_cuts[wid] = (cut, cause)
         try:
             while not cut.is_set() and win.repeat and self.svc.clock.now() < win.rep_end_s(win.repeat):
-                await first_of(cut.wait(), self.svc.clock.sleep_until(win.rep_end_s(win.repeat)))
+                # A chip heating past its throttle point ends the window where its clock would move (ChipShard).
+                until = min(win.rep_end_s(win.repeat), win.throttle_at_s)
+                await first_of(cut.wait(), self.svc.clock.sleep_until(until))
+                if not cut.is_set() and self.svc.clock.now() >= win.throttle_at_s:
+                    self._cut(win.idx, win.throttle_at_s, "the chips' temperature changed their clock")
         finally:
             self._window_cuts.pop(wid, None)
         yield chip_pb2.ExecuteWindowResponse(first=first, repeats=win.repeat, end_s=win.rep_end_s(win.repeat),

@@ -6,6 +6,12 @@ a device group: it starts at ``max(not_before, busy_until of the group)`` and la
 time of its items at the slowest device's clock, so the caller's RPC latency never enters the
 result. Energy is booked exactly: idle power x elapsed time plus, per work item, the energy the
 power model says it draws above idle (the same functions ``estimate train`` uses).
+
+Temperature is exact too (model/thermal.py): each device keeps its temperature at one instant and the run of
+work booked since (one item, or a window's repetitions), and its temperature at any later time is the RC
+model's closed form over that history. Work takes the clock its devices' temperature gives at the virtual time
+it starts, so a run's step times depend on the virtual-time history of work alone, never on when a telemetry
+tick ran (:meth:`ChipShard.tick` only reads the model).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class WorkWindow:
     repeat: int
     dur_s: float
     above_j: float  # per device and repetition
+    power_w: float = 0.0  # each device's mean power while a repetition runs (its thermal history)
+    throttle_at_s: float = math.inf  # where the devices' temperature would change the clock: cut there
 
     def rep_end_s(self, n: int) -> float:
         """End of the first ``n`` repetitions (the window's start when n is 0)."""
@@ -105,6 +113,15 @@ class ChipShard:
         # Virtual time each fault is repaired (inf: until ClearFault); the earliest, so a check is one compare.
         self.repair_at_s = np.full(n, math.inf)
         self._next_repair_s = math.inf
+        # Each device's thermal history: its temperature at _th_t0_s, then the run of work booked since (id into
+        # _runs; 0 = idle). Reads at any time are the closed form over it (temperature_at).
+        self._th_t0_s = np.full(n, start_s)
+        self._th_temp0_c = np.full(n, float(self.thermal.inlet_c))
+        self._th_run = np.zeros(n, dtype=np.int64)
+        self._runs: dict[int, thermal.Run] = {}
+        self._run_refs: dict[int, int] = {}
+        self._run_ids = itertools.count(1)
+        # Telemetry: temperature and thermal clock as of the last tick (reads of the model, never inputs to it).
         self.temp_c = np.full(n, float(self.thermal.inlet_c))
         self.thermal_clock = np.ones(n)
         self.power_w = np.full(n, chip.idle_w)
@@ -157,6 +174,49 @@ class ChipShard:
         st[(self.fault == FAULT_FAILED) | (self.fault == FAULT_HBM)] = FAILED
         return st
 
+    # -- thermal history ----------------------------------------------------------------------------
+    def temperature_at(self, idx: np.ndarray, t_s: float) -> np.ndarray:
+        """Temperatures of devices ``idx`` at ``t_s`` (not before their last booking's start), from their history."""
+        out = np.empty(idx.size)
+        runs = self._th_run[idx]
+        for rid in np.unique(runs):
+            m = runs == rid
+            sel = idx[m]
+            out[m] = thermal.temperature_at(self.thermal, self._th_temp0_c[sel], self._th_t0_s[sel],
+                                            self._runs.get(int(rid)), self.chip.idle_w, t_s)
+        return out
+
+    def _rebase(self, idx: np.ndarray, t_s: float, run: thermal.Run | None) -> None:
+        """Fold the history of devices ``idx`` up to ``t_s`` into their temperature then (a device whose last
+        booking starts later keeps its temperature there); ``run`` (starting at or after that) is what they do
+        next (None: idle)."""
+        self._th_temp0_c[idx] = self.temperature_at(idx, t_s)
+        self._th_t0_s[idx] = np.maximum(self._th_t0_s[idx], t_s)
+        old, counts = np.unique(self._th_run[idx], return_counts=True)
+        for rid, c in zip(old.tolist(), counts.tolist(), strict=True):
+            if rid and (left := self._run_refs[rid] - c) <= 0:
+                del self._run_refs[rid], self._runs[rid]
+            elif rid:
+                self._run_refs[rid] = left
+        if run is None:
+            self._th_run[idx] = 0
+            return
+        rid = next(self._run_ids)
+        self._runs[rid], self._run_refs[rid] = run, int(idx.size)
+        self._th_run[idx] = rid
+
+    def _replace_run(self, idx: np.ndarray, run: thermal.Run | None) -> None:
+        """Devices ``idx`` (rebased at their run's start) run ``run`` instead of what was booked."""
+        self._rebase(idx, float(self._th_t0_s[idx].min()) if idx.size else 0.0, run)
+
+    def thermal_clock_at(self, idx: np.ndarray, t_s: float) -> np.ndarray:
+        """The clock factor the temperature of devices ``idx`` gives at ``t_s``."""
+        return thermal.clock_factor(self.thermal, self.temperature_at(idx, t_s))
+
+    def _item_power_w(self, above_j: float, duration_s: float) -> float:
+        """A device's mean power over one booked item (the tick's cap at TDP kept)."""
+        return min(self.chip.idle_w + (above_j / duration_s if duration_s > 0 else 0.0), self.chip.tdp_w)
+
     # -- work -------------------------------------------------------------------------------------
     def execute(self, idx: np.ndarray, works: Sequence[Work], *, not_before_s: float, now_s: float) -> ExecResult:
         """Run ``works`` back to back on devices ``idx`` in lock step."""
@@ -177,23 +237,37 @@ class ChipShard:
                 "the work cannot run", reason="DEVICE_FAILED", device=int(failed[0]) + self.offset,
             )
         busy_until = float(self.busy_until_s[idx].max())
-        # The clock of the group's slowest device (the shard's clock, read for these devices only).
-        slowest = float((self.thermal_clock[idx] * self.fault_factor[idx]).min())
+        first_start = max(plan[0][1] if plan[0][1] > 0 else now_s, busy_until)
+        # The clock of the group's slowest device at the virtual time the work starts: its temperature then,
+        # from the work booked before (exact, whenever this call runs), times any slow fault.
+        slowest = float((self.thermal_clock_at(idx, first_start) * self.fault_factor[idx]).min())
         clock = slowest * self.overhead.compute_throughput_factor
         out: list[ExecResult] = []
         busy = above_total = 0.0
         start = end = duration = above = 0.0
-        for works, not_before_s in plan:
+        heat: thermal.Affine = (1.0, 0.0)  # the entries before the last, as one map of temperature
+        for k, (works, not_before_s) in enumerate(plan):
             start = max(not_before_s if not_before_s > 0 else now_s, busy_until)
             duration = self.overhead.per_call_s
             above = 0.0
             for w in works:
                 duration += work_time_s(self.chip, w, clock_factor=clock)
                 above += power.work_energy_above_idle_j(self.chip, w, clock_factor=clock)
+            if k < len(plan) - 1:
+                nxt = max(plan[k + 1][1] if plan[k + 1][1] > 0 else now_s, start + duration)
+                item = thermal.BusyRun.item(start, duration, self._item_power_w(above, duration))
+                heat = thermal._then(heat, thermal.run_affine(self.thermal, item, self.chip.idle_w, nxt))
             end = busy_until = start + duration
             busy += duration
             above_total += above
             out.append(ExecResult(start, end, above * idx.size, clock))
+        # Thermal history: the temperature at the first entry's start, the entries before the last folded in,
+        # and the last entry as the run the devices are in.
+        self._rebase(idx, first_start, None)
+        if heat != (1.0, 0.0):
+            self._th_temp0_c[idx] = heat[0] * self._th_temp0_c[idx] + heat[1]
+            self._th_t0_s[idx] = start
+        self._rebase(idx, start, thermal.BusyRun.item(start, duration, self._item_power_w(above, duration)))
         self.busy_until_s[idx] = end
         self.busy_s[idx] += busy
         self.above_idle_j[idx] += above_total
@@ -226,10 +300,19 @@ class ChipShard:
             # The devices as they are now (a slow or throttled chip) run the work longer than the caller's step:
             # the window's state does not hold, not a malformed request, so the caller falls back to single steps.
             self.cut_booked(idx, first.start_s, dur, first.energy_j / idx.size, 1)
+            self._replace_run(idx, None)  # the refused repetition never heats the devices either
             raise FailedPrecondition(f"the work takes {dur:.6g} s on these devices now, longer than period_s "
                                      f"{period_s:g}: not a steady state (a slow or throttled chip?)",
                                      reason=WINDOW_NOT_STEADY, duration_s=f"{dur:.6g}")
-        win = WorkWindow(idx, dataclasses.replace(cad, start_s=first.start_s), repeat, dur, first.energy_j / idx.size)
+        win = WorkWindow(idx, dataclasses.replace(cad, start_s=first.start_s), repeat, dur, first.energy_j / idx.size,
+                         power_w=self._item_power_w(first.energy_j / idx.size, dur))
+        self._replace_run(idx, win)  # the whole window is the devices' thermal history from its start
+        # The window holds the clock of its start; where the devices' temperature would move that clock (a chip
+        # heating past its throttle point), single steps would no longer come out alike: the window is cut there.
+        ff = self.fault_factor[idx]
+        win.throttle_at_s = thermal.throttle_change_s(
+            self.thermal, win, self.chip.idle_w, self._th_temp0_c[idx], ff,
+            float((self.thermal_clock_at(idx, first.start_s) * ff).min()))
         more = repeat - 1
         self.busy_s[idx] += more * dur
         self.above_idle_j[idx] += more * win.above_j
@@ -284,6 +367,8 @@ class ChipShard:
         if idx.size == 0:
             return
         self.cut_windows(idx, now_s)
+        # Work booked beyond now never runs: the devices' temperature is their history up to now, then idle.
+        self._rebase(idx, now_s, None)
         pending = self._pending_fraction(now_s)[idx]
         self.busy_s[idx] -= pending * self._item_busy_s[idx]
         self.above_idle_j[idx] -= pending * self._item_above_j[idx]
@@ -388,8 +473,16 @@ class ChipShard:
         """Energy drawn by each device up to ``now_s`` (idle floor plus work above idle, as accrued)."""
         return self.chip.idle_w * max(now_s - self.start_s, 0.0) + self.accrued(now_s)[1]
 
+    def refresh_thermal(self, now_s: float) -> None:
+        """Bring the telemetry's temperatures and thermal clocks to ``now_s`` (devices with work booked ahead of
+        ``now_s`` read at their last booking's start at the earliest)."""
+        self.temp_c = self.temperature_at(np.arange(self.count), now_s)
+        self.thermal_clock = thermal.clock_factor(self.thermal, self.temp_c)
+
     def tick(self, now_s: float) -> ShardSnapshot:
-        """Advance thermal state to ``now_s`` and return the shard's aggregates."""
+        """The shard's aggregates at ``now_s``: temperatures and clocks read from the thermal history (the tick
+        changes nothing the model uses), utilisation and power averaged since the last tick."""
+        self.refresh_thermal(now_s)
         dt = now_s - self._last_tick_s
         busy_s, above_j = self.accrued(now_s)  # once: each pass over the shard's devices counts at 100k of them
         if dt > 0:
@@ -397,8 +490,6 @@ class ChipShard:
             above_w = np.clip((above_j - self._last_above_j) / dt, 0.0, None)
             self.utilization = busy
             self.power_w = np.minimum(self.chip.idle_w + above_w, self.chip.tdp_w)
-            self.temp_c = thermal.thermal_step(self.thermal, self.temp_c, self.power_w, dt)
-            self.thermal_clock = thermal.clock_factor(self.thermal, self.temp_c)
             self._last_tick_s = now_s
             self._last_busy_s = busy_s
             self._last_above_j = above_j

@@ -10,17 +10,26 @@ Each chip is one thermal mass ``C`` behind one thermal resistance ``R`` to its c
 catalog's parameters an air-cooled chip at sustained TDP crosses the throttle point (it settles
 a few percent below nominal clock, because throttling also lowers its power), while a
 liquid-cooled chip stays well below it and holds its clocks.
+
+A chip's power is piecewise constant in virtual time (idle, or a work item's mean power while it runs), so its
+temperature has a closed form between any two instants: :func:`temperature_at` integrates it exactly over a
+run of busy repetitions (one work item, or a steady-state window's cadence) from a known temperature. The chip
+shard takes the temperature, and so the clock, from that history at the virtual times work starts, never from
+when a telemetry tick happened to run (the event clock's reproducibility, docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+from typing import Protocol
 
 import numpy as np
 
 from gigacluster.hw.catalog import Chip, _raw
 from gigacluster.model import SpecError
+from gigacluster.model.cadence import Cadence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,3 +125,132 @@ def steady_state_with_feedback(params: ThermalParams, power_at_clock_w: object) 
             hi = mid
     cf = 0.5 * (lo + hi)
     return steady_state(params, float(f(cf)))[0], cf
+
+
+Affine = tuple[float, float]  # T -> a * T + b: what a stretch of known power does to any starting temperature
+
+
+def _then(f: Affine, g: Affine) -> Affine:
+    """``f`` followed by ``g``."""
+    return g[0] * f[0], g[0] * f[1] + g[1]
+
+
+def _hold(params: ThermalParams, target_c: float, dt_s: float) -> Affine:
+    """``dt_s`` seconds at the power whose settled temperature is ``target_c`` (the exact RC solution)."""
+    a = math.exp(-max(dt_s, 0.0) / params.tau_s)
+    return a, (1.0 - a) * target_c
+
+
+def _times(params: ThermalParams, f: Affine, period_s: float, m: int) -> Affine:
+    """``f`` (a map over ``period_s`` seconds) ``m`` times over: a geometric series, in closed form."""
+    if m <= 0:
+        return 1.0, 0.0
+    if m == 1:
+        return f
+    x = -period_s / params.tau_s
+    return math.exp(m * x), f[1] * math.expm1(m * x) / math.expm1(x)
+
+
+class Run(Protocol):
+    """``repeat`` busy intervals of ``dur_s`` at ``power_w``, repetition j starting at ``cadence.start(j)``, idle
+    power in between: one work item (``repeat`` 1) or a steady-state window's steps (the chip shard's window,
+    whose ``repeat`` shrinks when it is cut)."""
+
+    @property
+    def cadence(self) -> Cadence: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def dur_s(self) -> float: ...
+    @property
+    def power_w(self) -> float: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BusyRun:
+    """A :class:`Run` of its own (one work item, or a test's)."""
+
+    cadence: Cadence
+    repeat: int
+    dur_s: float
+    power_w: float
+
+    @classmethod
+    def item(cls, start_s: float, dur_s: float, power_w: float) -> BusyRun:
+        """One busy interval ``[start_s, start_s + dur_s)``."""
+        return cls(Cadence(start_s, dur_s, 1), 1, dur_s, power_w)
+
+
+def run_affine(params: ThermalParams, run: Run, idle_w: float, t_s: float) -> Affine:
+    """The map from the temperature at ``run.start_s`` to the temperature at ``t_s >= run.start_s``; cost in the
+    number of pauses the run has, never in its repetitions."""
+    idle_c = params.inlet_c + params.r_c_per_w * idle_w
+    busy_c = params.inlet_c + params.r_c_per_w * run.power_w
+    cad, d = run.cadence, run.dur_s
+    n = min(cad.started_before(t_s), run.repeat)  # repetitions begun by t_s (the last one perhaps in progress)
+    if n == 0 or t_s <= cad.start_s:
+        return 1.0, 0.0
+    busy = _hold(params, busy_c, d)
+    f: Affine = (1.0, 0.0)
+    j = 0  # repetitions 0 .. n-2 are whole: busy, then idle up to the next one's start
+    pauses = cad.pause_after[: bisect.bisect_left(cad.pause_after, n - 1)]
+    for p in (*pauses, n - 1):
+        plain = _then(busy, _hold(params, idle_c, cad.period_s - d))
+        f = _then(f, _times(params, plain, cad.period_s, p - j))  # repetitions j .. p-1 are plain periods
+        if p < n - 1:  # repetition p: its period plus the pause
+            f = _then(f, _then(busy, _hold(params, idle_c, cad.period_s - d + cad.pause_s)))
+        j = p + 1
+    into = t_s - cad.start(n - 1)  # the last repetition begun: busy up to d, idle after
+    f = _then(f, _hold(params, busy_c, min(into, d)))
+    return _then(f, _hold(params, idle_c, into - d))
+
+
+def temperature_at(params: ThermalParams, temp0_c: np.ndarray, t0_s: np.ndarray | float, run: Run | None,
+                   idle_w: float, t_s: float) -> np.ndarray:
+    """Temperatures at ``t_s`` of chips that were at ``temp0_c`` at ``t0_s`` (at or before ``run.start_s``), idle
+    until ``run`` and then running it (``None``: idle throughout). Exact, and a function of these arguments only,
+    so the same history gives the same temperature however often, and whenever, anyone asks."""
+    idle_c = params.inlet_c + params.r_c_per_w * idle_w
+    temp = np.asarray(temp0_c, dtype=float)
+    until = t_s if run is None else min(t_s, run.cadence.start_s)
+    lead = np.clip(until - np.asarray(t0_s, dtype=float), 0.0, None)
+    temp = idle_c + (temp - idle_c) * np.exp(-lead / params.tau_s)
+    if run is None or t_s <= run.cadence.start_s:
+        return temp
+    a, b = run_affine(params, run, idle_w, t_s)
+    return a * temp + b
+
+
+def throttle_change_s(params: ThermalParams, run: Run, idle_w: float, temps_c: np.ndarray,
+                      factors: np.ndarray, clock0: float, rel_tol: float = 1e-9) -> float:
+    """The start of the first repetition of ``run`` (after the first) at which the group's clock, the slowest of
+    ``clock_factor(T) x factor`` over chips at ``temps_c`` at the run's start with fault factors ``factors``, would
+    differ from ``clock0`` by more than ``rel_tol``: where a window booked at ``clock0`` stops being what single
+    steps would run. ``inf`` when it never does (a chip that cannot reach its throttle point: no search at all)."""
+    idle_c = params.inlet_c + params.r_c_per_w * idle_w
+    busy_c = params.inlet_c + params.r_c_per_w * run.power_w
+    t0 = np.asarray(temps_c, dtype=float)
+    if (max(float(t0.max()), busy_c, idle_c) <= params.throttle_start_c
+            and abs(float(np.min(factors)) - clock0) <= rel_tol * clock0):
+        return math.inf  # every repetition starts below the throttle point: the clock never moves
+    # The clock falls with temperature and every chip sees the same map, so the hottest chip of each fault
+    # factor decides the group's clock.
+    fs = np.unique(factors)
+    hottest = np.array([t0[factors == f].max() for f in fs])
+    cad, d = run.cadence, run.dur_s
+    busy = _hold(params, busy_c, d)
+    plain = _then(busy, _hold(params, idle_c, cad.period_s - d))
+    paused = _then(busy, _hold(params, idle_c, cad.period_s - d + cad.pause_s))
+    pause_at = set(cad.pause_after)
+    a, b = 1.0, 0.0
+    last = None
+    for j in range(1, run.repeat):
+        a, b = _then((a, b), paused if (j - 1) in pause_at else plain)
+        temps = a * hottest + b
+        cf = float(np.min(clock_factor(params, temps) * fs))
+        if abs(cf - clock0) > rel_tol * clock0:
+            return cad.start(j)
+        if last is not None and float(np.max(np.abs(temps - last))) < 1e-12 and not pause_at:
+            return math.inf  # settled: every later repetition starts at this temperature
+        last = temps
+    return math.inf
