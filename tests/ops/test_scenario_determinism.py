@@ -63,7 +63,9 @@ def figures(rep: dict[str, Any]) -> dict[str, Any]:
     # "Reproducibility").
     del out["beta/wide"]["mean_step_s"]
     for t in rep["tiers"]:
-        out[f"tier {t['tier']}"] = {k: t[k] for k in ("mean_utilization", "peak_utilization", "max_links_faulty")}
+        # mean_utilization is the fabric's link-seconds over the run (flows and windows), not a mean of samples
+        out[f"tier {t['tier']}"] = {k: t[k] for k in ("mean_utilization", "bytes_carried", "peak_utilization",
+                                                       "max_links_faulty")}
     out["faults"] = [(f.get("injected_s"), f.get("cleared_s"), f["affected"], f["error"]) for f in rep["faults"]]
     return out
 

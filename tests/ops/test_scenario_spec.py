@@ -191,10 +191,28 @@ def test_the_report_computes_goodput_slowdown_energy_and_tiers() -> None:
     assert rep["tenants"][1]["goodput"] is None
     assert rep["totals"]["chip_hours"] == 2.0 and rep["speedup_reached"] == 20.0
     assert rep["tiers"] == [{"tier": "leaf", "links": 8, "samples": 2, "mean_utilization": pytest.approx(0.3),
-                             "peak_utilization": 0.9, "max_links_faulty": 1}]
+                             "sampled_mean_utilization": pytest.approx(0.3), "busy_link_s": None,
+                             "bytes_carried": None, "elapsed_s": None, "peak_utilization": 0.9,
+                             "max_links_faulty": 1}]
     assert end_to_end_check(rep) == []
     md = report.markdown(rep)
     assert "| alpha/a | 64 | RUNNING | 10/100 | 1.1 | 1 | +10.0% |" in md and "+10.0%" in md
+
+
+def test_the_reports_tier_utilisation_is_the_fabrics_link_seconds_over_links_times_the_elapsed_time() -> None:
+    """With the fabric's cumulative totals read at the start and end, a tier's mean utilisation is their difference
+    in link-seconds over (links x elapsed virtual s), whatever the samples saw; bytes carried is the difference."""
+    obs = _obs()
+    obs["link_totals"] = {
+        "start": {"t_s": 100.0, "tiers": {"leaf": {"links": 8, "busy_link_s": 10.0, "bytes_carried": 1e12}}},
+        "end": {"t_s": 300.0, "tiers": {"leaf": {"links": 8, "busy_link_s": 410.0, "bytes_carried": 5e12}}},
+    }
+    (row,) = report.build(obs)["tiers"]
+    assert row["mean_utilization"] == pytest.approx(400.0 / (8 * 200.0))
+    assert row["sampled_mean_utilization"] == pytest.approx(0.3) and row["peak_utilization"] == 0.9
+    assert row["busy_link_s"] == pytest.approx(400.0) and row["bytes_carried"] == pytest.approx(4e12)
+    assert row["elapsed_s"] == 200.0
+    assert "| leaf | 8 | 25.000% | 4 | 90.0% | 2 | 30.000% | 1 |" in report.markdown(report.build(obs))
 
 
 def test_the_cli_checks_a_file_and_refuses_a_bad_one_naming_the_field(

@@ -74,6 +74,14 @@ class TierStats:
     max_utilization: float
     links_down: int
     links_degraded: int
+    # Cumulative since the simulator's time 0 (FlowSim.tier_totals; the fabric service adds its open windows'
+    # completed steps): link-seconds of utilisation (each link's bytes over its capacity in the topology, summed
+    # over the tier's links) and bytes carried. The time-average utilisation over an interval is the difference
+    # of two reads of ``busy_link_s`` over (``links`` x the interval).
+    busy_link_s: float = 0.0
+    bytes_carried: float = 0.0
+    # The highest link utilisation the steady-state windows open now reach within their step (0: none open).
+    windows_max_utilization: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

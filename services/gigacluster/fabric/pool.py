@@ -60,6 +60,7 @@ class FlowPool:
         self._lr = np.zeros(16)  # carried rate per local link, after a solve
         self._lvl = np.full(16, np.inf)  # level at which each local link filled in the last solve
         self._used: np.ndarray | None = None  # the local links with a non-zero rate, made when first asked
+        self.generation = 0  # bumped by every solve that sets rates: what is derived from the rates keys on it
         self.grp_drain: dict[int, float] = {}
         self.dirty = False
         self.incremental = True
@@ -219,6 +220,7 @@ class FlowPool:
             mx = np.maximum.reduceat(self.drain[order], starts)
             self.grp_drain = dict(zip(gs[starts].tolist(), mx.tolist(), strict=True))
         self._used = None
+        self.generation += 1
         self.dirty = False
 
     def _resolve(self, cap: np.ndarray) -> bool:

@@ -58,11 +58,12 @@ from gigacluster.fabric.flows import (
 from gigacluster.fabric.groups import GroupPlanner, GroupsPlan
 from gigacluster.fabric.pool import FlowPool
 from gigacluster.fabric.routing import route
-from gigacluster.fabric.topology import Topology
+from gigacluster.fabric.topology import TIER_NAMES, Topology
 from gigacluster.model import SpecError
 
 _DRAIN_REL = 1e-9
 _TIME_EPS = 1e-15
+N_TIERS = len(TIER_NAMES)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -103,6 +104,15 @@ class FlowSim:
         self._bytes_carried = np.zeros(nl)
         # The links bytes were carried on, as the flows moved (track_links: a scratch simulator's alone runs).
         self._touched: np.ndarray | None = np.zeros(nl, dtype=bool) if track_links else None
+        # Per tier, from time 0 to _t_ref: link-seconds of utilisation (bytes over the link's capacity in the
+        # topology, summed over the tier's links) and bytes carried, flows and credited bytes alike; and, on a
+        # simulator that tracks its links, the highest utilisation (rate over present capacity) any link reached.
+        cap0 = topo.link_capacity_Bps
+        self._inv_cap = np.divide(1.0, cap0, out=np.zeros(nl), where=cap0 > 0)
+        self._busy_s = np.zeros(N_TIERS)
+        self._tier_bytes = np.zeros(N_TIERS)
+        self._peak: np.ndarray | None = np.zeros(N_TIERS) if track_links else None
+        self._tier_rate: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None  # per solve
         self._version = 0  # bumped by every change of link state: plans made before it are stale
         self._credits = 0  # bumped by every credit of bytes moved outside the simulator
         self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
@@ -332,6 +342,10 @@ class FlowSim:
         self._bytes_carried = np.zeros(nl)
         if self._touched is not None:
             self._touched = np.zeros(nl, dtype=bool)
+        self._busy_s, self._tier_bytes = np.zeros(N_TIERS), np.zeros(N_TIERS)
+        if self._peak is not None:
+            self._peak = np.zeros(N_TIERS)
+        self._tier_rate = None
         self._stats = self._tiers = None
         self.reserved = None
         self.reserved_hits = []
@@ -367,9 +381,61 @@ class FlowSim:
         return self._pool.crosses(links)
 
     def credit_bytes(self, links: np.ndarray, bytes_: np.ndarray) -> None:
-        """Add bytes moved outside the simulator (a steady-state window's steps) to the links' carried bytes."""
+        """Add bytes moved outside the simulator (a steady-state window's steps) to the links' carried bytes and
+        to their tiers' utilisation totals (:meth:`tier_totals`)."""
         np.add.at(self._bytes_carried, links, bytes_)
+        busy, byt = self.tier_sums(links, bytes_)
+        self._busy_s += busy
+        self._tier_bytes += byt
         self._credits += 1
+
+    def tier_sums(self, links: np.ndarray, bytes_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per tier (indexed as ``TIER_NAMES``): the link-seconds of utilisation ``bytes_`` on ``links`` make (each
+        link's bytes over its capacity in the topology) and the bytes themselves."""
+        lt = self.topo.link_tier[links]
+        b = np.asarray(bytes_, dtype=np.float64)
+        return (np.bincount(lt, weights=b * self._inv_cap[links], minlength=N_TIERS),
+                np.bincount(lt, weights=b, minlength=N_TIERS))
+
+    def tier_totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(link-seconds of utilisation, bytes carried) per tier (indexed as ``TIER_NAMES``) from time 0 to
+        :attr:`now_s`: the flows' bytes, exact (rates are constant between events: each rate times the time it
+        held), and the bytes credited (:meth:`credit_bytes`). A link's utilisation is its bytes over its capacity in
+        the topology (goodput, not reduced by a degradation), so a tier's time-average link utilisation over an
+        interval is the difference of two reads over (its links x the interval). O(tiers) per read, plus one pass
+        over the busy links after each change of rates."""
+        self._solve()
+        _, busy, byt, _ = self._tier_rates()
+        dt = self.now_s - self._t_ref
+        return self._busy_s + busy * dt, self._tier_bytes + byt * dt
+
+    def tier_peak(self) -> np.ndarray:
+        """Per tier, the highest utilisation (rate over present capacity) any link reached since time 0, on a
+        simulator made with ``track_links=True`` (what a steady-state window's step reaches, run alone); zeros on
+        others."""
+        if self._peak is None:
+            return np.zeros(N_TIERS)
+        self._solve()
+        peak = self._tier_rates()[3]
+        return np.maximum(self._peak, peak) if peak is not None and self.now_s > self._t_ref else self._peak.copy()
+
+    def _tier_rates(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(solve, utilisation per second, bytes per second, highest link utilisation) per tier at the current rates,
+        kept until the next solve (the caller solves first)."""
+        gen = self._pool.generation
+        if self._tier_rate is None or self._tier_rate[0] != gen:
+            used = self._pool.used_links()
+            busy, byt = self.tier_sums(used, self._pool.used_rates())
+            peak = None
+            if self._peak is not None:
+                peak = np.zeros(N_TIERS)
+                lt = self.topo.link_tier[used]
+                util = np.divide(self._pool.used_rates(), self._cap[used], out=np.zeros(used.size),
+                                 where=self._cap[used] > 0)
+                for t in np.unique(lt).tolist():  # a few tiers: masks, not np.maximum.at over every busy link
+                    peak[t] = util[lt == t].max()
+            self._tier_rate = (gen, busy, byt, peak)
+        return self._tier_rate
 
     # ---- public: faults ------------------------------------------------------------------
     def fail_link(self, link_id: int) -> list[FlowEvent]:
@@ -566,6 +632,11 @@ class FlowSim:
         if dt <= 0:
             return
         self._solve()
+        _, busy, byt, peak = self._tier_rates()
+        self._busy_s += busy * dt
+        self._tier_bytes += byt * dt
+        if peak is not None and self._peak is not None:
+            np.maximum(self._peak, peak, out=self._peak)
         links, moved = self._pool.move(dt)
         self._bytes_carried[links] += moved
         if self._touched is not None:

@@ -92,9 +92,14 @@ def tenant_row(t: dict[str, Any], jobs: Sequence[dict[str, Any]]) -> dict[str, A
     }
 
 
-def tier_rows(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per fabric tier: the mean over samples of the tier's mean link utilisation, the peak of its busiest link,
-    and the most links seen down or degraded at once."""
+def tier_rows(samples: Sequence[dict[str, Any]],
+              totals: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per fabric tier: the time-average link utilisation over the run, from the fabric's cumulative link-seconds
+    of utilisation read at the run's start and end (``totals``: flows and steady-state windows alike), and the
+    bytes carried meanwhile; the highest link utilisation seen at a sample (flows at that instant, and the peak of
+    each open window's step); the most links seen down or degraded at once; and, for comparison, the mean of the
+    samples' instantaneous tier means (which never see a window's bytes). Without totals (a fabric that does not
+    report them) ``mean_utilization`` is that sampled mean."""
     tiers: dict[str, dict[str, Any]] = {}
     for s in samples:
         for t in s["tiers"]:
@@ -104,9 +109,25 @@ def tier_rows(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["sum"] += t["mean_utilization"]
             row["peak_utilization"] = max(row["peak_utilization"], t["max_utilization"])
             row["max_links_faulty"] = max(row["max_links_faulty"], t["links_down"] + t["links_degraded"])
-    return [{"tier": r["tier"], "links": r["links"], "samples": r["samples"],
-             "mean_utilization": r["sum"] / r["samples"], "peak_utilization": r["peak_utilization"],
-             "max_links_faulty": r["max_links_faulty"]} for r in tiers.values()]
+    start, end = (totals or {}).get("start"), (totals or {}).get("end")
+    elapsed = float(end["t_s"]) - float(start["t_s"]) if start and end else 0.0
+    for name, t in (end or {}).get("tiers", {}).items() if elapsed > 0 else ():
+        tiers.setdefault(name, {"tier": name, "links": t["links"], "samples": 0, "sum": 0.0,
+                                "peak_utilization": 0.0, "max_links_faulty": 0})
+    out = []
+    for r in tiers.values():
+        sampled = r["sum"] / r["samples"] if r["samples"] else 0.0
+        row = {"tier": r["tier"], "links": r["links"], "samples": r["samples"], "mean_utilization": sampled,
+               "sampled_mean_utilization": sampled, "busy_link_s": None, "bytes_carried": None,
+               "elapsed_s": elapsed or None, "peak_utilization": r["peak_utilization"],
+               "max_links_faulty": r["max_links_faulty"]}
+        a, b = (start or {}).get("tiers", {}).get(r["tier"]), (end or {}).get("tiers", {}).get(r["tier"])
+        if elapsed > 0 and a and b and r["links"]:
+            busy = float(b["busy_link_s"]) - float(a["busy_link_s"])
+            row.update(busy_link_s=busy, bytes_carried=float(b["bytes_carried"]) - float(a["bytes_carried"]),
+                       mean_utilization=busy / (r["links"] * elapsed))
+        out.append(row)
+    return out
 
 
 def inference_rows(summary: dict[str, Any] | None, speedup: float, duration_s: float) -> list[dict[str, Any]]:
@@ -153,7 +174,7 @@ def build(obs: dict[str, Any]) -> dict[str, Any]:
             "stepping_share": _div(sum((j["stepping_share"] or 0.0) * j["allocated_s"] * j["chips"] for j in jobs),
                                    sum(j["allocated_s"] * j["chips"] for j in jobs)),
         },
-        "tenants": tenants, "jobs": jobs, "tiers": tier_rows(obs.get("link_samples", ())),
+        "tenants": tenants, "jobs": jobs, "tiers": tier_rows(obs.get("link_samples", ()), obs.get("link_totals")),
         "inference": {"deployment": inf.get("deployment", ""), "duration_s": inf.get("duration_s", 0.0),
                       "wall_qps_offered": inf.get("wall_qps", 0.0), "rate_scales": inf.get("rate_scales", {}),
                       "error": inf.get("error", ""),
@@ -209,9 +230,13 @@ def markdown(rep: dict[str, Any]) -> str:
                       _f(r["stepping_share"], ".0%"), str(r["restarts"]),
                       str(r["failures"]), f"{r['chip_hours']:.2f}") for r in rep["jobs"]])
     lines += ["", "## Fabric tiers", ""]
-    lines += _table(("tier", "links", "samples", "mean utilisation", "peak link", "most links faulty"),
-                    [(r["tier"], f"{r['links']:,}", str(r["samples"]), f"{r['mean_utilization'] * 100:.2f}%",
-                      f"{r['peak_utilization'] * 100:.1f}%", str(r["max_links_faulty"])) for r in rep["tiers"]])
+    lines += _table(("tier", "links", "mean utilisation", "TB carried", "peak link", "samples",
+                     "sampled mean", "most links faulty"),
+                    [(r["tier"], f"{r['links']:,}", f"{r['mean_utilization'] * 100:.3f}%",
+                      _f(None if r.get("bytes_carried") is None else r["bytes_carried"] / 1e12, ".4g"),
+                      f"{r['peak_utilization'] * 100:.1f}%", str(r["samples"]),
+                      f"{r.get('sampled_mean_utilization', 0.0) * 100:.3f}%", str(r["max_links_faulty"]))
+                     for r in rep["tiers"]])
     inf = rep["inference"]
     if inf["streams"] or inf["error"]:
         per = "virtual" if rep.get("clock") == "event" else "wall"

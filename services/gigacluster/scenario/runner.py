@@ -91,6 +91,7 @@ class _Run:
         self.errors: dict[str, str] = {}
         self.steps: dict[str, dict[int, float]] = {}  # job name -> step -> step time
         self.link_samples: list[dict[str, Any]] = []
+        self.link_totals: dict[str, dict[str, Any]] = {}  # "start", "end": the fabric's cumulative tier totals
         self.faults: list[dict[str, Any]] = []
         self.active: list[tuple[Fault, list[common_pb2.DeviceRange], str]] = []
         self.speedup = 1.0  # virtual s per wall s of the stack; 1 on the event clock (the fleet runs in virtual s)
@@ -104,9 +105,20 @@ class _Run:
 
     # -- clock --------------------------------------------------------------------------------------
     async def stack_now(self) -> float:
-        r = await self.admin.fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=self.admin.md,
-                                                 timeout=RPC_TIMEOUT_S)
-        return float(r.now_s)
+        return float((await self.link_stats()).now_s)
+
+    async def link_stats(self) -> fabric_pb2.GetLinkStatsResponse:
+        return await self.admin.fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=self.admin.md,
+                                                    timeout=RPC_TIMEOUT_S)
+
+    async def read_totals(self, when: str) -> float:
+        """Note the fabric's cumulative per-tier utilisation totals as of now under ``when`` ("start", "end"), for
+        the report's time-average utilisation (the difference over the interval); returns the stack's now."""
+        ls = await self.link_stats()
+        self.link_totals[when] = {"t_s": float(ls.stats_time_s), "tiers": {
+            t.tier: {"links": int(t.links), "busy_link_s": t.busy_link_s, "bytes_carried": t.bytes_carried}
+            for t in ls.tiers}}
+        return float(ls.now_s)
 
     async def _clock_read(self) -> tuple[float, float, float]:
         """(wall midpoint, stack virtual now, round trip) of one clock read."""
@@ -177,6 +189,7 @@ class _Run:
             self.v0 = self.w0 = self.clock.now()
         else:
             self.w0, self.v0 = self.wall0, await self.stack_now()
+        await self.read_totals("start")
 
     # -- checks before anything is created -----------------------------------------------------------
     async def check_stack(self) -> None:
@@ -340,8 +353,8 @@ async def sample(run: _Run) -> None:
                                                      timeout=RPC_TIMEOUT_S)
             run.link_samples.append({"t_s": run.now_v(), "tiers": [
                 {"tier": t.tier, "links": int(t.links), "mean_utilization": t.mean_utilization,
-                 "max_utilization": t.max_utilization, "links_down": int(t.links_down),
-                 "links_degraded": int(t.links_degraded)} for t in ls.tiers]})
+                 "max_utilization": max(t.max_utilization, t.windows_max_utilization),
+                 "links_down": int(t.links_down), "links_degraded": int(t.links_degraded)} for t in ls.tiers]})
             for _tid, client in run.tenants.values():
                 for j in await client.list_jobs():
                     if j.step and j.last_step_time_s > 0:
@@ -466,7 +479,7 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
         for task in timed:
             task.cancel()
         await asyncio.gather(*timed, return_exceptions=True)
-        end_v = await run.stack_now()  # the run's end: the final records' wait below is not part of it
+        end_v = await run.read_totals("end")  # the run's end: the final records' wait below is not part of it
         wall_s = loop.time() - run.wall0
         final = await finish(run)
         sampler.cancel()
@@ -494,7 +507,8 @@ async def _drive(run: _Run, est: dict[str, tuple[float, float]]) -> dict[str, An
     return {"scenario": run.sc.name, "site": dataclasses.asdict(run.sc.site), "speedup_expected": run.sc.speedup,
             "speedup_stack": run.speedup, "clock": "event" if run.clock is not None else "wall",
             "wall_s": wall_s, "virtual_s": end_v - run.v0, "end_s": end_v,
-            "jobs": jobs, "tenants": tenants, "link_samples": run.link_samples, "inference": run.inference,
+            "jobs": jobs, "tenants": tenants, "link_samples": run.link_samples, "link_totals": run.link_totals,
+            "inference": run.inference,
             "faults": run.faults}
 
 

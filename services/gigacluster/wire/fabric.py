@@ -98,14 +98,16 @@ def link_msgs(topo: Topology, stats: LinkStats, ids: Iterable[int]) -> list[fabr
 
 
 def link_stats_msg(tiers: Sequence[TierStats], active_flows: int, *, now_s: float,
-                   cut_off: np.ndarray | None = None) -> fabric_pb2.GetLinkStatsResponse:
-    """The stats message from the per-tier aggregates; ``cut_off`` is the per-chip mask of chips cut off from the
-    scale-out network."""
+                   cut_off: np.ndarray | None = None, stats_time_s: float = 0.0) -> fabric_pb2.GetLinkStatsResponse:
+    """The stats message from the per-tier aggregates (as of ``stats_time_s``); ``cut_off`` is the per-chip mask
+    of chips cut off from the scale-out network."""
     return fabric_pb2.GetLinkStatsResponse(
-        active_flows=active_flows, now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off),
+        active_flows=active_flows, now_s=now_s, cut_off_chips=_cut_off_ranges(cut_off), stats_time_s=stats_time_s,
         tiers=[fabric_pb2.TierStats(tier=t.tier, links=t.links, mean_utilization=t.mean_utilization,
                                     max_utilization=t.max_utilization, links_down=t.links_down,
-                                    links_degraded=t.links_degraded) for t in tiers])
+                                    links_degraded=t.links_degraded, busy_link_s=t.busy_link_s,
+                                    bytes_carried=t.bytes_carried,
+                                    windows_max_utilization=t.windows_max_utilization) for t in tiers])
 
 
 def cut_off_msg(cut_off: np.ndarray, *, now_s: float) -> fabric_pb2.GetLinkStatsResponse:

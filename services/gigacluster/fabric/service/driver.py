@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable
@@ -38,8 +39,8 @@ from gigacluster.fabric.service.windows import (
     cut_plan,
     isolated_step,
 )
-from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim
-from gigacluster.fabric.topology import Topology
+from gigacluster.fabric.sim import FlowEvent, FlowGroupHandle, FlowSim, TierStats
+from gigacluster.fabric.topology import TIER_NAMES, Topology
 from gigacluster.runtime.clock import EventClock, VirtualClock
 from gigacluster.runtime.clock import busy as clock_busy
 
@@ -104,6 +105,25 @@ class SimDriver:
                     stop = nxt
             self.events(self.sim.advance(stop))
             self.cut_hit_windows()
+
+    def tier_stats(self) -> tuple[tuple[TierStats, ...], int, float]:
+        """(per-tier statistics, active sub-flows, the virtual time they are as of), the simulator first brought to
+        the clock (less the lag) as the driver's loop would: the flows' aggregates at that instant, plus per tier
+        the cumulative link-seconds of utilisation and bytes of the flows, of the windows credited, and of the
+        steps the open windows have completed by then; and the highest utilisation the open windows' steps reach.
+        O(tiers) beyond what advancing the simulator costs anyway."""
+        self.advance(self.clock.now() - self.lag_s)
+        t = self.sim.now_s
+        tiers, active = self.sim.tier_stats()
+        busy, byt = self.sim.tier_totals()
+        w_busy, w_bytes, w_peak = self.windows.open_totals(t)
+        out = []
+        for ts in tiers:
+            i = TIER_NAMES.index(ts.tier)
+            out.append(dataclasses.replace(ts, busy_link_s=float(busy[i] + w_busy[i]),
+                                           bytes_carried=float(byt[i] + w_bytes[i]),
+                                           windows_max_utilization=float(w_peak[i])))
+        return tuple(out), active, t
 
     def catch_up(self) -> None:
         """Advance the simulator to the clock's now (before a fault, so it hits the present)."""

@@ -148,8 +148,9 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         await self._reader(context)
         if request.cut_off_only:  # two gathers over the chips, not the per-link statistics
             return wire.cut_off_msg(self.sim.cut_off_chips(), now_s=self.clock.now())
-        tiers, active = self.sim.tier_stats()
-        return wire.link_stats_msg(tiers, active, now_s=self.clock.now(), cut_off=self.sim.cut_off_chips())
+        tiers, active, as_of_s = self.driver.tier_stats()
+        return wire.link_stats_msg(tiers, active, now_s=self.clock.now(), cut_off=self.sim.cut_off_chips(),
+                                   stats_time_s=as_of_s)
 
     async def InjectLinkFault(self, request: fabric_pb2.InjectLinkFaultRequest,
                               context: grpc.aio.ServicerContext) -> fabric_pb2.InjectLinkFaultResponse:

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from gigacluster.errors import FailedPrecondition, NotFound
-from gigacluster.fabric.sim import FlowGroupHandle, FlowSim
+from gigacluster.fabric.sim import N_TIERS, FlowGroupHandle, FlowSim
 from gigacluster.model.cadence import Cadence
 
 MATCH_REL = 1e-6  # a pattern's alone duration matches the caller's reference within this share
@@ -64,6 +64,12 @@ class IsolatedStep:
     durations_s: tuple[float, ...]
     links: np.ndarray  # every link the pattern uses
     step_bytes: np.ndarray  # bytes one step moves on each of ``links``
+    # Per tier (indexed as TIER_NAMES), what one step makes: link-seconds of utilisation, bytes, and the highest
+    # utilisation a link reaches within it (FlowSim.tier_totals, tier_peak): what the open window adds to the
+    # tier's figures while it runs, O(tiers) per read.
+    tier_busy_s: np.ndarray
+    tier_bytes: np.ndarray
+    tier_peak: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -147,7 +153,9 @@ def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedSt
                 raise FailedPrecondition(f"a {c.op} of the step pattern cannot run: {failed[0].error[:120]}")
             durations.append(max(float(h.end_s) for h in hs) - c.offset_s)
         links, b = scratch.carried()
-    return IsolatedStep(tuple(durations), links, b)
+        busy, byt = scratch.tier_totals()
+        peak = scratch.tier_peak()
+    return IsolatedStep(tuple(durations), links, b, busy, byt, peak)
 
 
 def collective_bytes(ls: LinkState, pattern: list[PatternCollective]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -322,6 +330,20 @@ class WindowBook:
         if self.windows.pop(win.name, None) is not None:
             self._held[win.iso.links] -= 1
             self._publish_held()
+
+    def open_totals(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per tier, over the open windows: the link-seconds of utilisation and the bytes of the steps each has
+        completed by ``t`` (credited to the simulator only when the window ends or is cut, so a read adds them:
+        :meth:`FlowSim.tier_totals` plus this is the tier's total as of ``t``, short of the steps in progress), and
+        the highest link utilisation any of them reaches within its step. O(windows x tiers)."""
+        busy, byt, peak = np.zeros(N_TIERS), np.zeros(N_TIERS), np.zeros(N_TIERS)
+        for w in self.windows.values():
+            k = w.steps_by(t)
+            busy += k * w.iso.tier_busy_s
+            byt += k * w.iso.tier_bytes
+            if w.cadence.start_s <= t < w.end_s:
+                np.maximum(peak, w.iso.tier_peak, out=peak)
+        return busy, byt, peak
 
     def hit(self, links: np.ndarray) -> list[Window]:
         """Open windows that hold any of ``links``."""

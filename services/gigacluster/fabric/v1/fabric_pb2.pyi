@@ -255,32 +255,40 @@ class GetLinkStatsRequest(_message.Message):
     def __init__(self, cut_off_only: _Optional[bool] = ...) -> None: ...
 
 class TierStats(_message.Message):
-    __slots__ = ("tier", "links", "mean_utilization", "max_utilization", "links_down", "links_degraded")
+    __slots__ = ("tier", "links", "mean_utilization", "max_utilization", "links_down", "links_degraded", "busy_link_s", "bytes_carried", "windows_max_utilization")
     TIER_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
     MEAN_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     MAX_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     LINKS_DOWN_FIELD_NUMBER: _ClassVar[int]
     LINKS_DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    BUSY_LINK_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_CARRIED_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_MAX_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     tier: str
     links: int
     mean_utilization: float
     max_utilization: float
     links_down: int
     links_degraded: int
-    def __init__(self, tier: _Optional[str] = ..., links: _Optional[int] = ..., mean_utilization: _Optional[float] = ..., max_utilization: _Optional[float] = ..., links_down: _Optional[int] = ..., links_degraded: _Optional[int] = ...) -> None: ...
+    busy_link_s: float
+    bytes_carried: float
+    windows_max_utilization: float
+    def __init__(self, tier: _Optional[str] = ..., links: _Optional[int] = ..., mean_utilization: _Optional[float] = ..., max_utilization: _Optional[float] = ..., links_down: _Optional[int] = ..., links_degraded: _Optional[int] = ..., busy_link_s: _Optional[float] = ..., bytes_carried: _Optional[float] = ..., windows_max_utilization: _Optional[float] = ...) -> None: ...
 
 class GetLinkStatsResponse(_message.Message):
-    __slots__ = ("tiers", "active_flows", "now_s", "cut_off_chips")
+    __slots__ = ("tiers", "active_flows", "now_s", "cut_off_chips", "stats_time_s")
     TIERS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FLOWS_FIELD_NUMBER: _ClassVar[int]
     NOW_S_FIELD_NUMBER: _ClassVar[int]
     CUT_OFF_CHIPS_FIELD_NUMBER: _ClassVar[int]
+    STATS_TIME_S_FIELD_NUMBER: _ClassVar[int]
     tiers: _containers.RepeatedCompositeFieldContainer[TierStats]
     active_flows: int
     now_s: float
     cut_off_chips: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
-    def __init__(self, tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., active_flows: _Optional[int] = ..., now_s: _Optional[float] = ..., cut_off_chips: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ...) -> None: ...
+    stats_time_s: float
+    def __init__(self, tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., active_flows: _Optional[int] = ..., now_s: _Optional[float] = ..., cut_off_chips: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., stats_time_s: _Optional[float] = ...) -> None: ...
 
 class InjectLinkFaultRequest(_message.Message):
     __slots__ = ("target", "kind", "capacity_factor")
