@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gigacluster.scheduler.diagnose import Expected, Observed, diagnose
 
 EXP = Expected(step_s=1.0, compute_s=0.6, comm_s={"tp": 0.2, "dp_grad": 0.3})
@@ -59,3 +61,30 @@ def test_the_job_message_carries_the_diagnosis_while_the_job_runs() -> None:
     assert msg.slowdown == 0.4 and msg.performance_alert.startswith("fabric_contention")
     job.state = State.SUCCEEDED
     assert job_msg(job, None).slowdown == 0.0 and job_msg(job, None).performance_alert == ""
+
+
+def test_the_job_message_carries_the_exact_mean_step_over_every_step_run() -> None:
+    """``Job.mean_step_time_s`` is run time over every step run, the steps lost to a failure and redone
+    included (3 steps of 1 s, 2 lost, then 2 of 4 s: 11 s over 5 steps); 0 before any step. The scenario report
+    takes it over its samples of ``last_step_time_s``, which caught whichever steps a sample instant saw."""
+    import json
+
+    from gigacluster.model.training import plan_step
+    from gigacluster.scenario.report import mean_step_s
+    from gigacluster.scheduler.core import JobRecord, State, parse_spec
+    from gigacluster.scheduler.messages import job_msg
+    from tests.scheduler.test_spec_strict import SPEC
+
+    spec = parse_spec(json.dumps(SPEC, sort_keys=True))
+    job = JobRecord(job_id="j-1", tenant="tenants/a", display_name="j", queue="default", priority=0, spec_dict=SPEC,
+                    spec=spec, plan=plan_step(spec), steps_total=100, checkpoint_interval_steps=10, max_restarts=2,
+                    created_s=0.0, state=State.RUNNING, instance="instances/i-1")
+    assert job_msg(job, None).mean_step_time_s == 0.0
+    job.step, job.run_s, job.last_checkpoint_step = 3, 3.0, 1
+    job.charge_lost_work()
+    job.rewind()
+    job.step, job.run_s = job.step + 2, job.run_s + 8.0
+    msg = job_msg(job, None)
+    assert (msg.step, msg.lost_steps, msg.mean_step_time_s) == (3, 2, pytest.approx(11.0 / 5))
+    assert mean_step_s([9.0, 9.0], {"mean_step_time_s": msg.mean_step_time_s}) == pytest.approx(2.2)
+    assert mean_step_s([1.0, 3.0], {"mean_step_time_s": 0.0}) == pytest.approx(2.0)  # an older scheduler

@@ -23,8 +23,14 @@ def _div(a: float, b: float) -> float | None:
 
 
 def mean_step_s(samples: Sequence[float], job: dict[str, Any]) -> float | None:
-    """The job's live mean step time: the mean of the distinct steps the runner saw (``last_step_time_s`` per
-    step number), else the Job message's mean breakdown (compute + exposed comm + bubble)."""
+    """The job's live mean step time: the scheduler's exact mean over every step it ran (``mean_step_time_s``,
+    redone steps included); from a scheduler without it, the mean of the distinct steps the runner saw
+    (``last_step_time_s`` per step number), else the Job message's mean breakdown (compute + exposed comm +
+    bubble). The samples depended on which steps a sample instant caught, which on the event clock could move
+    from run to run."""
+    exact = float(job.get("mean_step_time_s", 0.0) or 0.0)
+    if exact > 0 and math.isfinite(exact):
+        return exact
     vals = [s for s in samples if s > 0 and math.isfinite(s)]
     if vals:
         return sum(vals) / len(vals)

@@ -58,7 +58,8 @@ UNKNOWN_OUTCOME = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABL
 TERMINAL = {scheduler_pb2.Job.STATE_SUCCEEDED, scheduler_pb2.Job.STATE_FAILED, scheduler_pb2.Job.STATE_CANCELLED}
 JOB_FIELDS = ("name", "step", "steps_total", "goodput", "started_s", "finished_s", "lost_s", "restart_s",
               "checkpoint_pause_s", "failures", "restarts", "preemptions", "mfu", "compute_s", "exposed_comm_s",
-              "bubble_s", "last_step_time_s", "instance")
+              "bubble_s", "last_step_time_s", "instance",
+              "mean_step_time_s")
 
 
 @dataclasses.dataclass
