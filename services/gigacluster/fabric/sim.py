@@ -78,6 +78,9 @@ class PlannedCollectives:
 class FlowSim:
     """Event-driven max-min flow simulator of one topology, in virtual seconds."""
 
+    _stats: tuple[tuple[object, ...], LinkStats] | None
+    _tiers: tuple[tuple[object, ...], tuple[tuple[TierStats, ...], int]] | None
+
     def __init__(
         self, topo: Topology, *, classes: Mapping[str, ClassPolicy] | None = None, policy: str = DEFAULT_POLICY,
         incremental: bool = True, track_links: bool = False,
@@ -93,30 +96,12 @@ class FlowSim:
         self._alive = np.ones(nl, dtype=bool)
         self._factor = np.ones(nl)
         self._cap = topo.link_capacity_Bps.copy()
-        self._groups: dict[str, Group] = {}
-        self._by_seq: dict[int, Group] = {}
-        self._seq = 0
-        self._label = 0
-        self._timers: list[tuple[float, int]] = []
-        self._pool = FlowPool(nl)
-        self._pool.incremental = incremental  # False: every solve from scratch (the reference in tests)
-        self._t_ref = 0.0
-        self._bytes_carried = np.zeros(nl)
-        # The links bytes were carried on, as the flows moved (track_links: a scratch simulator's alone runs).
-        self._touched: np.ndarray | None = np.zeros(nl, dtype=bool) if track_links else None
-        # Per tier, from time 0 to _t_ref: link-seconds of utilisation (bytes over the link's capacity in the
-        # topology, summed over the tier's links) and bytes carried, flows and credited bytes alike; and, on a
-        # simulator that tracks its links, the highest utilisation (rate over present capacity) any link reached.
         cap0 = topo.link_capacity_Bps
         self._inv_cap = np.divide(1.0, cap0, out=np.zeros(nl), where=cap0 > 0)
-        self._busy_s = np.zeros(N_TIERS)
-        self._tier_bytes = np.zeros(N_TIERS)
-        self._peak: np.ndarray | None = np.zeros(N_TIERS) if track_links else None
-        self._tier_rate: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None  # per solve
+        self._track_links = track_links
+        self._incremental = incremental  # False: every solve from scratch (the reference in tests)
         self._version = 0  # bumped by every change of link state: plans made before it are stale
-        self._credits = 0  # bumped by every credit of bytes moved outside the simulator
-        self._stats: tuple[tuple[object, ...], LinkStats] | None = None  # link_stats() and what it was made of
-        self._tiers: tuple[tuple[object, ...], tuple[tuple[TierStats, ...], int]] | None = None  # tier_stats()
+        self._new_traffic()
         self._tier_static: tuple[int, TierStatic] | None = None  # per-tier link state, per network version
         self._faults: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None  # link_faults()
         self.planner = GroupPlanner(topo, policy=policy)
@@ -330,25 +315,36 @@ class FlowSim:
         """Back to time 0 with no flow, group, timer or carried byte, keeping the link state and the planner's
         plans made under it: a scratch simulator reused for the next alone run costs what a new one would
         have cost to fill, not the topology-sized arrays a new one allocates."""
-        nl = self.topo.n_links
-        self.now_s = self._t_ref = 0.0
-        self._groups.clear()
-        self._by_seq.clear()
-        self._seq = self._label = self._credits = 0
-        self._timers = []
-        incremental = self._pool.incremental
-        self._pool = FlowPool(nl)
-        self._pool.incremental = incremental
-        self._bytes_carried = np.zeros(nl)
-        if self._touched is not None:
-            self._touched = np.zeros(nl, dtype=bool)
-        self._busy_s, self._tier_bytes = np.zeros(N_TIERS), np.zeros(N_TIERS)
-        if self._peak is not None:
-            self._peak = np.zeros(N_TIERS)
-        self._tier_rate = None
-        self._stats = self._tiers = None
+        self.now_s = 0.0
+        self._new_traffic()
         self.reserved = None
         self.reserved_hits = []
+
+    def _new_traffic(self) -> None:
+        """No flow, group, timer or carried byte, and the statistics made of them forgotten (start-up, and
+        :meth:`clear_traffic`)."""
+        nl = self.topo.n_links
+        self._groups: dict[str, Group] = {}
+        self._by_seq: dict[int, Group] = {}
+        self._seq = 0
+        self._label = 0
+        self._timers: list[tuple[float, int]] = []
+        self._pool = FlowPool(nl)
+        self._pool.incremental = self._incremental
+        self._t_ref = 0.0
+        self._bytes_carried = np.zeros(nl)
+        # The links bytes were carried on, as the flows moved (track_links: a scratch simulator's alone runs).
+        self._touched: np.ndarray | None = np.zeros(nl, dtype=bool) if self._track_links else None
+        # Per tier, from time 0 to _t_ref: link-seconds of utilisation (bytes over the link's capacity in the
+        # topology, summed over the tier's links) and bytes carried, flows and credited bytes alike; and, on a
+        # simulator that tracks its links, the highest utilisation (rate over present capacity) any link reached.
+        self._busy_s = np.zeros(N_TIERS)
+        self._tier_bytes = np.zeros(N_TIERS)
+        self._peak: np.ndarray | None = np.zeros(N_TIERS) if self._track_links else None
+        self._tier_rate: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None  # per solve
+        self._credits = 0  # bumped by every credit of bytes moved outside the simulator
+        self._stats = None  # link_stats() and what it was made of
+        self._tiers = None  # tier_stats()
 
     def bytes_carried(self) -> np.ndarray:
         """Bytes each link has carried so far (``link_stats().bytes_carried`` without the per-link and per-tier
