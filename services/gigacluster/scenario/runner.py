@@ -350,8 +350,7 @@ async def sample(run: _Run) -> None:
         await run.sleep_until(k * run.sc.sample_s)
         k += 1
         try:
-            ls = await run.admin.fabric.GetLinkStats(fabric_pb2.GetLinkStatsRequest(), metadata=run.admin.md,
-                                                     timeout=RPC_TIMEOUT_S)
+            ls = await run.link_stats()
             run.link_samples.append({"t_s": run.now_v(), "tiers": [
                 {"tier": t.tier, "links": int(t.links), "mean_utilization": t.mean_utilization,
                  "max_utilization": max(t.max_utilization, t.windows_max_utilization),
