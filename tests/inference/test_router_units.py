@@ -536,6 +536,35 @@ def test_late_token_emission_counts_as_lag_for_one_sample() -> None:
     ov.admit()
 
 
+def test_calls_waiting_in_grpcs_queue_make_the_router_refuse_a_fraction_set_as_pie_sets_it() -> None:
+    """New calls waiting in gRPC's core beyond accept_target_s (the accept probe's measure) raise the fraction of
+    new requests refused by PIE's update (RFC 8033, alpha 0.125 and beta 1.25 per second of delay), while the
+    loop and the streams are on time; the refusal names the queue. Once the wait is back under the target the
+    fraction falls back to 0 and every request is admitted."""
+    wait = [0.45]
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2, accept_lag=lambda: wait[0],
+                  accept_target_s=0.05, seed=1)
+    ov.tick(0.001)
+    assert ov.lag_s == 0.001 and ov.refuse_p == pytest.approx(0.125 * 0.4 + 1.25 * 0.45)
+    ov.tick(0.001)  # the same wait: only the alpha term moves it
+    assert ov.refuse_p == pytest.approx(0.125 * 0.8 + 1.25 * 0.45)
+    outcomes = []
+    for _ in range(2000):
+        try:
+            ov.admit()()
+            outcomes.append(0)
+        except ResourceExhausted as exc:
+            assert "gRPC queue" in str(exc) and exc.retry_after_s == 0.45
+            outcomes.append(1)
+    assert abs(sum(outcomes) / 2000 - ov.refuse_p) < 0.05
+    wait[0] = 0.0
+    for _ in range(30):
+        ov.tick(0.001)
+    assert ov.refuse_p == 0.0
+    for _ in range(100):
+        ov.admit()()
+
+
 async def test_tokens_that_piled_up_go_out_as_one_message() -> None:
     """Tokens queued while the client was behind are coalesced into one chunk (one GenerateResponse, one SSE
     event) holding all their ids; the slot is released once the last is out."""

@@ -58,3 +58,18 @@ async def test_short_scenario_against_the_stack(stack: Stack, tenant: Client, tm
     assert len(jobs) == 2
     ended = (scheduler_pb2.Job.STATE_SUCCEEDED, scheduler_pb2.Job.STATE_FAILED, scheduler_pb2.Job.STATE_CANCELLED)
     assert all(j.state in ended for j in jobs), [j.state for j in jobs]
+
+
+async def test_calls_given_up_at_the_drain_end_are_timeouts_not_cancelled(stack: Stack, tenant: Client) -> None:
+    """Generations still streaming when the drain ends are TIMEOUT: the client gave up on them. gRPC reports
+    a call its own client cancels as CANCELLED, which the run used to record, and the benchmarks then counted
+    as calls the router cancelled."""
+    sc = scenario.parse({
+        "name": "itest-drain", "duration_s": 1.0, "seed": 5, "drain_s": 0.01,
+        "deploy": {"deployment_id": "lt-drain", "preset": "llama3-8b", "chip": "h100-sxm", "tp": 1, "replicas": 1},
+        "streams": [{"name": "long", "kind": "generate", "arrival": {"type": "uniform", "rate_per_s": 3},
+                     "prompt_tokens": 6000, "max_tokens": 2000}]})  # ~15 s of decode at speed-up 10: ~1.5 s wall
+    run = await runner.run(sc, runner.Target(stack.endpoints, tenant.api_key))
+    assert len(run.results) == 3
+    assert [r.status for r in run.results] == ["TIMEOUT"] * 3, [(r.status, r.detail) for r in run.results]
+    assert all("drain" in r.detail for r in run.results)

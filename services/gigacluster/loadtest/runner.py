@@ -170,18 +170,16 @@ async def _run(scenario: Scenario, target: Target, tb: Timebase, run_id: str | N
             await asyncio.gather(*(_ensure_deployment(t, scenario.deploy) for t in tenants))
         say(f"{len(timeline)} arrivals over {scenario.duration_s:g} s")
         loop = asyncio.get_running_loop()
-        in_flight: set[asyncio.Task[Any]] = set()
+        in_flight: dict[asyncio.Task[Any], Result] = {}
         wall0 = loop.time()
         start = tb.now() + START_LEAD_S
         per_stream_count = [0] * len(scenario.streams)
 
-        async def one(i: int, intended: float) -> None:
+        async def one(i: int, intended: float, r: Result) -> None:
             si = int(timeline.stream[i])
             s = scenario.streams[si]
             t = tenants[per_stream_count[si] % len(tenants)]
             per_stream_count[si] += 1
-            r = Result(si, intended - start)
-            results.append(r)
             n_prompt, n_out = int(timeline.prompt_tokens[i]), int(timeline.max_tokens[i])
             prompt = synthetic_prompt(scenario.seed, i, n_prompt) if s.kind != "submit_job" else []
             if s.kind == "generate":
@@ -204,19 +202,23 @@ async def _run(scenario: Scenario, target: Target, tb: Timebase, run_id: str | N
             if len(in_flight) >= scenario.max_in_flight:
                 results.append(Result(int(timeline.stream[i]), intended - start, status="DROPPED"))
                 continue
-            task = asyncio.create_task(one(i, intended))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
+            r = Result(int(timeline.stream[i]), intended - start)
+            results.append(r)
+            task = asyncio.create_task(one(i, intended, r))
+            in_flight[task] = r
+            task.add_done_callback(in_flight.pop)
         say(f"sent; draining {len(in_flight)} in flight (up to {scenario.drain_s:g} s)")
         if in_flight:
             _done, pending = await asyncio.wait(set(in_flight), timeout=scenario.drain_s)
+            given_up = [in_flight[task] for task in pending]
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            finished = {id(r) for r in results if r.status != "OK" or not np.isnan(r.e2e_s)}
-            for r in results:
-                if id(r) not in finished:
-                    r.status = "TIMEOUT"
+            # Calls the client gave up on at the drain's end: whatever the cancellation made the call raise
+            # (gRPC reports CANCELLED for a call its own client cancels), the server had not answered them.
+            for r in given_up:
+                r.status, r.detail = "TIMEOUT", f"no answer within the {scenario.drain_s:g} s drain"
+
         elapsed_s = tb.now() - start
         wall_s = loop.time() - wall0 - (0.0 if tb.virtual else START_LEAD_S)
     finally:

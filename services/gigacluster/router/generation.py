@@ -117,7 +117,8 @@ class Admission:
     def __init__(self, config: RouterConfig, clock: VirtualClock,
                  find: Callable[[Principal, str], LiveDeployment]) -> None:
         self.config = config
-        self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s)
+        self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s,
+                                 accept_target_s=config.accept_target_s)
         # Pacing is off on the event clock: its clients read each token's virtual time, not the wire's.
         self.pacer = Pacer(clock, lambda: self.overload.open,
                            0.0 if isinstance(clock, EventClock) else config.stream_messages_per_s,

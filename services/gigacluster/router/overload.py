@@ -1,39 +1,95 @@
-"""Router-wide admission, checked before any work on a request: open streams and event-loop lag.
+"""Router-wide admission, checked before any work on a request: open streams and how far behind the router runs.
 
 Each deployment's replicas bound their own queues (``max_queue``, refused with a model-based
-retry-after). This bounds the front end itself: a router process holding ``max_streams`` open
-streams, or running more than ``max_loop_lag_s`` behind (its event loop wakes late, or its
-replicas emit tokens later than their virtual time: it cannot serve what it holds on time),
-refuses a new request at once with RESOURCE_EXHAUSTED and a retry-after, never letting it queue
-until the transport gives up on it (gRPC's core cancels calls the application has not picked up:
-that was the CANCELLED under overload).
+retry-after). This bounds the front end itself:
+
+* a router process holding ``max_streams`` open streams, or running more than ``max_loop_lag_s``
+  behind (its event loop wakes late, or its replicas emit tokens later than their virtual time: it
+  cannot serve what it holds on time), refuses every new request at once with RESOURCE_EXHAUSTED
+  and a retry-after;
+* new calls waiting in gRPC's core before the process sees them (measured by
+  :class:`gigacluster.runtime.accept_probe.AcceptProbe`, given here as ``accept_lag``) are held near
+  ``accept_target_s`` by refusing a fraction of new requests, the fraction set as PIE sets its drop
+  probability (RFC 8033: every sample, ``p += alpha (wait - target) + beta (wait - previous wait)``).
+  A fraction, not all: each refusal still costs the router the call's acceptance (most of a served
+  call's CPU at 1,000 requests/s), so refusing everything while the queue is long starves the calls
+  it could serve. Refusing every call behind the bound instead served 204 a second against 750 with no
+  bound, at 1,000 offered.
+
+Either way no request queues until the transport gives up on it (gRPC's core cancels calls the
+application has not picked up: that was the CANCELLED under overload).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import random
 import time
 from collections.abc import Callable
 
 from gigacluster.errors import ResourceExhausted
 
 
-class Overload:
-    """Counts open streams and watches the event loop's lag; :meth:`admit` refuses beyond either bound."""
+#: Set in a call's context once :meth:`Overload.shed` let it through (by the gRPC server, before the servicer).
+SHED_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("shed_checked", default=False)
 
-    def __init__(self, max_streams: int, max_loop_lag_s: float, retry_after_s: float) -> None:
+#: PIE's gains (RFC 8033, section 4.2: alpha 0.125, beta 1.25, per second of queueing delay), per sample.
+PIE_ALPHA, PIE_BETA = 0.125, 1.25
+
+
+class Overload:
+    """Counts open streams and watches how far behind the router runs; :meth:`admit` refuses beyond the bounds."""
+
+    def __init__(self, max_streams: int, max_loop_lag_s: float, retry_after_s: float,
+                 accept_lag: Callable[[], float] | None = None, accept_target_s: float = 0.25,
+                 seed: int | None = None) -> None:
         self.max_streams = max_streams
         self.max_loop_lag_s = max_loop_lag_s
         self.retry_after_s = retry_after_s
         self.open = 0
         self.lag_s = 0.0  # how far behind the router runs: its loop, or its replicas' token emission
+        self.cause = "loop"  # which of the two
         self.refused = 0
         self._emit_lag_s = 0.0  # the latest tick's worst emission lag
+        self.accept_lag = accept_lag  # how long new calls wait before this process sees them (None: not measured)
+        self.accept_target_s = accept_target_s
+        self.accept_wait_s = 0.0  # the latest sample of it
+        self.refuse_p = 0.0  # the fraction of new requests refused for it
+        self._rng = random.Random(seed)
 
     def observe_emit_lag(self, lag_s: float) -> None:
         """A replica emitted an iteration's tokens ``lag_s`` wall seconds after their virtual time."""
         if lag_s > self._emit_lag_s:
             self._emit_lag_s = lag_s
+
+    def shed(self) -> ResourceExhausted | None:
+        """The refusal for a new request when the router runs behind, else None (counted; no slot is taken).
+
+        The gRPC server asks first, before any other work on the call (runtime/accept_probe.py), and marks the
+        call's context so that :meth:`admit` does not ask again."""
+        if self.lag_s > self.max_loop_lag_s:
+            self.refused += 1
+            what = "its tokens go out that late" if self.cause == "emit" else "its event loop wakes that late"
+            return ResourceExhausted(f"the router is {1e3 * self.lag_s:.0f} ms behind: {what} (its max_loop_lag_s "
+                                     f"is {1e3 * self.max_loop_lag_s:.0f} ms); retry later",
+                                     retry_after_s=max(self.retry_after_s, self.lag_s), reason="ROUTER_SATURATED")
+        if self.refuse_p > 0 and self._rng.random() < self.refuse_p:
+            self.refused += 1
+            return ResourceExhausted(f"new calls wait {1e3 * self.accept_wait_s:.0f} ms in the router's gRPC queue "
+                                     f"before it sees them (its target is {1e3 * self.accept_target_s:.0f} ms): it "
+                                     f"refuses {100 * self.refuse_p:.0f}% of new requests; retry later",
+                                     retry_after_s=max(self.retry_after_s, self.accept_wait_s),
+                                     reason="ROUTER_SATURATED")
+        return None
+
+    def screen(self) -> ResourceExhausted | None:
+        """:meth:`shed`, for a server that asks before the call reaches :meth:`admit`: a call let through is
+        marked in its context, so that ``admit`` does not ask (and draw) again."""
+        exc = self.shed()
+        if exc is None:
+            SHED_CHECKED.set(True)
+        return exc
 
     def admit(self) -> Callable[[], None]:
         """Take a stream slot (its release function, idempotent) or raise ResourceExhausted."""
@@ -41,11 +97,8 @@ class Overload:
             self.refused += 1
             raise ResourceExhausted(f"the router holds {self.open} open streams (its max_streams); retry later",
                                     retry_after_s=self.retry_after_s, reason="ROUTER_SATURATED")
-        if self.lag_s > self.max_loop_lag_s:
-            self.refused += 1
-            raise ResourceExhausted(f"the router is {1e3 * self.lag_s:.0f} ms behind (its max_loop_lag_s is "
-                                    f"{1e3 * self.max_loop_lag_s:.0f} ms); retry later",
-                                    retry_after_s=max(self.retry_after_s, self.lag_s), reason="ROUTER_SATURATED")
+        if not SHED_CHECKED.get() and (exc := self.shed()) is not None:
+            raise exc
         self.open += 1
         done = False
 
@@ -66,6 +119,12 @@ class Overload:
             self.tick(max(0.0, time.monotonic() - t0 - interval_s))
 
     def tick(self, loop_lag_s: float) -> None:
-        """One sample: the lag is the loop's or the replicas' since the last sample."""
-        self.lag_s = max(loop_lag_s, self._emit_lag_s)
+        """One sample: the lag is the loop's or the replicas' since the last sample, whichever is larger; the new
+        calls' wait moves the fraction refused (PIE's update)."""
+        self.lag_s, self.cause = max((loop_lag_s, "loop"), (self._emit_lag_s, "emit"))
         self._emit_lag_s = 0.0
+        if self.accept_lag is not None:
+            wait = self.accept_lag()
+            p = self.refuse_p + PIE_ALPHA * (wait - self.accept_target_s) + PIE_BETA * (wait - self.accept_wait_s)
+            self.refuse_p = min(1.0, max(0.0, p))
+            self.accept_wait_s = wait

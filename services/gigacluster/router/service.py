@@ -25,10 +25,11 @@ from gigacluster.router.generation import Admission, Chunk, Generation
 from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
 from gigacluster.router.link import CoreLink
 from gigacluster.router.manager import DeploymentManager
-from gigacluster.router.messages import deployment_msg, generate_args, generate_response, stats_msg
+from gigacluster.router.messages import GENERATE_METHOD, deployment_msg, generate_args, generate_response, stats_msg
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
+from gigacluster.runtime.accept_probe import AcceptProbe
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
@@ -59,6 +60,10 @@ class RouterService(Service[RouterConfig]):
         self.manager = DeploymentManager(config, self.auth, self.clock, self._set_health)
         self.admission = Admission(config, self.clock, self.manager.visible)
         self.manager.on_lag = self.admission.overload.observe_emit_lag
+        if self.frontends is None and config.accept_probe_interval_s > 0:  # (with front ends, theirs take Generate)
+            self.accept_probe = AcceptProbe(GENERATE_METHOD, config.accept_probe_interval_s)
+            self.admission.overload.accept_lag = self.accept_probe.lag_s
+            self.accept_probe.shed = self.admission.overload.screen
         self._alerts: dict[str, str] = {}
         self._loss_events: dict[str, int] = {}
         self.registry.register(FunctionCollector(self.metrics))
@@ -96,6 +101,8 @@ class RouterService(Service[RouterConfig]):
     async def start(self) -> None:
         await super().start()
         self.spawn(self.admission.overload.watch(), "loop-lag")
+        if self.accept_probe is not None:
+            self.spawn(self.accept_probe.run(), "accept-probe")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until the deployments are back
         self.spawn(self.manager.reconcile(), "reconcile")
         self.every(self.config.telemetry_interval_s, self._publish, "stats")
@@ -207,11 +214,21 @@ class RouterService(Service[RouterConfig]):
             c["vllm:request_success_total"].add_metric(m, float(mt.requests))
             perf = d.performance()
             g["gigacluster_deployment_slowdown"].add_metric(m, perf[0] if perf else 0.0)
+        ov = self.admission.overload
+        refused = counter("gigacluster_router_refused_total", "New requests this router process refused because it "
+                          "ran behind (its own overload bound: loop lag, late tokens, calls waiting in gRPC's queue).")
+        refused.add_metric([], float(ov.refused))
+        wait = gauge("gigacluster_router_accept_wait_seconds", "How long new Generate calls wait in gRPC's core before "
+                     "this router process sees them (the accept probe's latest measure).")
+        wait.add_metric([], ov.accept_wait_s)
+        share = gauge("gigacluster_router_refuse_fraction", "The fraction of new requests refused to hold that wait "
+                      "near accept_target_s.")
+        share.add_metric([], ov.refuse_p)
         loss = counter("gigacluster_deployment_performance_loss_events_total",
                        "Deployment slowdowns flagged, by cause.", ["cause"])
         for cause, n in sorted(self._loss_events.items()):
             loss.add_metric([cause], float(n))
-        return [*hist.values(), itl_alias, *g.values(), *c.values(), loss]
+        return [*hist.values(), itl_alias, *g.values(), *c.values(), refused, wait, share, loss]
 
     def check_performance(self, d: LiveDeployment) -> None:
         """Publish an alert when a deployment starts running slower than its model (or recovers)."""

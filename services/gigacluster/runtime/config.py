@@ -294,6 +294,12 @@ class RouterConfig(CommonConfig):
     max_loop_lag_s: float = _f(0.25, "a router process whose event loop runs this far behind refuses new requests "
                                      "RESOURCE_EXHAUSTED (HTTP 429) until it catches up")
     overload_retry_after_s: float = _f(0.2, "retry-after the router's own overload refusals carry (at least the lag)")
+    accept_probe_interval_s: float = _f(0.05, "wall seconds between probes of how long new Generate calls wait in gRPC's "
+                                              "core before the router sees them (runtime/accept_probe.py); over "
+                                              "accept_target_s, a fraction of new calls is refused; 0: no probe")
+    accept_target_s: float = _f(0.25, "how long new Generate calls may wait in gRPC's core before the router sees "
+                                      "them; beyond, it refuses a fraction of new requests RESOURCE_EXHAUSTED (as PIE, "
+                                      "RFC 8033) to hold the wait near this")
     grpc_max_pending_calls: int = _f(20000, "calls gRPC's core queues for the router before its event loop picks them "
                                             "up; beyond, the core itself cancels them (CANCELLED)")
     coalesce_lag_s: float = _f(0.005, "a stream whose tokens go out more than this (wall s) behind their virtual time "
@@ -334,6 +340,10 @@ class RouterConfig(CommonConfig):
             raise ConfigError("heal_backoff_max_s must be > 0")
         if not (self.max_loop_lag_s > 0 and self.overload_retry_after_s > 0):  # also refuses NaN
             raise ConfigError("max_loop_lag_s and overload_retry_after_s must be > 0")
+        if not 0 <= self.accept_probe_interval_s <= 60:  # also refuses NaN
+            raise ConfigError("accept_probe_interval_s must be in [0, 60] (0: no probe)")
+        if not 0 < self.accept_target_s <= 60:
+            raise ConfigError("accept_target_s must be in (0, 60]")
         if not (self.coalesce_lag_s >= 0 and 0 <= self.coalesce_hold_s <= 1):
             raise ConfigError("coalesce_lag_s must be >= 0 and coalesce_hold_s in [0, 1]")
         if not 0 <= self.run_ahead_iterations <= 1_000_000:

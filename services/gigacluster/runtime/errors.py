@@ -72,8 +72,8 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     status = to_status(exc)
     if status.code == grpc.StatusCode.INTERNAL:
         log.error("rpc failed", method=method, exc_info=exc)
-    elif getattr(exc, "reason", "") == "RPC_RATE_LIMITED":
-        # A flooding tenant would otherwise cost a log line per refused call.
+    elif getattr(exc, "reason", "") in ("RPC_RATE_LIMITED", "ROUTER_SATURATED"):
+        # A flooding tenant, or an overloaded router, would otherwise cost a log line per refused call.
         log.debug("rpc rejected", method=method, code=status.code.name, error=status.details)
     else:
         log.info("rpc rejected", method=method, code=status.code.name, error=status.details)

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from gigacluster.errors import InvalidArgument
 from gigacluster.runtime import clock
+from gigacluster.runtime.accept_probe import AcceptProbe
 from gigacluster.runtime.auth import BrokerAuth, rate_limiter
 from gigacluster.runtime.channels import add_port
 from gigacluster.runtime.clock import EventClock, VirtualClock
@@ -224,6 +225,9 @@ class Service(Generic[CfgT]):
     #: On the event clock, may this process go dormant (clock/core.py)? Only if every call it handles or makes
     #: is a gRPC call through the clock interceptors; a service that also serves HTTP says False.
     clock_dormancy = True
+    #: Set by a service that bounds its calls' wait in gRPC's core queue (the router): its interceptor goes first
+    #: and the server also listens on its private address (runtime/accept_probe.py); the service runs it.
+    accept_probe: AcceptProbe | None = None
 
     def __init__(self, config: CfgT) -> None:
         self.config = config
@@ -329,6 +333,8 @@ def _log_failure(task: asyncio.Task[Any]) -> None:
 async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     cfg = service.config
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestIdInterceptor()]
+    if service.accept_probe is not None:
+        interceptors.insert(0, service.accept_probe.interceptor())
     limiter = service.rpc_limiter()
     if limiter is not None:
         interceptors.append(FairShareInterceptor(limiter, cfg.rate_max_wait_s))
@@ -354,6 +360,8 @@ async def create_server(service: Service[Any]) -> tuple[grpc.aio.Server, int]:
     port = add_port(server, service.bind_address())
     if port == 0:
         raise OSError(f"cannot bind {service.bind_address()}")
+    if service.accept_probe is not None and not server.add_insecure_port(service.accept_probe.address):
+        raise OSError(f"cannot bind the accept probe's {service.accept_probe.address}")
     service.health = health_servicer  # type: ignore[attr-defined]
     return server, port
 
