@@ -30,7 +30,6 @@ from collections.abc import Callable
 
 from gigacluster.errors import ResourceExhausted
 
-
 #: Set in a call's context once :meth:`Overload.shed` let it through (by the gRPC server, before the servicer).
 SHED_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("shed_checked", default=False)
 

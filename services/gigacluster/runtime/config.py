@@ -294,9 +294,9 @@ class RouterConfig(CommonConfig):
     max_loop_lag_s: float = _f(0.25, "a router process whose event loop runs this far behind refuses new requests "
                                      "RESOURCE_EXHAUSTED (HTTP 429) until it catches up")
     overload_retry_after_s: float = _f(0.2, "retry-after the router's own overload refusals carry (at least the lag)")
-    accept_probe_interval_s: float = _f(0.05, "wall seconds between probes of how long new Generate calls wait in gRPC's "
-                                              "core before the router sees them (runtime/accept_probe.py); over "
-                                              "accept_target_s, a fraction of new calls is refused; 0: no probe")
+    accept_probe_interval_s: float = _f(0.05, "wall seconds between probes of how long new Generate calls wait in "
+                                              "gRPC's core before the router sees them (runtime/accept_probe.py); "
+                                              "over accept_target_s, a fraction of new calls is refused; 0: no probe")
     accept_target_s: float = _f(0.25, "how long new Generate calls may wait in gRPC's core before the router sees "
                                       "them; beyond, it refuses a fraction of new requests RESOURCE_EXHAUSTED (as PIE, "
                                       "RFC 8033) to hold the wait near this")
