@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -155,3 +157,38 @@ def test_a_cut_window_credits_its_whole_steps_and_the_share_of_the_step_in_progr
     d.advance(t_cut + 10.0)
     busy, _ = d.sim.tier_totals()
     np.testing.assert_allclose(busy, 4 * step, rtol=1e-6, atol=1e-15)
+
+
+def test_a_collective_standing_for_repeats_calls_counts_them_all_in_the_statistics_not_in_its_timing(
+        topo64: Topology) -> None:
+    """A TP-like all-gather inside one node (scale-up links) and a ring across nodes, each started as standing for
+    5 calls (``repeats``): they end exactly when a single call does, and every tier's link-seconds and bytes,
+    and every link's carried bytes, are 5 x the single call's."""
+    def run(repeats: int) -> tuple[list[float], np.ndarray, np.ndarray, np.ndarray]:
+        sim = FlowSim(topo64)
+        hs = [sim.start_collective("all_gather", np.arange(8), 1e8, start_s=0.0, repeats=repeats),
+              sim.start_collective("all_reduce", RANKS, BYTES, start_s=0.0, repeats=repeats)]
+        sim.run_until_idle()
+        busy, byt = sim.tier_totals()
+        return [float(h.end_s) for h in hs], busy, byt, sim.link_stats().bytes_carried
+
+    ends1, busy1, byt1, links1 = run(1)
+    ends5, busy5, byt5, links5 = run(5)
+    assert ends5 == ends1
+    assert busy1[TIER_NAMES.index("scaleup")] > 0 and busy1[NIC] > 0
+    np.testing.assert_allclose(busy5, 5 * busy1, rtol=1e-12)
+    np.testing.assert_allclose(byt5, 5 * byt1, rtol=1e-12)
+    np.testing.assert_allclose(links5, 5 * links1, rtol=1e-12)
+    np.testing.assert_allclose(_per_tier(topo64, links5), busy5, rtol=1e-9)  # the per-link view agrees
+
+
+def test_a_window_whose_collective_stands_for_repeats_calls_credits_them_all_per_step(topo64: Topology) -> None:
+    """The window path: an isolated step of a pattern collective standing for 3 calls moves 3 x the bytes of one,
+    on the same links, in the same time."""
+    d = _driver(topo64)
+    one = d.windows.isolated(_pattern())
+    three = d.windows.isolated([dataclasses.replace(c, repeats=3) for c in _pattern()])
+    assert three.durations_s == one.durations_s
+    np.testing.assert_array_equal(three.links, one.links)
+    np.testing.assert_allclose(three.step_bytes, 3 * one.step_bytes, rtol=1e-12)
+    np.testing.assert_allclose(three.tier_busy_s, 3 * one.tier_busy_s, rtol=1e-12)

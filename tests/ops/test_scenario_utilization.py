@@ -16,13 +16,14 @@ from gigacluster.fabric.v1 import fabric_pb2
 from gigacluster.model.step import plan_step
 from gigacluster.model.training import TrainSpec
 from gigacluster.scenario import runner, spec
+from gigacluster.scheduler import step_comm
 from gigacluster.scheduler.core import rank_groups
 from gigacluster.scheduler.runner import arithmetic_runs, device_runs
 from tests.conftest import live_stack
 
 pytestmark = pytest.mark.integration  # one small event-clock run: under a minute on a loaded 2-core machine
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-NIC = TIER_NAMES.index("nic")
+NIC, SCALEUP = TIER_NAMES.index("nic"), TIER_NAMES.index("scaleup")
 # Two HGX H100 nodes, TP 8 inside each, data parallel 2 across them: the gradient and parameter collectives cross
 # the NIC links once per step (the TP collectives stay on scale-up), the same rail on the same leaf.
 JOB: dict[str, Any] = {
@@ -48,7 +49,8 @@ def step_busy_link_s(topo: Topology) -> np.ndarray:
         size, stride, _copies, offsets = rank_groups(ts, d.name)
         for run in arithmetic_runs(offsets):
             for ranks, count, group_stride in device_runs(devices, run, stride, size):
-                sim.start_collectives(d.op, ranks, group_stride, count, d.bytes_, start_s=0.0)
+                sim.start_collectives(d.op, ranks, group_stride, count, d.bytes_, start_s=0.0,
+                                      repeats=step_comm.repeats(d))
     sim.run_until_idle()
     carried = sim.link_stats().bytes_carried
     return np.bincount(topo.link_tier, weights=carried / topo.link_capacity_Bps, minlength=len(TIER_NAMES))
@@ -58,7 +60,9 @@ async def test_a_job_in_steady_state_windows_shows_its_modelled_bytes_on_the_nic
         mosquitto: str, tmp_path: pathlib.Path) -> None:
     """On the event clock the job runs almost all of its steps as windows: the NIC tier's time-average utilisation
     is its steps x one step's modelled NIC link-seconds / (NIC links x elapsed virtual s) within 3%, where the
-    mean of the samples of live flows (the report's figure before) stays below a tenth of it."""
+    mean of the samples of live flows (the report's figure before) stays below a tenth of it. The scale-up tier
+    likewise, with every TP collective of a step counted (``repeats``: the fabric used to see one call of each
+    inline demand per step, a few hundredths of its traffic here)."""
     sc = spec.parse(SCENARIO, base_dir=ROOT)
     async with live_stack("util", mosquitto, tmp_path, clock="event") as st:
         async with Client(st.endpoints, st.admin_key) as admin:
@@ -75,5 +79,10 @@ async def test_a_job_in_steady_state_windows_shows_its_modelled_bytes_on_the_nic
     assert nic["elapsed_s"] == pytest.approx(120.0, abs=1.0)
     assert nic["mean_utilization"] == pytest.approx(expected, rel=0.03), (nic, expected)
     assert nic["sampled_mean_utilization"] < 0.1 * expected, nic
+    up = next(r for r in rep["tiers"] if r["tier"] == "scaleup")
+    step = step_busy_link_s(topo)
+    assert step[SCALEUP] > 3 * step[NIC]  # TP moves more inside the nodes than DP between them (about 6x)
+    assert up["mean_utilization"] == pytest.approx(job["steps"] * step[SCALEUP] / (up["links"] * up["elapsed_s"]),
+                                                   rel=0.03), (up, step)
     assert 0 < nic["peak_utilization"] <= 1.0 + 1e-9
     assert runner.end_to_end_check(rep) == []

@@ -57,3 +57,14 @@ def test_a_burst_on_one_sample_counts_for_its_share_of_the_window_only() -> None
     counts = {d.name: d.count for d in plan.collectives}
     got = step_comm.demand_s(plan, per)
     assert got["pp"] == pytest.approx(per["pp"] * counts["pp"]) and got["dp_grad"] == 0.0
+
+
+def test_each_timed_call_stands_for_its_share_of_the_steps_calls_in_the_fabrics_statistics() -> None:
+    """``repeats`` (StartCollectiveRequest.repeats): the timed calls of an inline demand together stand for its
+    count per step (TP: thousands of all-gathers a step), a DP window's one call for itself."""
+    plan = _plan()
+    for d in plan.collectives:
+        r = step_comm.repeats(d)
+        assert r * step_comm.samples(d) == d.count if d.count % step_comm.samples(d) == 0 else r >= 1
+    by = {d.name: d for d in plan.collectives}
+    assert step_comm.repeats(by["tp"]) == by["tp"].count > 100 and step_comm.repeats(by["dp_grad"]) == 1

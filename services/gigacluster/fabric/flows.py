@@ -125,6 +125,7 @@ class Group:
     priority: int
     weight: float
     overhead: bool
+    repeats: int = 1  # statistics only: the caller runs it this many times (FlowSim.start_planned)
 
 
 class FlowGroupHandle:

@@ -129,11 +129,11 @@ class FlowSim:
 
     def start_collective(
         self, op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, *, start_s: float, algo: str | None = None,
-        traffic_class: str = "training", tag: str = "",
+        traffic_class: str = "training", tag: str = "", repeats: int = 1,
     ) -> FlowGroupHandle:
         """Start a collective over ``ranks`` (chip ids); ``algo`` forces an algorithm, else the policy picks."""
         return self.start_collectives(op, ranks, 0, 1, bytes_, start_s=start_s, algo=algo,
-                                      traffic_class=traffic_class, tag=tag)[0]
+                                      traffic_class=traffic_class, tag=tag, repeats=repeats)[0]
 
     def plan_collectives(
         self, op: str, ranks: Sequence[int] | np.ndarray, stride: int, groups: int, bytes_: float, *,
@@ -150,20 +150,26 @@ class FlowSim:
         return PlannedCollectives((op, np.asarray(ranks), stride, groups, bytes_, algo), tuple(plans), version)
 
     def start_planned(self, planned: PlannedCollectives, *, start_s: float, traffic_class: str = "training",
-                      tag: str = "") -> list[FlowGroupHandle]:
-        """Start planned collectives: one group (one handle) per shape, its copies moving phase by phase."""
+                      tag: str = "", repeats: int = 1) -> list[FlowGroupHandle]:
+        """Start planned collectives: one group (one handle) per shape, its copies moving phase by phase.
+
+        ``repeats``: the caller runs this collective that many times for the one timed here (an inline
+        collective of a training step, ``count`` per step). The flows and the timing are one call's; each
+        phase, as it starts, also credits the other ``repeats - 1`` calls' bytes to the links it uses
+        (:meth:`credit_bytes`), so link and tier statistics count every call."""
         if planned.version != self._version:
             op, ranks, stride, groups, bytes_, algo = planned.request
             planned = self.plan_collectives(op, ranks, stride, groups, bytes_, algo=algo)
-        return [self._add_group(p, "collective", start_s, traffic_class, tag, overhead=True) for p in planned.plans]
+        return [self._add_group(p, "collective", start_s, traffic_class, tag, overhead=True, repeats=repeats)
+                for p in planned.plans]
 
     def start_collectives(
         self, op: str, ranks: Sequence[int] | np.ndarray, stride: int, groups: int, bytes_: float, *,
-        start_s: float, algo: str | None = None, traffic_class: str = "training", tag: str = "",
+        start_s: float, algo: str | None = None, traffic_class: str = "training", tag: str = "", repeats: int = 1,
     ) -> list[FlowGroupHandle]:
         """Plan and start ``groups`` copies of a collective at once (:meth:`plan_collectives`)."""
         planned = self.plan_collectives(op, ranks, stride, groups, bytes_, algo=algo)
-        return self.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
+        return self.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag, repeats=repeats)
 
     # ---- public: time --------------------------------------------------------------------
     def next_event_s(self) -> float | None:
@@ -536,7 +542,7 @@ class FlowSim:
 
     def _add_group(
         self, plan: CollectivePlan | GroupsPlan, kind: str, start_s: float, traffic_class: str, tag: str, *,
-        overhead: bool,
+        overhead: bool, repeats: int = 1,
     ) -> FlowGroupHandle:
         if traffic_class not in self.classes:
             raise SpecError("traffic_class", f"unknown class {traffic_class!r}; allowed: {', '.join(self.classes)}")
@@ -554,7 +560,7 @@ class FlowSim:
             bytes_=plan.bytes_, n_ranks=n_ranks, traffic_class=traffic_class, tag=tag,
             start_s=start, state="pending", error="", end_s=math.nan, phases=plan.phases, phase_idx=-1,
             phase_lat_s=0.0, phase_est_s=est, timer_s=start, n_pool=0, priority=cp.priority,
-            weight=cp.weight, overhead=overhead,
+            weight=cp.weight, overhead=overhead, repeats=max(1, int(repeats)),
         )
         self._groups[g.id] = g
         self._by_seq[g.seq] = g
@@ -606,6 +612,9 @@ class FlowSim:
         self._pool.add(g.seq, n_new, ph.bytes_per_hop, g.weight, g.priority, ph.flow_index(), r, ph.src, ph.dst,
                        labels, ph.weight)
         g.n_pool = n_new
+        if g.repeats > 1 and r.e_link.size:  # the other calls the caller runs: their bytes, on the same links
+            coef = r.e_coef if ph.weight is None else r.e_coef * np.asarray(ph.weight, dtype=np.float64)[r.e_flow]
+            self.credit_bytes(r.e_link, (g.repeats - 1) * ph.bytes_per_hop * coef)
         return []
 
     def _set_timer(self, g: Group, t: float) -> None:

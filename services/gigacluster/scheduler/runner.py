@@ -153,7 +153,7 @@ class JobRunner:
                     calls.append((d.name, fabric_pb2.StartCollectiveRequest(
                         op=OPS[d.op], ranks=convert.range_msgs(_ranges(ranks, keep_order=True)), bytes=d.bytes_,
                         traffic_class=fabric_pb2.TRAFFIC_CLASS_TRAINING, groups=count, group_stride=group_stride,
-                        tag=self.job.name,
+                        tag=self.job.name, repeats=step_comm.repeats(d),
                     )))
         return calls
 

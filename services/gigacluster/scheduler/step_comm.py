@@ -43,6 +43,14 @@ def samples(d: CollectiveDemand) -> int:
     return INLINE_SAMPLES if d.window == "inline" and d.count > 1 else 1
 
 
+def repeats(d: CollectiveDemand) -> int:
+    """How many of the step's calls of ``d`` each timed call stands for: the fabric counts them in its link
+    and tier statistics (``StartCollectiveRequest.repeats``; the timing stays that of one call). Without it
+    a step's 1,600 TP all-gathers reached the statistics as one, and the report's scale-up tier read a
+    1,600th of its traffic."""
+    return max(1, round(d.count / samples(d)))
+
+
 def expand(plan: StepPlan, calls: Sequence[tuple[str, R]],
            copy: Callable[[R], R]) -> tuple[list[tuple[str, R]], list[int]]:
     """The calls of one step: each demand's calls once per sample (``copy`` duplicates a request), with
@@ -101,4 +109,4 @@ def demand_s(plan: StepPlan, per_call: dict[str, float]) -> dict[str, float]:
     return {d.name: per_call.get(d.name, 0.0) * d.count for d in plan.collectives}
 
 
-__all__ = ["INLINE_SAMPLES", "demand_s", "expand", "log_samples", "offset_s", "per_call_s", "samples"]
+__all__ = ["INLINE_SAMPLES", "demand_s", "expand", "log_samples", "offset_s", "per_call_s", "repeats", "samples"]

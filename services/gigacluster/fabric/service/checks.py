@@ -63,6 +63,16 @@ def watch_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
+MAX_REPEATS = 1_000_000  # calls per timed one (a step's inline collectives: thousands at most)
+
+
+def repeats(value: int) -> int:
+    """``StartCollectiveRequest.repeats``: 0 means once."""
+    if value > MAX_REPEATS:
+        raise InvalidArgument("repeats", f"must be at most {MAX_REPEATS:,} (calls the one timed stands for), got {value}")
+    return max(1, int(value))
+
+
 def collective_ranks(rs: list[tuple[int, int]], groups: int, stride: int, cfg: FabricConfig,
                      n_chips: int) -> tuple[np.ndarray, int, int]:
     """(ranks of group 0, groups, stride), every size checked against config before expanding."""

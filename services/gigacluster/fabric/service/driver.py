@@ -71,19 +71,21 @@ class SimDriver:
 
     async def start_collectives(self, op: str, ranks: np.ndarray, stride: int, groups: int, bytes_: float, *,
                                 algo: str | None, start_s: float, traffic_class: str,
-                                tag: str) -> list[FlowGroupHandle]:
+                                tag: str, repeats: int = 1) -> list[FlowGroupHandle]:
         """Plan off the loop (one plan per shape), then start the groups; a cancelled caller starts nothing."""
         stop = threading.Event()
         plan = functools.partial(self.sim.plan_collectives, op, ranks, stride, groups, bytes_, algo=algo, stop=stop)
         if groups * ranks.size <= INLINE_PLAN_MAX_RANKS:  # a few ms at most: not worth a thread hop
-            return self.sim.start_planned(plan(), start_s=start_s, traffic_class=traffic_class, tag=tag)
+            return self.sim.start_planned(plan(), start_s=start_s, traffic_class=traffic_class, tag=tag,
+                                          repeats=repeats)
         self._plan_seq += 1
         key = self._plan_seq
         self._planning[key] = start_s  # hold the simulator there until the plan is committed
         try:
             with clock_busy():  # the event clock holds time while the thread plans (the process looks idle)
                 planned = await asyncio.get_running_loop().run_in_executor(self._planner, plan)
-            return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag)
+            return self.sim.start_planned(planned, start_s=start_s, traffic_class=traffic_class, tag=tag,
+                                          repeats=repeats)
         except asyncio.CancelledError:
             stop.set()
             raise
@@ -190,7 +192,8 @@ class SimDriver:
                 continue
             c = win.pattern[f.index]
             hs = self.sim.start_collectives(c.op, c.ranks, c.stride, c.groups, f.bytes_, start_s=f.at_s,
-                                            algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag)
+                                            algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag,
+                                            repeats=c.repeats)
             rec = FlowRecord(self.book.new_name(), win.tenant, [h.id for h in hs], hs[0].algorithm, f.at_s,
                              f.bytes_, c.tag, c.op, int(c.ranks.size), instance=win.instance)
             self.book.add(rec)

@@ -103,7 +103,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
         self.driver.check_capacity(groups)
         self.charge_bytes(cap.tenant, bytes_ * groups * int(ranks.size))
         handles = await self.driver.start_collectives(op, ranks, stride, groups, bytes_, algo=request.algorithm or None,
-                                                      start_s=start, traffic_class=cls, tag=request.tag)
+                                                      start_s=start, traffic_class=cls, tag=request.tag,
+                                                      repeats=checks.repeats(request.repeats))
         rec = FlowRecord(self.book.new_name(), f"tenants/{cap.tenant}", [h.id for h in handles],
                          handles[0].algorithm, start, bytes_, request.tag, op, int(ranks.size), instance=cap.instance)
         self.driver.add(rec)
@@ -196,7 +197,8 @@ class FabricServicer(fabric_pb2_grpc.FabricServiceServicer):
                     raise InvalidArgument(f"collectives[{i}].{field}", f"must be in [0, period_s], got {v}")
             out.append(PatternCollective(wire.op_name(c.op), ranks, stride, groups,
                                          checks.flow_bytes(c.bytes, cfg.max_flow_bytes), c.algorithm or None,
-                                         wire.traffic_class(c.traffic_class), c.tag, wc.offset_s, wc.expected_s))
+                                         wire.traffic_class(c.traffic_class), c.tag, wc.offset_s, wc.expected_s,
+                                         checks.repeats(c.repeats)))
             ranks_all.append((ranks[None, :] + stride * np.arange(groups)[:, None]).ravel())
         return out, (np.concatenate(ranks_all) if ranks_all else np.empty(0, np.int64))
 

@@ -50,10 +50,11 @@ class PatternCollective:
     tag: str
     offset_s: float
     expected_s: float
+    repeats: int = 1  # calls it stands for per step (statistics only: FlowSim.start_planned)
 
     def key(self) -> tuple[object, ...]:
         return (self.op, self.ranks.tobytes(), self.stride, self.groups, self.bytes_, self.algorithm,
-                self.traffic_class, self.offset_s)
+                self.traffic_class, self.offset_s, self.repeats)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -137,7 +138,8 @@ def _scratch(ls: LinkState) -> Iterator[FlowSim]:
 
 def _start(sim: FlowSim, c: PatternCollective, start_s: float, bytes_: float | None = None) -> list[FlowGroupHandle]:
     return sim.start_collectives(c.op, c.ranks, c.stride, c.groups, c.bytes_ if bytes_ is None else bytes_,
-                                 start_s=start_s, algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag)
+                                 start_s=start_s, algo=c.algorithm, traffic_class=c.traffic_class, tag=c.tag,
+                                 repeats=c.repeats)
 
 
 def isolated_step(ls: LinkState, pattern: list[PatternCollective]) -> IsolatedStep:

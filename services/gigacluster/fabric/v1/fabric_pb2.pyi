@@ -155,7 +155,7 @@ class StartTransferResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., start_s: _Optional[float] = ..., predicted_end_s: _Optional[float] = ...) -> None: ...
 
 class StartCollectiveRequest(_message.Message):
-    __slots__ = ("op", "ranks", "bytes", "algorithm", "traffic_class", "not_before_s", "tag", "groups", "group_stride")
+    __slots__ = ("op", "ranks", "bytes", "algorithm", "traffic_class", "not_before_s", "tag", "groups", "group_stride", "repeats")
     OP_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,7 @@ class StartCollectiveRequest(_message.Message):
     TAG_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     GROUP_STRIDE_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
     op: CollectiveOp
     ranks: _containers.RepeatedCompositeFieldContainer[_common_pb2.DeviceRange]
     bytes: float
@@ -174,7 +175,8 @@ class StartCollectiveRequest(_message.Message):
     tag: str
     groups: int
     group_stride: int
-    def __init__(self, op: _Optional[_Union[CollectiveOp, str]] = ..., ranks: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., bytes: _Optional[float] = ..., algorithm: _Optional[str] = ..., traffic_class: _Optional[_Union[TrafficClass, str]] = ..., not_before_s: _Optional[float] = ..., tag: _Optional[str] = ..., groups: _Optional[int] = ..., group_stride: _Optional[int] = ...) -> None: ...
+    repeats: int
+    def __init__(self, op: _Optional[_Union[CollectiveOp, str]] = ..., ranks: _Optional[_Iterable[_Union[_common_pb2.DeviceRange, _Mapping]]] = ..., bytes: _Optional[float] = ..., algorithm: _Optional[str] = ..., traffic_class: _Optional[_Union[TrafficClass, str]] = ..., not_before_s: _Optional[float] = ..., tag: _Optional[str] = ..., groups: _Optional[int] = ..., group_stride: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
 
 class StartCollectiveResponse(_message.Message):
     __slots__ = ("name", "algorithm", "start_s", "predicted_end_s")
