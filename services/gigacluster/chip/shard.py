@@ -177,8 +177,11 @@ class ChipShard:
     # -- thermal history ----------------------------------------------------------------------------
     def temperature_at(self, idx: np.ndarray, t_s: float) -> np.ndarray:
         """Temperatures of devices ``idx`` at ``t_s`` (not before their last booking's start), from their history."""
-        out = np.empty(idx.size)
         runs = self._th_run[idx]
+        if idx.size and (runs == runs[0]).all():  # a group that works together shares its history: one closed form
+            return thermal.temperature_at(self.thermal, self._th_temp0_c[idx], self._th_t0_s[idx],
+                                          self._runs.get(int(runs[0])), self.chip.idle_w, t_s)
+        out = np.empty(idx.size)
         for rid in np.unique(runs):
             m = runs == rid
             sel = idx[m]
@@ -186,14 +189,19 @@ class ChipShard:
                                             self._runs.get(int(rid)), self.chip.idle_w, t_s)
         return out
 
-    def _rebase(self, idx: np.ndarray, t_s: float, run: thermal.Run | None) -> None:
-        """Fold the history of devices ``idx`` up to ``t_s`` into their temperature then (a device whose last
-        booking starts later keeps its temperature there); ``run`` (starting at or after that) is what they do
-        next (None: idle)."""
-        self._th_temp0_c[idx] = self.temperature_at(idx, t_s)
+    def _rebase(self, idx: np.ndarray, t_s: float, run: thermal.Run | None, temps: np.ndarray | None = None) -> None:
+        """Fold the history of devices ``idx`` up to ``t_s`` into their temperature then (``temps`` when the caller
+        has it; a device whose last booking starts later keeps its temperature there); ``run`` (starting at or
+        after that) is what they do next (None: idle)."""
+        self._th_temp0_c[idx] = self.temperature_at(idx, t_s) if temps is None else temps
         self._th_t0_s[idx] = np.maximum(self._th_t0_s[idx], t_s)
-        old, counts = np.unique(self._th_run[idx], return_counts=True)
-        for rid, c in zip(old.tolist(), counts.tolist(), strict=True):
+        runs = self._th_run[idx]
+        if idx.size and (runs == runs[0]).all():
+            old, counts = [int(runs[0])], [int(idx.size)]
+        else:
+            u, n = np.unique(runs, return_counts=True)
+            old, counts = u.tolist(), n.tolist()
+        for rid, c in zip(old, counts, strict=True):
             if rid and (left := self._run_refs[rid] - c) <= 0:
                 del self._run_refs[rid], self._runs[rid]
             elif rid:
@@ -240,7 +248,8 @@ class ChipShard:
         first_start = max(plan[0][1] if plan[0][1] > 0 else now_s, busy_until)
         # The clock of the group's slowest device at the virtual time the work starts: its temperature then,
         # from the work booked before (exact, whenever this call runs), times any slow fault.
-        slowest = float((self.thermal_clock_at(idx, first_start) * self.fault_factor[idx]).min())
+        temps0 = self.temperature_at(idx, first_start)
+        slowest = float((thermal.clock_factor(self.thermal, temps0) * self.fault_factor[idx]).min())
         clock = slowest * self.overhead.compute_throughput_factor
         out: list[ExecResult] = []
         busy = above_total = 0.0
@@ -262,12 +271,16 @@ class ChipShard:
             above_total += above
             out.append(ExecResult(start, end, above * idx.size, clock))
         # Thermal history: the temperature at the first entry's start, the entries before the last folded in,
-        # and the last entry as the run the devices are in.
-        self._rebase(idx, first_start, None)
-        if heat != (1.0, 0.0):
-            self._th_temp0_c[idx] = heat[0] * self._th_temp0_c[idx] + heat[1]
-            self._th_t0_s[idx] = start
-        self._rebase(idx, start, thermal.BusyRun.item(start, duration, self._item_power_w(above, duration)))
+        # and the last entry as the run the devices are in (one entry: straight from the first start).
+        last = thermal.BusyRun.item(start, duration, self._item_power_w(above, duration))
+        if len(plan) == 1:
+            self._rebase(idx, first_start, last, temps0)
+        else:
+            self._rebase(idx, first_start, None, temps0)
+            if heat != (1.0, 0.0):
+                self._th_temp0_c[idx] = heat[0] * self._th_temp0_c[idx] + heat[1]
+                self._th_t0_s[idx] = start
+            self._rebase(idx, start, last)
         self.busy_until_s[idx] = end
         self.busy_s[idx] += busy
         self.above_idle_j[idx] += above_total
