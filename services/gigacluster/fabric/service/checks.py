@@ -69,7 +69,8 @@ MAX_REPEATS = 1_000_000  # calls per timed one (a step's inline collectives: tho
 def repeats(value: int) -> int:
     """``StartCollectiveRequest.repeats``: 0 means once."""
     if value > MAX_REPEATS:
-        raise InvalidArgument("repeats", f"must be at most {MAX_REPEATS:,} (calls the one timed stands for), got {value}")
+        raise InvalidArgument("repeats", f"must be at most {MAX_REPEATS:,} (calls the one timed stands for), "
+                                         f"got {value}")
     return max(1, int(value))
 
 
