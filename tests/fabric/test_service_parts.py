@@ -93,6 +93,16 @@ def test_checks_expand_collective_ranks_and_refuse_oversized_requests() -> None:
         checks.collective_ranks([(0, 4), (2, 6)], 1, 0, cfg, 16)
 
 
+def test_checks_take_repeats_zero_as_once_and_refuse_absurd_counts() -> None:
+    """StartCollectiveRequest.repeats: 0 (unset) and 1 are one call, up to a million calls per timed one, beyond
+    that INVALID_ARGUMENT naming the field and the bound."""
+    assert checks.repeats(0) == 1 and checks.repeats(1) == 1 and checks.repeats(1600) == 1600
+    assert checks.repeats(checks.MAX_REPEATS) == checks.MAX_REPEATS
+    with pytest.raises(InvalidArgument) as ei:
+        checks.repeats(checks.MAX_REPEATS + 1)
+    assert ei.value.field == "repeats" and "1,000,000" in str(ei.value)
+
+
 def test_wire_maps_every_op_and_class_and_refuses_unknown_values() -> None:
     """Each op enum maps to its name and back; an unknown op or traffic class is INVALID_ARGUMENT."""
     for name, value in wire.OP_ENUMS.items():
