@@ -15,10 +15,13 @@ method, sent by the process to its own server over a private abstract Unix socke
 on (the queue belongs to the server and the method, whichever port a call came in by), marked with a
 secret. The first interceptor recognises it, notes how long it waited and answers it at once, before any
 other interceptor or the servicer. One probe is in flight at a time, the next ``interval_s`` after the last
-was answered; :meth:`AcceptProbe.lag_s` is the head of the queue's sojourn: the age of the probe in flight,
-or the last probe's wait. The router's overload bound (:mod:`gigacluster.router.overload`) refuses a
-share of new calls RESOURCE_EXHAUSTED while it is above its target, so the queue stays short and the
-calls behind get an answer with a retry-after instead of a cancellation.
+was answered while calls of the method come in or the last probe waited (once ``idle_interval_s`` while
+neither, and at once when a call comes: an idle router pays about one probe a second);
+:meth:`AcceptProbe.lag_s` is the head of the queue's sojourn: the age of the probe in flight, or the last
+probe's wait. The router's overload bound
+(:mod:`gigacluster.router.overload`) refuses a share of new calls RESOURCE_EXHAUSTED while it is above its
+target, so the queue stays short and the calls behind get an answer with a retry-after instead of a
+cancellation.
 
 The same interceptor is where those refusals happen (``shed``): first, before any other interceptor,
 the decoding or the servicer, answered with a status built once per message, and not logged (counted
@@ -30,6 +33,7 @@ call on a bare grpc aio server), so a refusal has to cost nothing beyond it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,9 +52,12 @@ HEADER = "x-gigacluster-accept-probe"
 class AcceptProbe:
     """A probe of one method's queue in this process's gRPC server (see the module's docstring)."""
 
-    def __init__(self, method: str, interval_s: float) -> None:
+    def __init__(self, method: str, interval_s: float, idle_interval_s: float = 1.0) -> None:
         self.method = method
         self.interval_s = interval_s
+        self.idle_interval_s = max(idle_interval_s, interval_s)
+        self.calls = 0  # calls of ``method`` seen (not the probe's)
+        self._traffic = asyncio.Event()  # set by the first call while the probe idles
         self.address = f"unix-abstract:gigacluster-accept-probe-{secrets.token_hex(12)}"
         self._secret = secrets.token_hex(16)
         self._sent_at: float | None = None  # time.monotonic() of the probe in flight
@@ -99,7 +106,12 @@ class AcceptProbe:
                 if self._sent_at is not None:
                     self.last_s = time.monotonic() - self._sent_at
                     self._sent_at = None
+                seen = self.calls
                 await asyncio.sleep(self.interval_s)
+                if self.calls == seen and self.last_s < self.interval_s:  # quiet, and no queue: probe seldom
+                    self._traffic.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._traffic.wait(), self.idle_interval_s - self.interval_s)
         finally:
             self._sent_at = None
             await channel.close()
@@ -135,6 +147,9 @@ class _ProbeInterceptor(grpc.aio.ServerInterceptor):
         if handler_call_details.method == probe.method:
             if probe._arrived(handler_call_details.invocation_metadata):
                 return self._handler
+            probe.calls += 1
+            if not probe._traffic.is_set():
+                probe._traffic.set()
             if probe.shed is not None and (exc := probe.shed()) is not None:
                 text = str(exc)
                 if self._refusal[0] != text:
