@@ -57,11 +57,6 @@ def figures(rep: dict[str, Any]) -> dict[str, Any]:
                                                                      "energy_facility_kwh", "cost_usd")}}
     for j in rep["jobs"]:
         out[j["key"]] = {k: j[k] for k in ("steps", "mean_step_s", "energy_it_kwh", "chip_hours", "mfu", "goodput")}
-    # Left out, still moving: the sampled mean step of the job whose per-step steps run collectives over the
-    # scale-out links (it differed in one of five runs here). Concurrent calls of one step reach the fabric in
-    # wall order, and a sample at a fixed virtual instant can then see another step (docs/architecture.md,
-    # "Reproducibility").
-    del out["beta/wide"]["mean_step_s"]
     for t in rep["tiers"]:
         # mean_utilization is the fabric's link-seconds over the run (flows and windows), not a mean of samples
         out[f"tier {t['tier']}"] = {k: t[k] for k in ("mean_utilization", "bytes_carried", "peak_utilization",
