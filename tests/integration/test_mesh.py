@@ -142,8 +142,11 @@ async def test_generate_streams_every_token_with_increasing_virtual_times(stack:
     assert last.usage.prompt_tokens > 0
     assert 0 < last.usage.ttft_s < last.usage.e2e_s
     # ITL at batch 1 is bounded by reading the weights from HBM: 16 GB / 3.35 TB/s ~ 4.8 ms (calibration.md s5).
-    itl = np.diff(times[1:]) if len(times) > 2 else np.array([0.0])
-    assert float(np.median(itl)) > 0.0048
+    # From the modelled times of the usage record: a router behind its virtual time (a loaded machine) merges the
+    # tokens that piled up into fewer messages, each stamped with its last token's time (router/pacing.py).
+    assert (last.usage.e2e_s - last.usage.ttft_s) / (24 - 1) > 0.0048
+    if len(times) > 12:  # most tokens went out alone: the gaps between messages say the same
+        assert float(np.median(np.diff(times[1:]))) > 0.0048
     ids_chunks = [c async for c in tenant.generate("deployments/gen-test", [1, 2, 3, 4, 5], max_tokens=3)]
     assert sum(len(c.token_ids) for c in ids_chunks) == 3
 
