@@ -11,6 +11,7 @@ import asyncio
 import time
 
 import grpc
+import pytest
 
 from gigacluster.runtime.accept_probe import HEADER, AcceptProbe
 
@@ -102,3 +103,25 @@ async def test_an_idle_server_is_probed_seldom_and_traffic_brings_the_probe_back
         runner.cancel()
         await channel.close()
         await server.stop(0)
+
+
+async def test_without_an_abstract_namespace_the_probe_uses_a_socket_file_and_removes_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off Linux (no abstract Unix sockets) the probe listens on a file in the temp directory, works the same,
+    and leaves nothing behind once it stops."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    probe = AcceptProbe(METHOD, 0.02)
+    assert probe.address.startswith("unix:/")
+    server, _port = await _server(probe)
+    runner = asyncio.ensure_future(probe.run())
+    try:
+        await asyncio.sleep(0.1)
+        assert probe.answered >= 1 and os.path.exists(probe.address.removeprefix("unix:"))
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await server.stop(0)
+    assert not os.path.exists(probe.address.removeprefix("unix:"))

@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -58,7 +61,11 @@ class AcceptProbe:
         self.idle_interval_s = max(idle_interval_s, interval_s)
         self.calls = 0  # calls of ``method`` seen (not the probe's)
         self._traffic = asyncio.Event()  # set by the first call while the probe idles
-        self.address = f"unix-abstract:gigacluster-accept-probe-{secrets.token_hex(12)}"
+        name = f"gigacluster-accept-probe-{secrets.token_hex(12)}"
+        # Linux's abstract namespace leaves no file behind, even after kill -9; elsewhere a socket file in the temp
+        # directory, removed when the probe stops.
+        self._path = None if sys.platform.startswith("linux") else os.path.join(tempfile.gettempdir(), name)
+        self.address = f"unix-abstract:{name}" if self._path is None else f"unix:{self._path}"
         self._secret = secrets.token_hex(16)
         self._sent_at: float | None = None  # time.monotonic() of the probe in flight
         self.last_s = 0.0  # the last answered probe's wait
@@ -115,6 +122,9 @@ class AcceptProbe:
         finally:
             self._sent_at = None
             await channel.close()
+            if self._path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._path)
 
 
 async def _answer(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
