@@ -88,6 +88,12 @@ async def test_router_exports_vllm_metrics_and_flags_a_slow_replica(stack: Stack
     ttft = {lbl["le"]: v for lbl, v in m["vllm:time_to_first_token_seconds_bucket"] if lbl["model_name"] == "slowdep"}
     assert ttft["+Inf"] == 3
     assert any(lbl["model_name"] == "slowdep" for lbl, _ in m["vllm:num_requests_running"])
+    # The router's own overload series: the accept probe runs and a lightly loaded router neither waits nor refuses.
+    (_, probes), = m["gigacluster_router_accept_probes_total"]
+    (_, wait), = m["gigacluster_router_accept_wait_seconds"]
+    (_, share), = m["gigacluster_router_refuse_fraction"]
+    (_, refused), = m["gigacluster_router_refused_total"]
+    assert probes >= 1 and 0 <= wait < 0.25 and share == 0 and refused == 0, (probes, wait, share, refused)
     await chip.InjectFault(chip_pb2.InjectFaultRequest(devices=[dev], kind=chip_pb2.FAULT_KIND_SLOW,
                                                        clock_factor=0.5), metadata=admin)
     try:

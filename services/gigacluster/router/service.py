@@ -224,11 +224,14 @@ class RouterService(Service[RouterConfig]):
         share = gauge("gigacluster_router_refuse_fraction", "The fraction of new requests refused to hold that wait "
                       "near accept_target_s.")
         share.add_metric([], ov.refuse_p)
+        probes = counter("gigacluster_router_accept_probes_total", "Accept probes answered (runtime/accept_probe.py): "
+                         "at the probe interval while Generate calls come, once a second while none do.")
+        probes.add_metric([], float(self.accept_probe.answered if self.accept_probe is not None else 0))
         loss = counter("gigacluster_deployment_performance_loss_events_total",
                        "Deployment slowdowns flagged, by cause.", ["cause"])
         for cause, n in sorted(self._loss_events.items()):
             loss.add_metric([cause], float(n))
-        return [*hist.values(), itl_alias, *g.values(), *c.values(), refused, wait, share, loss]
+        return [*hist.values(), itl_alias, *g.values(), *c.values(), refused, wait, share, probes, loss]
 
     def check_performance(self, d: LiveDeployment) -> None:
         """Publish an alert when a deployment starts running slower than its model (or recovers)."""
