@@ -62,7 +62,7 @@ async def test_a_job_in_steady_state_windows_shows_its_modelled_bytes_on_the_nic
     is its steps x one step's modelled NIC link-seconds / (NIC links x elapsed virtual s) within 3%, where the
     mean of the samples of live flows (the report's figure before) stays below a tenth of it. The scale-up tier
     likewise, with every TP collective of a step counted (``repeats``: the fabric used to see one call of each
-    inline demand per step, a few hundredths of its traffic here)."""
+    inline demand per step: 1/640 of its TP traffic here, 640 TP calls a step)."""
     sc = spec.parse(SCENARIO, base_dir=ROOT)
     async with live_stack("util", mosquitto, tmp_path, clock="event") as st:
         async with Client(st.endpoints, st.admin_key) as admin:
