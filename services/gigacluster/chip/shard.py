@@ -91,6 +91,11 @@ class ShardSnapshot:
     mean_clock_factor: float
 
 
+def _shared(runs: np.ndarray) -> int | None:
+    """The one thermal run id every device of ``runs`` has, else None."""
+    return int(runs[0]) if runs.size and (runs == runs[0]).all() else None
+
+
 class ChipShard:
     """Devices ``offset .. offset+count-1`` of one chip type."""
 
@@ -178,9 +183,9 @@ class ChipShard:
     def temperature_at(self, idx: np.ndarray, t_s: float) -> np.ndarray:
         """Temperatures of devices ``idx`` at ``t_s`` (not before their last booking's start), from their history."""
         runs = self._th_run[idx]
-        if idx.size and (runs == runs[0]).all():  # a group that works together shares its history: one closed form
+        if (rid := _shared(runs)) is not None:  # a group that works together shares its history: one closed form
             return thermal.temperature_at(self.thermal, self._th_temp0_c[idx], self._th_t0_s[idx],
-                                          self._runs.get(int(runs[0])), self.chip.idle_w, t_s)
+                                          self._runs.get(rid), self.chip.idle_w, t_s)
         out = np.empty(idx.size)
         for rid in np.unique(runs):
             m = runs == rid
@@ -196,8 +201,8 @@ class ChipShard:
         self._th_temp0_c[idx] = self.temperature_at(idx, t_s) if temps is None else temps
         self._th_t0_s[idx] = np.maximum(self._th_t0_s[idx], t_s)
         runs = self._th_run[idx]
-        if idx.size and (runs == runs[0]).all():
-            old, counts = [int(runs[0])], [int(idx.size)]
+        if (rid := _shared(runs)) is not None:
+            old, counts = [rid], [int(idx.size)]
         else:
             u, n = np.unique(runs, return_counts=True)
             old, counts = u.tolist(), n.tolist()

@@ -30,18 +30,17 @@ import structlog
 from grpc_health.v1 import health_pb2
 
 from gigacluster.errors import InvalidArgument, Unavailable
-from gigacluster.router.frontends import FRONTEND_ENV, set_router_health
+from gigacluster.router.frontends import FRONTEND_ENV, accept_probe, set_router_health
 from gigacluster.router.generation import Chunk
 from gigacluster.router.http import OpenAIServer
 from gigacluster.router.link import Outbox, domain_error, read_frame
 from gigacluster.router.manager import find_visible
-from gigacluster.router.messages import GENERATE_METHOD, chunk_of, generate_args, generate_request, merged
+from gigacluster.router.messages import chunk_of, generate_args, generate_request, merged
 from gigacluster.router.overload import Overload
 from gigacluster.router.pacing import Pacer, TokenBox
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime import eventloop
-from gigacluster.runtime.accept_probe import AcceptProbe
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.config import RouterConfig
@@ -135,10 +134,7 @@ class FrontendService(Service[RouterConfig]):
         self.auth = self.broker_auth()
         self.overload = Overload(config.max_streams, config.max_loop_lag_s, config.overload_retry_after_s,
                                  accept_target_s=config.accept_target_s)
-        if config.accept_probe_interval_s > 0:
-            self.accept_probe = AcceptProbe(GENERATE_METHOD, config.accept_probe_interval_s)
-            self.overload.accept_lag = self.accept_probe.lag_s
-            self.accept_probe.shed = self.overload.screen
+        self.accept_probe = accept_probe(config, self.overload)
         # (Its clock starts after the core's unless clock_epoch is set: the "behind" hold may then start late,
         # never early; the message budget does not depend on it.)
         self.pacer = Pacer(self.clock, lambda: self.overload.open, config.stream_messages_per_s,

@@ -26,12 +26,29 @@ from typing import Any
 import structlog
 
 from gigacluster.router.link import CoreLink
+from gigacluster.router.overload import Overload
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime.accept_probe import AcceptProbe
 from gigacluster.runtime.config import RouterConfig
 
 log = structlog.get_logger()
 FRONTEND_ENV = "GIGACLUSTER_ROUTER_FRONTEND"  # the front end's settings (JSON), set by the core for its child
 RESTART_BACKOFF_MAX_S = 5.0
+
+
+#: The Generate method's path, as gRPC names it on the wire (the accept probe sends it).
+GENERATE_METHOD = "/{}/Generate".format(router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name)
+
+
+def accept_probe(config: RouterConfig, overload: Overload) -> AcceptProbe | None:
+    """The probe of Generate calls waiting in gRPC's core for a process that takes them (the router, or a front
+    end), feeding ``overload`` and refusing through it; None when ``accept_probe_interval_s`` is 0."""
+    if config.accept_probe_interval_s <= 0:
+        return None
+    probe = AcceptProbe(GENERATE_METHOD, config.accept_probe_interval_s)
+    overload.accept_lag = probe.lag_s
+    probe.shed = overload.screen
+    return probe
 
 
 async def set_router_health(service: Any, status: Any) -> None:

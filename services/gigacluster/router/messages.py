@@ -19,8 +19,6 @@ from gigacluster.router.v1 import router_pb2
 from gigacluster.runtime import convert
 from gigacluster.runtime.config import RouterConfig
 
-#: The Generate method's path, as gRPC names it on the wire (the accept probe sends it, runtime/accept_probe.py).
-GENERATE_METHOD = "/{}/Generate".format(router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name)
 MAX_NAME_CHARS = 64  # preset and chip names: refused before lookup, so no error echoes a long one
 STATES = {"deploying": 1, "ready": 2, "failed": 3, "deleting": 4, "degraded": 5}
 

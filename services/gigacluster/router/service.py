@@ -20,16 +20,15 @@ from prometheus_client.core import HistogramMetricFamily
 
 from gigacluster.errors import PermissionDenied, Unavailable
 from gigacluster.router.deployment import LiveDeployment
-from gigacluster.router.frontends import FrontendPool, set_router_health
+from gigacluster.router.frontends import FrontendPool, accept_probe, set_router_health
 from gigacluster.router.generation import Admission, Chunk, Generation
 from gigacluster.router.http import OpenAIServer  # http imports this module only to type-check
 from gigacluster.router.link import CoreLink
 from gigacluster.router.manager import DeploymentManager
-from gigacluster.router.messages import GENERATE_METHOD, deployment_msg, generate_args, generate_response, stats_msg
+from gigacluster.router.messages import deployment_msg, generate_args, generate_response, stats_msg
 from gigacluster.router.store import DeploymentStore
 from gigacluster.router.v1 import frontend_pb2, router_pb2, router_pb2_grpc
 from gigacluster.runtime import convert
-from gigacluster.runtime.accept_probe import AcceptProbe
 from gigacluster.runtime.auth import Principal
 from gigacluster.runtime.config import RouterConfig
 from gigacluster.runtime.errors import grpc_errors
@@ -60,10 +59,8 @@ class RouterService(Service[RouterConfig]):
         self.manager = DeploymentManager(config, self.auth, self.clock, self._set_health)
         self.admission = Admission(config, self.clock, self.manager.visible)
         self.manager.on_lag = self.admission.overload.observe_emit_lag
-        if self.frontends is None and config.accept_probe_interval_s > 0:  # (with front ends, theirs take Generate)
-            self.accept_probe = AcceptProbe(GENERATE_METHOD, config.accept_probe_interval_s)
-            self.admission.overload.accept_lag = self.accept_probe.lag_s
-            self.accept_probe.shed = self.admission.overload.screen
+        if self.frontends is None:  # (with front ends, theirs take Generate)
+            self.accept_probe = accept_probe(config, self.admission.overload)
         self._alerts: dict[str, str] = {}
         self._loss_events: dict[str, int] = {}
         self.registry.register(FunctionCollector(self.metrics))
