@@ -8,7 +8,7 @@ the first path is down). If every scale-up path is down, the flow falls back to 
 Between domains a flow goes up the fat-tree only as far as it must (leaf, then spine or
 aggregation switch, then core) and straight down. The equal-cost choice is made by **ECMP on a
 flow hash**: ``h = splitmix64(src, dst, label)``, where ``label`` plays the part of the RoCE
-UDP source port (the simulator gives every flow its own label, so the flows of one collective
+UDP source port (the simulator gives every sub-flow its own label, `phase_labels`, so the flows of one collective
 spread over the spines as queue pairs do). Tier-2 switch ``j = h mod A`` among the live choices
 (``A`` = spines, or aggregation switches per pod), then core ``c = h' mod C`` in plane ``j``.
 Only choices whose every link is up are eligible, so a link fault reroutes by construction.
@@ -21,6 +21,8 @@ The modes are the registry :data:`~gigacluster.fabric.routing_modes.ROUTING_MODE
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +45,30 @@ class Routes:
     @property
     def n_flows(self) -> int:
         return int(self.ok.size)
+
+
+class _Labelled(Protocol):
+    tag: str
+    kind: str
+    op: str
+    algorithm: str
+    n_ranks: int
+    phase_idx: int
+
+
+def phase_labels(group: _Labelled, k: int) -> np.ndarray:
+    """The ECMP labels of a phase's ``k`` sub-flows, from what the flows are and never from when they arrived.
+
+    A NIC's queue pairs keep their UDP source port for the communicator's life, so the same job's same
+    collective phase hashes onto the same paths every time it runs (persistent ECMP collisions, as on real
+    fabrics), and two collectives that start at one virtual instant get the same paths whatever order their
+    calls reach the fabric in. The key is the caller's tag (the job), the kind, operation, algorithm, rank count
+    and phase; sub-flows are numbered from the key's 56-bit digest, and ``flow_hash`` mixes in each sub-flow's
+    source and destination.
+    """
+    key = f"{group.tag}\0{group.kind}\0{group.op}\0{group.algorithm}\0{group.n_ranks}\0{group.phase_idx}"
+    base = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "little")
+    return np.arange(base, base + k, dtype=np.int64)
 
 
 def flow_hash(src: np.ndarray, dst: np.ndarray, label: np.ndarray) -> np.ndarray:

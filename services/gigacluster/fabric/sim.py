@@ -57,7 +57,7 @@ from gigacluster.fabric.flows import (
 )
 from gigacluster.fabric.groups import GroupPlanner, GroupsPlan
 from gigacluster.fabric.pool import FlowPool
-from gigacluster.fabric.routing import route
+from gigacluster.fabric.routing import phase_labels, route
 from gigacluster.fabric.topology import TIER_NAMES, Topology
 from gigacluster.model import SpecError
 
@@ -260,7 +260,7 @@ class FlowSim:
 
     def _stats_key(self) -> tuple[object, ...]:
         """What the statistics are made of: time, link state, flows started or removed, bytes credited."""
-        return (self.now_s, self._version, self._label, self._pool.size, self._credits)
+        return (self.now_s, self._version, self._subflows_started, self._pool.size, self._credits)
 
     def tier_stats(self) -> tuple[tuple[TierStats, ...], int]:
         """(per-tier aggregates, active sub-flows): what telemetry, metrics and ``GetLinkStats`` report, equal to
@@ -333,7 +333,7 @@ class FlowSim:
         self._groups: dict[str, Group] = {}
         self._by_seq: dict[int, Group] = {}
         self._seq = 0
-        self._label = 0
+        self._subflows_started = 0
         self._timers: list[tuple[float, int]] = []
         self._pool = FlowPool(nl)
         self._pool.incremental = self._incremental
@@ -588,8 +588,8 @@ class FlowSim:
             return [FlowEvent(t, "completed", g.id, f"{g.op}/{g.algorithm} of {g.bytes_:.6g} bytes")]
         ph = g.phases[g.phase_idx]
         k = ph.n_subflows
-        labels = np.arange(self._label, self._label + k, dtype=np.int64)
-        self._label += k
+        labels = phase_labels(g, k)
+        self._subflows_started += k
         r = route(self.topo, ph.src, ph.dst, labels, alive=self._alive)
         if not r.ok.all():
             bad = int(np.flatnonzero(~r.ok)[0])
