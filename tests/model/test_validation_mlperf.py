@@ -1,0 +1,127 @@
+"""MLPerf Training closed-division LLM pre-training: measured step times, 64 to 11,616 GPUs, H100 / B200 / GB200,
+2023-2025 software (never used to set a constant).
+
+Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
+the submission (docs/validation.md section 1c gives every source line):
+
+* mlcommons/training_results_v3.0, v3.1, v4.0 (and the v4.1 submission as forked in swsok/training_results_v4.1),
+  ``NVIDIA/results/<system>/gpt3/result_N.txt``: GPT-3 175B (96 layers, hidden 12,288, 96 heads, GELU MLP of 4h,
+  sequence 2,048; ``conf/megatron_gpt_config.yaml`` / ``conf/custom.yaml``). v3.x and v4.1 logs print
+  ``train_step_timing`` for every step; v4.0 logs only blocks, so its rows are block time / steps per block
+  (eval runs outside the blocks).
+* prishajain1/training_results_v5.0 (a fork of mlcommons/training_results_v5.0), ``llama31_405b``: Llama 3.1 405B,
+  sequence 8,192; per-step ``train_step_time`` and the block summaries' mean.
+
+Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
+stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
+without interleaving their 10,752-GPU step would need a bubble of 7/8 that the measured 0.93 s has no room for),
+micro-batch, and the global batch the log prints. Recompute: the v3.0 yaml's ``selective``; v3.1 and later set
+none (``ACT_CKPT_GRANULARITY`` null) and the row runs ``none`` where our memory model holds it, else ``selective``.
+Gradients are reduced in bf16 (``distributed_fused_adam.yaml``: ``grad_sync_dtype: bf16``) for GPT-3; the Llama
+rows keep the model's default as the NeMo family does (their common config is not in the index). FP8 with
+Transformer Engine, sequence parallelism, and the same TP / PP overlap as the NeMo rows (``TP_COMM_OVERLAP=True``;
+``overlap_p2p_comm`` with interleaving).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+
+from gigacluster.model import DoesNotFitError
+from gigacluster.model.training import TrainSpec
+from gigacluster.planning import estimate_train
+
+GPT3 = {"preset": "gpt3-175b", "vocab": 51200}
+L405 = {"preset": "llama3-405b", "seq_len": 8192}
+TP_OVERLAP = 1.0 - 2 * (1 / 4) / 10  # as tests/model/test_validation_nemo.py: userbuffers hide 0.95
+
+# (id, model, chip, GPUs, global batch, micro-batch, layout, recompute, grad dtype, published s/step)
+ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, str, float]] = [
+    ("v3.0-gpt3-h100-512", GPT3, "h100-sxm", 512, 2048, 1, {"tp": 4, "pp": 8}, "selective", "bf16", 12.08),
+    ("v3.0-gpt3-h100-768", GPT3, "h100-sxm", 768, 3072, 1, {"tp": 4, "pp": 8}, "selective", "bf16", 12.13),
+    ("v3.1-gpt3-h100-512", GPT3, "h100-sxm", 512, 2048, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none", "bf16",
+     11.045),
+    ("v3.1-gpt3-h100-4096", GPT3, "h100-sxm", 4096, 2048, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
+     "bf16", 1.609),
+    ("v3.1-gpt3-h100-10752", GPT3, "h100-sxm", 10752, 2688, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
+     "bf16", 0.930),
+    ("v4.0-gpt3-h100-512", GPT3, "h100-sxm", 512, 2304, 2, {"tp": 4, "pp": 8, "virtual_stages": 4}, "none", "bf16",
+     10.90),
+    ("v4.0-gpt3-h100-10752", GPT3, "h100-sxm", 10752, 2688, 1, {"tp": 4, "pp": 6, "virtual_stages": 8}, "none",
+     "bf16", 0.9207),
+    ("v4.0-gpt3-h100-11616", GPT3, "h100-sxm", 11616, 2904, 1, {"tp": 4, "pp": 6, "virtual_stages": 8}, "none",
+     "bf16", 0.9224),
+    ("v4.1-gpt3-b200-64", GPT3, "b200", 64, 2048, 2, {"tp": 4, "pp": 8, "virtual_stages": 6}, "none", "bf16", 36.04),
+    ("v4.1-gpt3-h100-256", GPT3, "h100-sxm", 256, 2048, 2, {"tp": 4, "pp": 8, "virtual_stages": 6}, "none", "bf16",
+     18.37),
+    ("v5.0-llama31-405b-gb200-512", L405, "gb200", 512, 896, 1, {"tp": 4, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 19.22),
+    ("v5.0-llama31-405b-h100-8192", L405, "h100-sxm", 8192, 1536, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 5.273),
+]
+# docs/validation.md 1c, the "error" column
+DOCUMENTED = {
+    "v3.0-gpt3-h100-512": 0.111, "v3.0-gpt3-h100-768": 0.116, "v3.1-gpt3-h100-512": 0.071,
+    "v3.1-gpt3-h100-4096": 0.122, "v3.1-gpt3-h100-10752": 0.160, "v4.0-gpt3-h100-512": -0.061,
+    "v4.0-gpt3-h100-10752": 0.081, "v4.0-gpt3-h100-11616": 0.083, "v4.1-gpt3-b200-64": -0.063,
+    "v4.1-gpt3-h100-256": -0.104, "v5.0-llama31-405b-gb200-512": 0.063, "v5.0-llama31-405b-h100-8192": -0.008,
+}
+MISSED = "outside 10%: the software era, and too little loss from 512 to 10k GPUs (docs/validation.md 1c)"
+
+
+def _spec(row: tuple, recompute: str) -> TrainSpec:
+    _, model, chip, gpus, gbs, mbs, par, _, gdt, _ = row
+    overlap: dict[str, float] = {}
+    if par.get("tp", 1) > 1:
+        overlap["tp_comm_overlap"] = TP_OVERLAP
+    if par.get("virtual_stages", 1) > 1:
+        overlap["pp_comm_overlap"] = 1.0
+    return TrainSpec.from_dict({
+        "model": model, "batch": {"global_batch": gbs},
+        "parallelism": {"microbatch_size": mbs, "recompute": recompute, "grad_reduce_dtype": gdt, **par, **overlap},
+        "hardware": {"chip": chip, "count": gpus}, "precision": "fp8",
+    })
+
+
+def mlperf_error(row: tuple) -> float:
+    """Predicted / published throughput - 1 (= published / predicted step time - 1), the recompute the row
+    states or, where our memory model does not hold it, ``selective``."""
+    try:
+        est = estimate_train(_spec(row, row[7]))
+    except DoesNotFitError:
+        est = estimate_train(_spec(row, "selective"))
+    return row[9] / est.step_time_s - 1.0
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=MISSED))
+                                 if abs(DOCUMENTED[r[0]]) > 0.10 else r for r in ROWS], ids=[r[0] for r in ROWS])
+def test_mlperf_row_within_10_percent(row: tuple) -> None:
+    """MLPerf Training step time (module docstring) within 10% (strict xfail where missed)."""
+    assert abs(mlperf_error(row)) <= 0.10
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
+    """Every row sits at the error docs/validation.md 1c gives it, +- 3 points, so a change that moves one shows."""
+    documented = DOCUMENTED[row[0]]
+    assert mlperf_error(row) == pytest.approx(documented, abs=0.03)
+
+
+def test_mlperf_family_figures() -> None:
+    """Median and max |error| over the 12 rows as docs/validation.md 1c states them (the issue's 5% / 10% are not
+    met by this family: it is kept as found)."""
+    errs = sorted(abs(mlperf_error(r)) for r in ROWS)
+    assert statistics.median(errs) == pytest.approx(0.082, abs=0.01)
+    assert max(errs) == pytest.approx(0.160, abs=0.02)
+
+
+def test_the_same_h100s_ran_14_percent_faster_per_sequence_a_year_later() -> None:
+    """The era, in the published figures alone: 512 H100, GPT-3 175B, TP 4 x PP 8 in both rounds; v3.1 (2023)
+    11.045 s for 2,048 sequences, v4.0 (2024) 10.90 s for 2,304. The model, one set of constants, sits between."""
+    v31, v40 = (next(r for r in ROWS if r[0] == k) for k in ("v3.1-gpt3-h100-512", "v4.0-gpt3-h100-512"))
+    per_seq_31, per_seq_40 = v31[9] / v31[4], v40[9] / v40[4]
+    assert per_seq_31 / per_seq_40 - 1.0 == pytest.approx(0.14, abs=0.01)
+    assert mlperf_error(v31) > 0 > mlperf_error(v40)
