@@ -79,3 +79,38 @@ def test_the_loadtest_timebase_stamps_chunks_at_their_virtual_time() -> None:
     with Timebase().http_call(wall_headers):
         pass
     assert wall_headers == {} and not Timebase().virtual
+
+
+async def test_a_call_waiting_for_the_first_key_pull_holds_the_mesh_time() -> None:
+    """A capability check before the service's first verification-key pull waits for that pull, which is outside
+    the clock (clock_wire.UNCOUNTED): it holds the event clock meanwhile, so the mesh cannot look quiet with the
+    call open at both ends and move time past the work the call books (the determinism scenario's first step
+    of a shard's first job saw time jump 2.8 -> 20 s in about one run in five before this)."""
+    from gigacluster.errors import Unauthenticated
+    from gigacluster.runtime.auth import CAPABILITY_HEADER, BrokerAuth
+
+    class Ctx:
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return ((CAPABILITY_HEADER, "not-a-token"),)
+
+    ev = EventClock(1.0)
+    clock.install(ev)
+    auth = BrokerAuth("127.0.0.1:1", cluster="c", service_key="sk")
+    held: list[int] = []
+
+    async def pull(*, force: bool = False) -> None:
+        held.append(ev.holds)
+        await asyncio.sleep(0)
+        auth._verifier = Verifier()
+
+    class Verifier:
+        def verify(self, token: str, now: float) -> None:
+            raise Unauthenticated("bad token")
+
+    auth.refresh = pull  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Unauthenticated):
+            await auth.capability(Ctx(), "compute.run")  # type: ignore[arg-type]
+        assert held == [1] and ev.holds == 0  # held while the pull ran, released after
+    finally:
+        clock.install(None)

@@ -22,6 +22,7 @@ import structlog
 
 from gigacluster.broker.v1 import broker_pb2, broker_pb2_grpc
 from gigacluster.errors import PermissionDenied, Unauthenticated, Unavailable
+from gigacluster.runtime import clock
 from gigacluster.runtime.channels import open_channel
 from gigacluster.security.apikeys import Principal  # the one Principal; services import it from here too
 from gigacluster.security.capability import Capability, CapabilityVerifier, DeviceSet
@@ -169,13 +170,17 @@ class BrokerAuth:
         for attempt in range(5):
             if self._verifier is not None:
                 break
-            try:
-                await self.refresh(force=True)
-            except grpc.aio.AioRpcError as err:
-                log.warning("cannot fetch verification keys", code=err.code().name, attempt=attempt)
-                if attempt == 4:
-                    raise Unavailable("isolation broker unavailable to verify capabilities; retry") from err
-                await asyncio.sleep(0.2 * 2**attempt)
+            # The pull is outside the event clock (runtime/clock_wire.py, UNCOUNTED) and this call waits on it, so
+            # hold the mesh's time meanwhile: with the call open at both ends and this process idle the mesh
+            # looked quiet, and time could jump past the step this call books (the first step of a shard's first job).
+            with clock.busy():
+                try:
+                    await self.refresh(force=True)
+                except grpc.aio.AioRpcError as err:
+                    log.warning("cannot fetch verification keys", code=err.code().name, attempt=attempt)
+                    if attempt == 4:
+                        raise Unavailable("isolation broker unavailable to verify capabilities; retry") from err
+                    await asyncio.sleep(0.2 * 2**attempt)
         assert self._verifier is not None
         cap = self._verifier.verify(token, time.time())
         cap.require(action, devices)
