@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 64 to 11,616 GPUs, H100 / B200 / GB200,
-2023-2025 software (never used to set a constant).
+2023-2025 software, 21 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -10,7 +10,8 @@ the submission (docs/validation.md section 1c gives every source line):
   ``train_step_timing`` for every step; v4.0 logs only blocks, so its rows are block time / steps per block
   (eval runs outside the blocks).
 * prishajain1/training_results_v5.0 (a fork of mlcommons/training_results_v5.0), ``llama31_405b``: Llama 3.1 405B,
-  sequence 8,192; per-step ``train_step_time`` and the block summaries' mean.
+  sequence 8,192; per-step ``train_step_time`` (the median of a run's steps where a few outliers of about twice the
+  step sit in it) and the block summaries' mean.
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -46,6 +47,12 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
      11.045),
     ("v3.1-gpt3-h100-4096", GPT3, "h100-sxm", 4096, 2048, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
      "bf16", 1.609),
+    ("v3.1-gpt3-h100-6144", GPT3, "h100-sxm", 6144, 3072, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
+     "bf16", 1.6168),
+    ("v3.1-gpt3-h100-8192", GPT3, "h100-sxm", 8192, 4096, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
+     "bf16", 1.6204),
+    ("v3.1-gpt3-h100-10240", GPT3, "h100-sxm", 10240, 2560, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
+     "bf16", 0.92585),
     ("v3.1-gpt3-h100-10752", GPT3, "h100-sxm", 10752, 2688, 1, {"tp": 4, "pp": 8, "virtual_stages": 12}, "none",
      "bf16", 0.930),
     ("v4.0-gpt3-h100-512", GPT3, "h100-sxm", 512, 2304, 2, {"tp": 4, "pp": 8, "virtual_stages": 4}, "none", "bf16",
@@ -57,8 +64,20 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v4.1-gpt3-b200-64", GPT3, "b200", 64, 2048, 2, {"tp": 4, "pp": 8, "virtual_stages": 6}, "none", "bf16", 36.04),
     ("v4.1-gpt3-h100-256", GPT3, "h100-sxm", 256, 2048, 2, {"tp": 4, "pp": 8, "virtual_stages": 6}, "none", "bf16",
      18.37),
+    ("v4.1-gpt3-h100-512", GPT3, "h100-sxm", 512, 2048, 2, {"tp": 4, "pp": 8, "virtual_stages": 6}, "none", "bf16",
+     9.4957),
+    ("v5.0-llama31-405b-gb200-256", L405, "gb200", 256, 448, 1, {"tp": 4, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 19.17),
     ("v5.0-llama31-405b-gb200-512", L405, "gb200", 512, 896, 1, {"tp": 4, "pp": 8, "cp": 2, "virtual_stages": 8},
      "selective", "fp32", 19.22),
+    ("v5.0-llama31-405b-h100-512", L405, "h100-sxm", 512, 1152, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 55.18),
+    ("v5.0-llama31-405b-h100-2048", L405, "h100-sxm", 2048, 1152, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 14.24),
+    ("v5.0-llama31-405b-h100-2432", L405, "h100-sxm", 2432, 1216, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 12.74),
+    ("v5.0-llama31-405b-h100-2560", L405, "h100-sxm", 2560, 1120, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
+     "selective", "fp32", 11.20),
     ("v5.0-llama31-405b-h100-8192", L405, "h100-sxm", 8192, 1536, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
      "selective", "fp32", 5.273),
 ]
@@ -68,6 +87,9 @@ DOCUMENTED = {
     "v3.1-gpt3-h100-4096": 0.122, "v3.1-gpt3-h100-10752": 0.160, "v4.0-gpt3-h100-512": -0.061,
     "v4.0-gpt3-h100-10752": 0.081, "v4.0-gpt3-h100-11616": 0.083, "v4.1-gpt3-b200-64": -0.063,
     "v4.1-gpt3-h100-256": -0.104, "v5.0-llama31-405b-gb200-512": 0.063, "v5.0-llama31-405b-h100-8192": -0.008,
+    "v3.1-gpt3-h100-6144": 0.127, "v3.1-gpt3-h100-8192": 0.128, "v3.1-gpt3-h100-10240": 0.155,
+    "v4.1-gpt3-h100-512": -0.074, "v5.0-llama31-405b-gb200-256": 0.060, "v5.0-llama31-405b-h100-512": -0.026,
+    "v5.0-llama31-405b-h100-2048": -0.028, "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
 }
 MISSED = "outside 10%: the software era, and too little loss from 512 to 10k GPUs (docs/validation.md 1c)"
 
@@ -111,10 +133,10 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 12 rows as docs/validation.md 1c states them (the issue's 5% / 10% are not
+    """Median and max |error| over the 21 rows as docs/validation.md 1c states them (the issue's 5% / 10% are not
     met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.082, abs=0.01)
+    assert statistics.median(errs) == pytest.approx(0.074, abs=0.01)
     assert max(errs) == pytest.approx(0.160, abs=0.02)
 
 
