@@ -39,6 +39,7 @@ from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 from gigacluster.runtime.channels import open_channel
 from gigacluster.runtime.clock import EventClock
+from gigacluster.runtime.clock import busy as clock_busy
 from gigacluster.runtime.participant import participate
 from gigacluster.scenario import contention, fleet, report
 from gigacluster.scenario.spec import CHIP_FAULTS, LINK_FAULTS, Fault, Job, Scenario
@@ -221,7 +222,8 @@ async def _estimates(jobs: tuple[Job, ...]) -> dict[str, tuple[float, float]]:
                 est = estimate_train(TrainSpec.from_dict(j.spec))
                 out[k] = (est.step_time_s, est.mfu)
         return out
-    return await asyncio.to_thread(work)
+    with clock_busy():  # a participant working in a thread looks idle to the event clock: hold its time meanwhile
+        return await asyncio.to_thread(work)
 
 
 async def create_tenants(run: _Run) -> None:
