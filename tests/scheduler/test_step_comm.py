@@ -68,3 +68,43 @@ def test_each_timed_call_stands_for_its_share_of_the_steps_calls_in_the_fabrics_
         assert r * step_comm.samples(d) == d.count if d.count % step_comm.samples(d) == 0 else r >= 1
     by = {d.name: d for d in plan.collectives}
     assert step_comm.repeats(by["tp"]) == by["tp"].count > 100 and step_comm.repeats(by["dp_grad"]) == 1
+
+
+def test_a_step_whose_calls_go_out_late_moves_them_all_by_the_lag() -> None:
+    """A scheduler short of CPU (wall clock) reaches a step's calls after their times: past the fabric's backdating
+    (``LATE_CALLS_WALL_S`` under its default 0.25 s) every call moves by the same lag; below it, and on the event
+    clock (never behind), none moves."""
+    assert step_comm.LATE_CALLS_WALL_S < 0.25  # FabricConfig.backdate_s's default: the fabric places these exactly
+    assert step_comm.late_shift_s(100.0, 100.1, lag_wall_s=0.1) == 0.0
+    assert step_comm.late_shift_s(100.0, 108.9, lag_wall_s=8.9) == pytest.approx(8.9)
+    assert step_comm.late_shift_s(100.0, 189.0, lag_wall_s=8.9) == pytest.approx(89.0)  # at speed-up 10
+    assert step_comm.late_shift_s(100.0, 100.0, lag_wall_s=0.0) == 0.0
+
+
+def test_late_calls_started_at_once_meet_each_other_and_moved_together_do_not() -> None:
+    """Why the calls move together (docs/performance.md, "The three presets"): a pipeline send due mid-step and the
+    gradient reduce-scatter due at its end share the first rank's NIC. Started at their own times, or both moved by
+    the same lag, each takes its time alone; started at once (what a fabric that cannot backdate does with calls
+    that arrive late) the send shares the NIC and takes longer. Measured on the 102,400-chip Llama 3 405B job of
+    2gw-b200 on the wall clock: 1.47 ms against 0.74 ms a send."""
+    import numpy as np
+
+    from gigacluster.fabric.sim import FlowSim
+    from gigacluster.fabric.topology import TopologyConfig, build_topology
+
+    topo = build_topology(TopologyConfig(chip="b200", count=64, system="hgx", routing="spray", tiers=2))
+    send_b, rs_b = 64e6, 1e9
+    rail0 = np.arange(0, 64, 8)  # one rank per node, on rail 0: chip 0's NIC carries both
+
+    def run(t_send: float, t_rs: float) -> tuple[float, float]:
+        sim = FlowSim(topo)
+        pp = sim.start_collective("send_recv", np.array([0, 8]), send_b, start_s=t_send)
+        rs = sim.start_collective("reduce_scatter", rail0, rs_b, start_s=t_rs, algo="ring")
+        sim.run_until_idle()
+        return pp.end_s - t_send, rs.end_s - t_rs
+
+    alone = run(2.0, 4.0)
+    late = 8.9
+    assert run(2.0 + late, 4.0 + late) == pytest.approx(alone, rel=1e-9)
+    collapsed = run(6.7, 6.7)
+    assert collapsed[0] > 1.5 * alone[0]

@@ -190,8 +190,9 @@ class JobRunner:
             compute_s = max(r.end_s for r in chip_res) - start_s
             fabric = fabric_pb2_grpc.FabricServiceStub(self.channel(self.fabric_ep))
             fab_calls = []
+            base_s = start_s + step_comm.late_shift_s(start_s, self.clock.now(), self.clock.lag_wall_s(start_s))
             for (name, req), k in zip(self.collective_calls, self.call_samples, strict=True):
-                req.not_before_s = start_s + step_comm.offset_s(job.plan, name, k, compute_s)
+                req.not_before_s = base_s + step_comm.offset_s(job.plan, name, k, compute_s)
                 fab_calls.append(fabric.StartCollective(req, metadata=md, timeout=30))
             fab_res = await gather_or_cancel(fab_calls)
         except grpc.aio.AioRpcError as err:

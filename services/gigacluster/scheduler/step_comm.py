@@ -79,6 +79,25 @@ def offset_s(plan: StepPlan, name: str, sample: int, compute_s: float) -> float:
     return pipe * (sample + 0.5) / samples(d)
 
 
+# Wall seconds behind its virtual start a step's calls may go out and still be placed at their own times: below
+# the fabric's default ``backdate_s`` (0.25 s), within which it starts a late call's flows at its not_before_s.
+LATE_CALLS_WALL_S = 0.2
+
+
+def late_shift_s(start_s: float, now_s: float, lag_wall_s: float) -> float:
+    """Virtual seconds to move a step's calls by when they go out ``lag_wall_s`` wall seconds after ``start_s``.
+
+    A scheduler short of CPU (a large job on a small machine, the wall clock) can reach a step's calls after
+    their start times have passed. The fabric would start every call that late at its own present, all at
+    once, so the step's pattern collapses: a pipeline send due mid-step shares its NIC with the gradient
+    reduce-scatter due at its end, and comes out twice as long. Moving every call of the step by the same
+    lag keeps their spacing, so each call meets the traffic its own step gives it. The lag is the
+    emulation's, not the job's: the step's time is composed from the calls' durations, not their ends.
+    Below ``LATE_CALLS_WALL_S`` the fabric's backdating places the calls exactly, so nothing moves (the
+    event clock never runs ahead of a step: 0)."""
+    return now_s - start_s if lag_wall_s > LATE_CALLS_WALL_S else 0.0
+
+
 def per_call_s(names: Sequence[str], index: Sequence[int], starts: Sequence[float],
                ends: Sequence[float]) -> dict[str, float]:
     """Seconds of one call of each demand: per sample the longest of its calls, then the mean over samples."""
@@ -109,4 +128,5 @@ def demand_s(plan: StepPlan, per_call: dict[str, float]) -> dict[str, float]:
     return {d.name: per_call.get(d.name, 0.0) * d.count for d in plan.collectives}
 
 
-__all__ = ["INLINE_SAMPLES", "demand_s", "expand", "log_samples", "offset_s", "per_call_s", "repeats", "samples"]
+__all__ = ["INLINE_SAMPLES", "LATE_CALLS_WALL_S", "demand_s", "expand", "late_shift_s", "log_samples", "offset_s",
+           "per_call_s", "repeats", "samples"]
