@@ -1,0 +1,134 @@
+"""What one streamed HTTP completion costs in aiohttp itself, with no router behind it: the floor under the router's
+HTTP front end, as ``bench_grpc_stream.py`` is under its gRPC one.
+
+A bare ``aiohttp`` server (its own process) answers each ``POST /v1/completions`` with ``--messages`` server-sent
+events (an OpenAI completion chunk each, as the router sends) and ``data: [DONE]``; a load client in this process,
+an ``aiohttp.ClientSession`` reading the stream line by line as ``gigacluster loadtest`` does, sends ``--rate``
+calls a second for ``--seconds``. Reported as in ``bench_grpc_stream.py``: CPU milliseconds per call of the server
+process and of the client, and the client-observed latency of the first and last event from the call's due time
+(open loop). ``--stream-ms`` spreads each call's events over that many milliseconds after the first:
+
+    python benchmarks/bench_http_stream.py --rate 1000 --messages 2,4 --stream-ms 200 --seconds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import resource
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from bench_grpc_stream import _pct, cpu_s
+
+from gigacluster.runtime import eventloop
+
+CHUNK = json.dumps({"id": "cmpl-0123456789abcdef", "object": "text_completion", "model": "bench",
+                    "choices": [{"index": 0, "text": " word", "finish_reason": None}]})
+
+
+async def _serve(port_q: Any, messages: int, stream_s: float) -> None:
+    gap = stream_s / (messages - 1) if messages > 1 else 0.0
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        for i in range(messages):
+            await resp.write(f"data: {CHUNK}\n\n".encode())
+            if i < messages - 1:
+                await asyncio.sleep(gap)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port_q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    await asyncio.Event().wait()
+
+
+def _server_main(port_q: Any, messages: int, stream_s: float) -> None:
+    eventloop.run(_serve(port_q, messages, stream_s))
+
+
+async def _load(port: int, rate: float, seconds: float, stream_s: float) -> tuple[int, list[float], list[float]]:
+    first: list[float] = []
+    last: list[float] = []
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    body = {"model": "bench", "prompt": [1, 2, 3], "max_tokens": 16, "stream": True}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def one(due: float) -> None:
+            t_first = None
+            async with session.post(url, json=body) as resp:
+                async for raw in resp.content:
+                    line = raw.decode().strip()
+                    if not line.startswith("data:"):
+                        continue
+                    if line[5:].strip() == "[DONE]":
+                        break
+                    json.loads(line[5:])
+                    if t_first is None:
+                        t_first = time.monotonic()
+            assert t_first is not None
+            first.append(t_first - due)
+            last.append(time.monotonic() - due - stream_s)
+
+        tasks, t0, i = [], time.monotonic(), 0
+        while time.monotonic() - t0 < seconds:
+            tasks.append(asyncio.create_task(one(t0 + i / rate)))
+            i += 1
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+        await asyncio.gather(*tasks)
+        return len(tasks), first, last
+
+
+def measure(rate: float, seconds: float, messages: int, stream_s: float = 0.0
+            ) -> tuple[float, float, list[float], list[float]]:
+    """(server, client) CPU ms per call, and the first- and last-event latencies (s) of every call."""
+    q: Any = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_server_main, args=(q, messages, stream_s), daemon=True)
+    proc.start()
+    try:
+        port = q.get(timeout=30)
+        assert proc.pid is not None
+        s0, r0 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+        n, first, last = eventloop.run(_load(port, rate, seconds, stream_s if messages > 1 else 0.0))
+        s1, r1 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        proc.kill()
+        proc.join(10)
+    client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    return 1e3 * (s1 - s0) / n, 1e3 * client / n, first, last
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", type=float, default=500.0)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--messages", default="1,4,16")
+    ap.add_argument("--stream-ms", type=float, default=0.0,
+                    help="spread each call's events over this many ms after the first (0: back to back)")
+    args = ap.parse_args()
+    print("| events per call | server CPU ms/call | client CPU ms/call | first event p50 ms | p99 ms "
+          "| last event p50 ms | p99 ms |\n|---|---|---|---|---|---|---|")
+    for m in (int(x) for x in args.messages.split(",")):
+        server, client, first, last = measure(args.rate, args.seconds, m, args.stream_ms / 1e3)
+        print(f"| {m} | {server:.3f} | {client:.3f} | {_pct(first, 0.5):.2f} | {_pct(first, 0.99):.2f} "
+              f"| {_pct(last, 0.5):.2f} | {_pct(last, 0.99):.2f} |", flush=True)
+    print(f"rate={args.rate:g}/s seconds={args.seconds:g} stream_ms={args.stream_ms:g} loop={eventloop.chosen()} "
+          f"loadavg={os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
