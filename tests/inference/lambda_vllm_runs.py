@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from gigacluster.inference.cost import api_request_s
+from gigacluster.inference.cost import api_intake_s
 from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.sim import simulate
 from gigacluster.model.arch import preset
@@ -134,7 +134,7 @@ def chunk_gaps_s(n: int | str, request: int = 0) -> tuple[float, ...]:
     :func:`simulate` runs it)."""
     run = RUNS[n]
     eng = ReplicaEngine(run_config(run), model_energy=False)
-    now = len(run.prompts) * api_request_s()
+    now = float(api_intake_s(np.asarray(run.prompts), v0=not run_config(run).chunked_prefill).sum())
     for r in run_requests(run):
         eng.admit(r, now)
     rid, times = f"r{request}", []

@@ -157,3 +157,33 @@ def test_cli_bad_input_exits_2(argv: list[str], field: str, capsys: pytest.Captu
     """Invalid input exits with status 2 and names the field."""
     assert cli_main(["estimate", "infer", *argv]) == 2
     assert field in capsys.readouterr().err
+
+
+def _burst(n: int, prompt: int = 512) -> list[Request]:
+    rng = np.random.default_rng(3)
+    return [Request(f"b{i}", rng.integers(256, 128000, size=prompt, dtype=np.int32), 4, arrival_s=0.0)
+            for i in range(n)]
+
+
+def test_each_replica_has_its_own_api_server() -> None:
+    """Every vLLM instance runs its own API server: a burst of 64 requests spread round-robin over 4 replicas reaches
+    each engine after that replica's 16 intakes, not after all 64 (vLLM v0's path: 512 prompt tokens at
+    serving.api_prompt_token_s each)."""
+    from gigacluster.inference.cost import api_prompt_token_s
+
+    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", chunked_prefill=False)
+    one = min(s.first_token_s for s in simulate(cfg, _burst(16), keep_requests=True).requests)
+    four = min(s.first_token_s for s in simulate(cfg, _burst(64), replicas=4, keep_requests=True).requests)
+    assert four == pytest.approx(one, rel=1e-9)
+    assert one > 16 * 512 * api_prompt_token_s()  # the intake of the replica's 16, then its first prefill
+
+
+def test_requests_the_engines_refuse_are_counted_and_the_rest_finish() -> None:
+    """A burst over what the replicas queue: each request is served or counted rejected, none lost, and the router
+    forgets the refused ones (least_outstanding keeps spreading the rest)."""
+    cfg = ReplicaConfig(preset("llama3-8b"), "h100-sxm", max_queue=4, max_batch=8)
+    res = simulate(cfg, _burst(80, prompt=64), replicas=2, policy="least_outstanding")
+    d = res.to_dict()
+    assert d["rejected"] > 0
+    assert d["requests"] + d["rejected"] + d["shed"] == 80
+    assert sum(res.routed) == d["requests"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,21 +23,38 @@ from gigacluster.model.roofline import Work, works_time_s
 
 @functools.cache
 def api_request_s() -> float:
-    """Seconds between a client sending a request and its engine seeing it, plus the first token's way
-    back (catalog ``serving.api_request_s``): the HTTP server, tokenisation and the hop to the engine."""
-    v = float((_raw().get("serving") or {}).get("api_request_s", 0.0))
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"catalog serving.api_request_s must be in [0, 1) s, got {v!r}")
+    """The API server's serial seconds per request beside its prompt's (catalog ``serving.api_request_s``)."""
+    return _serving_s("api_request_s")
+
+
+@functools.cache
+def api_prompt_token_s() -> float:
+    """The API server's serial seconds per prompt token (catalog ``serving.api_prompt_token_s``): tokenisation and
+    the rest of a request's intake, which grow with its prompt."""
+    return _serving_s("api_prompt_token_s")
+
+
+def api_intake_s(prompt_tokens: Sequence[int] | np.ndarray, *, v0: bool) -> np.ndarray:
+    """Seconds a replica's API server takes to hand each request (its prompt's length in ``prompt_tokens``) to the
+    engine: the HTTP server, tokenisation and the hop to the engine. vLLM v0.6 (``v0``: no chunked prefill)
+    tokenised on the server's event loop, so the intake grows with the prompt (``api_prompt_token_s``); from
+    vllm-project/vllm PR 10635 (2024-11) tokenising runs off the loop and v1's path takes ``api_request_s``."""
+    n = np.asarray(prompt_tokens, dtype=float)
+    return api_prompt_token_s() * n if v0 else np.full(n.shape, api_request_s())
+
+
+def _serving_s(key: str, below_s: float = 1.0, bound: str = "1) s") -> float:
+    """Catalog ``serving.<key>`` (seconds, 0 when absent), checked to lie in [0, ``below_s``)."""
+    v = float((_raw().get("serving") or {}).get(key, 0.0))
+    if not 0.0 <= v < below_s:
+        raise ValueError(f"catalog serving.{key} must be in [0, {bound}, got {v!r}")
     return v
 
 
 def iteration_overhead_s() -> float:
     """Fixed host seconds of every engine iteration (catalog ``serving.iteration_overhead_s``):
     scheduling, input preparation, sampling and kernel launch, on top of the kernels' time."""
-    v = float((_raw().get("serving") or {}).get("iteration_overhead_s", 0.0))
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"catalog serving.iteration_overhead_s must be in [0, 1) s, got {v!r}")
-    return v
+    return _serving_s("iteration_overhead_s")
 
 
 @functools.cache
@@ -44,10 +62,7 @@ def v0_schedule_seq_s() -> float:
     """Host seconds per running sequence of one vLLM v0 scheduler invocation (catalog
     ``serving.v0_schedule_seq_s``): scheduling, input preparation, sampling and output processing
     between two engine steps, which multi-step scheduling pays once per group of steps."""
-    v = float((_raw().get("serving") or {}).get("v0_schedule_seq_s", 0.0))
-    if not 0.0 <= v < 0.01:
-        raise ValueError(f"catalog serving.v0_schedule_seq_s must be in [0, 10 ms), got {v!r}")
-    return v
+    return _serving_s("v0_schedule_seq_s", 0.01, "10 ms)")
 
 
 def iteration_host_s(cfg: ReplicaConfig, seqs: int, scheduler_call: bool) -> float:
