@@ -24,7 +24,7 @@ import os
 import pathlib
 import resource
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -103,17 +103,21 @@ def _pct(xs: list[float], q: float) -> float:
     return 1e3 * ys[min(len(ys) - 1, int(q * len(ys)))] if ys else float("nan")
 
 
-def measure(rate: float, seconds: float, messages: int, stream_s: float = 0.0
+def measure(rate: float, seconds: float, messages: int, stream_s: float = 0.0, *,
+            server_main: Callable[..., None] | None = None, load: Callable[..., Any] | None = None,
             ) -> tuple[float, float, list[float], list[float]]:
-    """(server, client) CPU ms per call, and the first- and last-message latencies (s) of every call."""
+    """(server, client) CPU ms per call, and the first- and last-message latencies (s) of every call: the server
+    (``server_main(port_queue, messages, stream_s)``, default grpc aio's) in its own process, ``load(port, rate,
+    seconds, stream_s)`` (the matching client) in this one."""
+    server_main, load = server_main or _server_main, load or _load
     q: Any = mp.get_context("spawn").Queue()
-    proc = mp.get_context("spawn").Process(target=_server_main, args=(q, messages, stream_s), daemon=True)
+    proc = mp.get_context("spawn").Process(target=server_main, args=(q, messages, stream_s), daemon=True)
     proc.start()
     try:
         port = q.get(timeout=30)
         assert proc.pid is not None
         s0, r0 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-        n, first, last = eventloop.run(_load(port, rate, seconds, stream_s if messages > 1 else 0.0))
+        n, first, last = eventloop.run(load(port, rate, seconds, stream_s if messages > 1 else 0.0))
         s1, r1 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
     finally:
         proc.kill()
@@ -135,15 +139,20 @@ def main() -> None:
     os.environ["BENCH_GRPC_OPTIONS"] = args.options  # the server process (spawned) reads it at import
     OPTIONS[:] = [(k, int(v) if v.lstrip("-").isdigit() else v)
                   for k, _, v in (o.partition("=") for o in args.options.split(",") if o)]
-    print("| messages per call | server CPU ms/call | client CPU ms/call | first message p50 ms | p99 ms "
-          "| last message p50 ms | p99 ms |\n|---|---|---|---|---|---|---|")
+    table(args, "message", measure, f"options={args.options or '-'}")
+
+
+def table(args: argparse.Namespace, unit: str, measure_fn: Callable[..., tuple[float, float, list[float], list[float]]],
+          note: str = "") -> None:
+    """Print one row per ``--messages`` value: CPU per call of both sides and the latency percentiles."""
+    print(f"| {unit}s per call | server CPU ms/call | client CPU ms/call | first {unit} p50 ms | p99 ms "
+          f"| last {unit} p50 ms | p99 ms |\n|---|---|---|---|---|---|---|")
     for m in (int(x) for x in args.messages.split(",")):
-        server, client, first, last = measure(args.rate, args.seconds, m, args.stream_ms / 1e3)
+        server, client, first, last = measure_fn(args.rate, args.seconds, m, args.stream_ms / 1e3)
         print(f"| {m} | {server:.3f} | {client:.3f} | {_pct(first, 0.5):.2f} | {_pct(first, 0.99):.2f} "
               f"| {_pct(last, 0.5):.2f} | {_pct(last, 0.99):.2f} |", flush=True)
     print(f"rate={args.rate:g}/s seconds={args.seconds:g} stream_ms={args.stream_ms:g} loop={eventloop.chosen()} "
-          f"options={args.options or '-'} "
-          f"loadavg={os.getloadavg()[0]:.1f}")
+          f"{note} loadavg={os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

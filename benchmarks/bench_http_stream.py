@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import multiprocessing as mp
-import os
-import resource
 import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from bench_grpc_stream import _pct, cpu_s
+from bench_grpc_stream import measure, table
 
 from gigacluster.runtime import eventloop
 
@@ -93,25 +91,6 @@ async def _load(port: int, rate: float, seconds: float, stream_s: float) -> tupl
         return len(tasks), first, last
 
 
-def measure(rate: float, seconds: float, messages: int, stream_s: float = 0.0
-            ) -> tuple[float, float, list[float], list[float]]:
-    """(server, client) CPU ms per call, and the first- and last-event latencies (s) of every call."""
-    q: Any = mp.get_context("spawn").Queue()
-    proc = mp.get_context("spawn").Process(target=_server_main, args=(q, messages, stream_s), daemon=True)
-    proc.start()
-    try:
-        port = q.get(timeout=30)
-        assert proc.pid is not None
-        s0, r0 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-        n, first, last = eventloop.run(_load(port, rate, seconds, stream_s if messages > 1 else 0.0))
-        s1, r1 = cpu_s(proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-    finally:
-        proc.kill()
-        proc.join(10)
-    client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    return 1e3 * (s1 - s0) / n, 1e3 * client / n, first, last
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=500.0)
@@ -120,15 +99,7 @@ def main() -> None:
     ap.add_argument("--stream-ms", type=float, default=0.0,
                     help="spread each call's events over this many ms after the first (0: back to back)")
     args = ap.parse_args()
-    print("| events per call | server CPU ms/call | client CPU ms/call | first event p50 ms | p99 ms "
-          "| last event p50 ms | p99 ms |\n|---|---|---|---|---|---|---|")
-    for m in (int(x) for x in args.messages.split(",")):
-        server, client, first, last = measure(args.rate, args.seconds, m, args.stream_ms / 1e3)
-        print(f"| {m} | {server:.3f} | {client:.3f} | {_pct(first, 0.5):.2f} | {_pct(first, 0.99):.2f} "
-              f"| {_pct(last, 0.5):.2f} | {_pct(last, 0.99):.2f} |", flush=True)
-    print(f"rate={args.rate:g}/s seconds={args.seconds:g} stream_ms={args.stream_ms:g} loop={eventloop.chosen()} "
-          f"loadavg={os.getloadavg()[0]:.1f}")
-
+    table(args, "event", functools.partial(measure, server_main=_server_main, load=_load))
 
 if __name__ == "__main__":
     main()
