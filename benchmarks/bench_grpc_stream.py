@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import pathlib
 import resource
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -70,32 +71,40 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _load(port: int, rate: float, seconds: float, stream_s: float
-                ) -> tuple[int, list[float], list[float]]:
-    """Calls sent, and per call the wall seconds from the call's due time to its first and last message
-    minus the server's own spacing (``stream_s``): what the transport and the two loops added."""
+async def open_loop(rate: float, seconds: float, stream_s: float, call_once: Callable[[], Awaitable[float]]
+                    ) -> tuple[int, list[float], list[float]]:
+    """Send ``rate`` calls a second for ``seconds`` (open loop; ``call_once`` makes one call and returns when its
+    first message came). Calls sent, and per call the wall seconds from its due time to its first and last
+    message minus the server's own spacing (``stream_s``): what the transport and the two loops added."""
     first: list[float] = []
     last: list[float] = []
+
+    async def one(due: float) -> None:
+        first.append(await call_once() - due)
+        last.append(time.monotonic() - due - stream_s)
+
+    tasks, t0, i = [], time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        tasks.append(asyncio.create_task(one(t0 + i / rate)))  # latency from the due time
+        i += 1
+        await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+    await asyncio.gather(*tasks)
+    return len(tasks), first, last
+
+
+async def _load(port: int, rate: float, seconds: float, stream_s: float) -> tuple[int, list[float], list[float]]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
         call = ch.unary_stream(METHOD, request_serializer=router_pb2.GenerateRequest.SerializeToString,
                                response_deserializer=router_pb2.GenerateResponse.FromString)
 
-        async def one(due: float) -> None:
-            t_first = None
+        async def call_once() -> float:
+            t_first = math.nan
             async for _ in call(router_pb2.GenerateRequest(model="m")):
-                if t_first is None:
+                if t_first != t_first:
                     t_first = time.monotonic()
-            assert t_first is not None
-            first.append(t_first - due)
-            last.append(time.monotonic() - due - stream_s)
+            return t_first
 
-        tasks, t0, i = [], time.monotonic(), 0
-        while time.monotonic() - t0 < seconds:
-            tasks.append(asyncio.create_task(one(t0 + i / rate)))  # open loop: latency from the due time
-            i += 1
-            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
-        await asyncio.gather(*tasks)
-        return len(tasks), first, last
+        return await open_loop(rate, seconds, stream_s, call_once)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -126,13 +135,19 @@ def measure(rate: float, seconds: float, messages: int, stream_s: float = 0.0, *
     return 1e3 * (s1 - s0) / n, 1e3 * client / n, first, last
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(doc: str | None, unit: str) -> argparse.ArgumentParser:
+    """The options both floors take (rate, seconds, messages per call, their spread)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--messages", default="1,4,16")
+    ap.add_argument("--messages", default="1,4,16", help=f"comma-separated {unit}s per call, one row each")
     ap.add_argument("--stream-ms", type=float, default=0.0,
-                    help="spread each call's messages over this many ms after the first (0: back to back)")
+                    help=f"spread each call's {unit}s over this many ms after the first (0: back to back)")
+    return ap
+
+
+def main() -> None:
+    ap = parser(__doc__, "message")
     ap.add_argument("--options", default="", help="channel arguments for server and client, k=v,k=v "
                                                   "(e.g. grpc.optimization_target=throughput)")
     args = ap.parse_args()

@@ -13,16 +13,16 @@ process and of the client, and the client-observed latency of the first and last
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import json
+import math
 import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from bench_grpc_stream import measure, table
+from bench_grpc_stream import measure, open_loop, parser, table
 
 from gigacluster.runtime import eventloop
 
@@ -60,14 +60,12 @@ def _server_main(port_q: Any, messages: int, stream_s: float) -> None:
 
 
 async def _load(port: int, rate: float, seconds: float, stream_s: float) -> tuple[int, list[float], list[float]]:
-    first: list[float] = []
-    last: list[float] = []
     url = f"http://127.0.0.1:{port}/v1/completions"
     body = {"model": "bench", "prompt": [1, 2, 3], "max_tokens": 16, "stream": True}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def one(due: float) -> None:
-            t_first = None
+        async def call_once() -> float:
+            t_first = math.nan
             async with session.post(url, json=body) as resp:
                 async for raw in resp.content:
                     line = raw.decode().strip()
@@ -76,29 +74,15 @@ async def _load(port: int, rate: float, seconds: float, stream_s: float) -> tupl
                     if line[5:].strip() == "[DONE]":
                         break
                     json.loads(line[5:])
-                    if t_first is None:
+                    if t_first != t_first:
                         t_first = time.monotonic()
-            assert t_first is not None
-            first.append(t_first - due)
-            last.append(time.monotonic() - due - stream_s)
+            return t_first
 
-        tasks, t0, i = [], time.monotonic(), 0
-        while time.monotonic() - t0 < seconds:
-            tasks.append(asyncio.create_task(one(t0 + i / rate)))
-            i += 1
-            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
-        await asyncio.gather(*tasks)
-        return len(tasks), first, last
+        return await open_loop(rate, seconds, stream_s, call_once)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rate", type=float, default=500.0)
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--messages", default="1,4,16")
-    ap.add_argument("--stream-ms", type=float, default=0.0,
-                    help="spread each call's events over this many ms after the first (0: back to back)")
-    args = ap.parse_args()
+    args = parser(__doc__, "event").parse_args()
     table(args, "event", functools.partial(measure, server_main=_server_main, load=_load))
 
 if __name__ == "__main__":
