@@ -24,17 +24,20 @@ from gigacluster.inference.engine import ReplicaEngine
 from gigacluster.inference.policies import ReplicaView
 
 
-def release_times(arrivals_s: np.ndarray, api_s: float) -> np.ndarray:
+def release_times(arrivals_s: np.ndarray, api_s: float | np.ndarray) -> np.ndarray:
     """When each request (``arrivals_s`` sorted, client send times) reaches the engine: the end of the
-    API server's busy period it arrived in, the server taking ``api_s`` per request, first come first served."""
+    API server's busy period it arrived in, the server taking ``api_s`` for each request (one value, or one per
+    request), first come first served. One server of :class:`ApiServers`."""
     out = np.empty_like(arrivals_s, dtype=float)
-    start, busy_end = 0, -np.inf
-    for i, t in enumerate(arrivals_s.tolist()):
-        if t > busy_end and i > start:  # the loop went idle: the previous burst is released
-            out[start:i] = busy_end
-            start = i
-        busy_end = max(busy_end, t) + api_s
-    out[start:] = busy_end
+    cost = np.broadcast_to(np.asarray(api_s, dtype=float), arrivals_s.shape).tolist()
+    server = ApiServers(1)
+    for j, t in enumerate(arrivals_s.tolist()):
+        _, t_rel = server.next_release()
+        if t_rel < t:  # the loop went idle: the previous burst is released
+            out[server.pop(0)] = t_rel
+        server.take(0, j, t, cost[j])
+    _, t_rel = server.next_release()
+    out[server.pop(0)] = t_rel
     return out
 
 
