@@ -104,6 +104,25 @@ async def test_training_job_runs_through_the_mesh_at_the_model_step_time(stack: 
     assert final.tokens == pytest.approx(6 * est.spec.tokens_per_step)
 
 
+async def test_an_fsdp_job_runs_through_the_mesh_at_the_model_step_time(stack: Stack, tenant: Client) -> None:
+    """An HSDP job (shards of 8 in each node, replicas across nodes, torchtitan's op-level recompute) carries its
+    FSDP fields through the job message and runs its per-layer gathers and reductions on the fabric service: every
+    step time equals the offline estimate within 5%."""
+    spec = {"model": {"preset": "llama3-8b", "seq_len": 2048}, "batch": {"global_batch": 32},
+            "parallelism": {"fsdp": True, "fsdp_shard": 8, "microbatch_size": 2, "recompute": "op"},
+            "hardware": {"chip": "h100-sxm", "count": 16}, "precision": "bf16", "steps": 3}
+    est = estimate_train(TrainSpec.from_dict(spec))
+    assert {"fsdp_ag", "fsdp_ag_bwd", "fsdp_rs", "fsdp_ar"} <= set(est.comm_s)
+    updates = await run_job(tenant, spec, {"name": "fsdp-8b"})
+    final = updates[-1].job
+    assert final.state == scheduler_pb2.Job.STATE_SUCCEEDED, final.reason
+    assert final.spec.parallelism.fsdp and final.spec.parallelism.fsdp_shard == 8
+    progress = [u.job for u in updates if u.kind == "progress"]
+    assert [p.step for p in progress] == [1, 2, 3]
+    for p in progress:
+        assert p.last_step_time_s == pytest.approx(est.step_time_s, rel=0.05)
+
+
 async def test_chip_power_telemetry_integrates_to_the_estimated_energy(stack: Stack, tenant: Client) -> None:
     """The chips' shard telemetry on MQTT (energy counters) shows the job's energy above idle equal to the
     offline estimate within 5%."""

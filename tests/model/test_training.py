@@ -79,7 +79,7 @@ def test_invalid_spec_names_the_field(over: dict, field: str) -> None:
 
 def test_spec_error_lists_allowed_values() -> None:
     """The message says what is allowed."""
-    with pytest.raises(SpecError, match="none, selective, full"):
+    with pytest.raises(SpecError, match="none, selective, op, full"):
         spec(parallelism__recompute="some")
 
 

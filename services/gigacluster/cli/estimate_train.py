@@ -85,7 +85,10 @@ def print_table(est: TrainEstimate) -> None:
             if p["ep"] > 1 else "")
          + ", "
          f"{p['microbatches']} microbatches of {p['microbatch_size']}, recompute {p['recompute']}"
-         + ("" if p["sequence_parallel"] else ", no sequence parallelism")),
+         + (f" ({p['recompute_layers']} layers per stage)" if p["recompute_layers"] else "")
+         + ("" if p["sequence_parallel"] else ", no sequence parallelism")
+         + (f", FSDP over {p['fsdp_shard']}" + ("" if p["fsdp_shard"] == p["dp"] * p["cp"] else " (HSDP)")
+            + ("" if p["fsdp_reshard_after_forward"] else ", no reshard after forward") if p["fsdp"] else "")),
         ("attention", f"{d['attention_impl']}" + (" (default)" if d["attention_impl"] == "flash" else "")),
         ("step time", _fmt_s(d["step_time_s"])),
         ("  compute", _fmt_s(bd["compute_s"])),

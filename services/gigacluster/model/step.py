@@ -39,10 +39,16 @@ from gigacluster.model.step_memory import (
     _stage_layers,
     _stage_params,
     _stage_range,
+    recompute_layer_count,
 )
 from gigacluster.model.train_spec import GRAD_DTYPES, TrainSpec
 
 # --- the step plan -----------------------------------------------------------------------------
+
+
+WINDOWS = ("inline", "grad", "param", "layer_fwd", "layer_bwd")
+"""Where a step's collective runs (:class:`CollectiveDemand`); the live scheduler times all but grad and param
+as inline calls spread over the pipelined window."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +61,16 @@ class CollectiveDemand:
     layout: GroupLayout
     count: int
     hidden_fraction: float = 0.0  # inline collectives: share hidden behind compute
-    window: str = "inline"  # inline | grad (overlaps last backward) | param (overlaps first forward)
+    # inline | grad (overlaps last backward) | param (overlaps first forward) | layer_fwd / layer_bwd (FSDP: one
+    # call per layer and microbatch, the next layer's prefetched behind the current layer's forward / backward)
+    window: str = "inline"
     hbm_touches: float = 0.0  # mean HBM accesses per rank per chunk of a ring step (0: no HBM floor)
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.bytes_ < 0:
             raise SpecError(f"collective.{self.name}", "count and bytes must be >= 0")
-        if self.window not in ("inline", "grad", "param"):
-            raise SpecError(f"collective.{self.name}.window", "allowed: inline, grad, param")
+        if self.window not in WINDOWS:
+            raise SpecError(f"collective.{self.name}.window", f"allowed: {', '.join(WINDOWS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +94,7 @@ class StepPlan:
     a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
     bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
     dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
+    fsdp_units: int = 1  # FSDP units (layers, embedding, output head) of the critical rank, one gather each
 
     @functools.cached_property
     def link_bytes(self) -> tuple[float, float]:
@@ -184,6 +193,12 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
         bwd.append(Work(bq / 3, bq, "bf16", "elementwise"))
     if spec.recompute == "full":
         rec: tuple[Work, ...] = tuple(fwd)
+    elif spec.recompute == "op":
+        # torchtitan's op-level SAC saves the attention output and every second matmul output of the layer and
+        # re-runs the rest: half the forward GEMMs (its count of matmuls runs on across calls, so the odd and
+        # even halves alternate) and every elementwise op.
+        rec = tuple(dataclasses.replace(w, flops=w.flops / 2, bytes_=w.bytes_ / 2) for w in fwd[:len(gemms)])
+        rec += (Work(elem_f, elem_b, "bf16", "elementwise"),)
     elif spec.recompute == "selective":
         rec = (Work(8.0 * (t_sp * h * 2 + ffn_tok), norm_b + act_b, "bf16", "elementwise"),)
         if spec.attention_impl == "materialized":  # Megatron's selective recompute: the s x s core again
@@ -275,39 +290,40 @@ def model_flops_per_token(arch: ModelArch) -> float:
     return total
 
 
-def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: float = 0.0) -> list[CollectiveDemand]:
+def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: float = 0.0,
+             units: int = 1) -> list[CollectiveDemand]:
     """The collectives of one step on the critical stage (``L`` layers of which ``moe_l`` MoE,
-    ``params`` parameters replicated over EP, ``experts`` routed-expert parameters)."""
+    ``params`` parameters replicated over EP, ``experts`` routed-expert parameters, ``units`` FSDP units)."""
     T, _, kv_t, _, _ = _dims(spec)
     a = spec.arch
     m, pp, v, tp, cp, dp = spec.microbatches, spec.pp, spec.virtual_stages, spec.tp, spec.cp, spec.dp
+    rec_l = recompute_layer_count(spec, L, L)
     demands: list[CollectiveDemand] = []
     if tp > 1:
         # Sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, 4 + 2 backward
-        # (re-gather of the sharded GEMM inputs), + 2 + 2 again under full recompute. RS and AG cost
-        # the same bus volume, so they are one demand.
+        # (re-gather of the sharded GEMM inputs), + 2 + 2 again for a layer that recomputes in full. RS and
+        # AG cost the same bus volume, so they are one demand.
         # Without sequence parallelism (Megatron-LM 2021): 2 all-reduces forward, 2 backward, 2 more
         # under full recompute, each the bus volume of 2 all-gathers, and no re-gather in backward.
-        per_layer = (4 + 6 if spec.sequence_parallel else 4 + 4) + (4 if spec.recompute == "full" else 0)
+        calls = (4 + 6 if spec.sequence_parallel else 4 + 4) * L + 4 * rec_l
         touch = ring_hbm_touches()
         if spec.sequence_parallel:  # all-gathers: 2 forward, 4 backward, +2 full recompute; the rest reduce-scatters
-            n_ag = 6 + (2 if spec.recompute == "full" else 0)
-            touches = (n_ag * touch["all_gather"] + (per_layer - n_ag) * touch["reduce_scatter"]) / per_layer
+            n_ag = 6 * L + 2 * rec_l
+            touches = (n_ag * touch["all_gather"] + (calls - n_ag) * touch["reduce_scatter"]) / calls
         else:  # each all-reduce (a reduce-scatter and an all-gather) counts as 2 all-gathers here
             touches = (touch["all_gather"] + touch["reduce_scatter"]) / 2
         demands.append(
             CollectiveDemand(
-                "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), per_layer * L * m,
+                "tp", "all_gather", 2.0 * T * a.hidden, _layout(spec, tp, 1), calls * m,
                 hidden_fraction=spec.tp_comm_overlap, hbm_touches=touches,
             )
         )
     if cp > 1:
         # All-gather of K and V forward; all-gather again and reduce-scatter of dK, dV backward.
-        per_layer = 3 + (1 if spec.recompute == "full" else 0)
         demands.append(
             CollectiveDemand(
                 "cp", "all_gather", 2.0 * 2 * a.seq_len * spec.microbatch_size * kv_t, _layout(spec, cp, tp),
-                per_layer * L * m, hidden_fraction=spec.cp_comm_overlap,
+                (3 * L + rec_l) * m, hidden_fraction=spec.cp_comm_overlap,
             )
         )
     if pp > 1:
@@ -317,7 +333,9 @@ def _demands(spec: TrainSpec, L: int, params: float, moe_l: int = 0, experts: fl
                 hidden_fraction=spec.pp_comm_overlap,
             )
         )
-    if dp * cp > 1:
+    if spec.fsdp:
+        demands += _fsdp_demands(spec, params, units)
+    elif dp * cp > 1:
         demands += _grad_demands(spec, "dp", params, _layout(spec, dp * cp, tp))
     if moe_l:
         demands += _moe_demands(spec, moe_l, experts)
@@ -351,6 +369,43 @@ def _grad_demands(spec: TrainSpec, prefix: str, params: float, lay: GroupLayout)
     return [CollectiveDemand(f"{prefix}_grad", "all_reduce", gbytes, lay, 1, window="grad")]
 
 
+def _fsdp_demands(spec: TrainSpec, params: float, units: int) -> list[CollectiveDemand]:
+    """FSDP's collectives for the critical rank's ``params`` (already split over TP) in ``units`` units.
+
+    Without pipelining (PyTorch FSDP/FSDP2, ZeRO-3; torchtitan and Composer accumulate gradients without
+    skipping the sync), every microbatch gathers each unit's parameters in bf16 before its forward, again
+    before its backward unless ``fsdp_reshard_after_forward`` is off, and reduce-scatters its gradients after
+    its backward (in ``grad_reduce_dtype``); HSDP replicas all-reduce the reduced shard. With pipelining,
+    ``torch.distributed.pipelining`` keeps the gathered parameters and the unsharded gradients from the first
+    forward to the last backward (``backward_maybe_with_nosync``: ``set_reshard_after_backward`` and
+    ``set_requires_gradient_sync`` false but on the last backward), so the stage gathers once and reduces once
+    a step, in the windows of the distributed optimizer's collectives."""
+    m, tp = spec.microbatches, spec.tp
+    shard = spec.shard_group
+    replicas = spec.dp * spec.cp // shard
+    grad_b = GRAD_DTYPES[spec.grad_reduce_dtype]
+    out: list[CollectiveDemand] = []
+    shard_lay = _layout(spec, shard, tp)
+    rep_lay = _layout(spec, replicas, tp * shard)
+    if spec.pp > 1:
+        if shard > 1:
+            out.append(CollectiveDemand("fsdp_rs", "reduce_scatter", grad_b * params, shard_lay, 1, window="grad"))
+            out.append(CollectiveDemand("fsdp_ag", "all_gather", 2.0 * params, shard_lay, 1, window="param"))
+        if replicas > 1:
+            out.append(CollectiveDemand("fsdp_ar", "all_reduce", grad_b * params / shard, rep_lay, 1, window="grad"))
+        return out
+    unit = params / units
+    calls = units * m
+    if shard > 1:
+        out.append(CollectiveDemand("fsdp_ag", "all_gather", 2.0 * unit, shard_lay, calls, window="layer_fwd"))
+        if spec.fsdp_reshard_after_forward:
+            out.append(CollectiveDemand("fsdp_ag_bwd", "all_gather", 2.0 * unit, shard_lay, calls, window="layer_bwd"))
+        out.append(CollectiveDemand("fsdp_rs", "reduce_scatter", grad_b * unit, shard_lay, calls, window="layer_bwd"))
+    if replicas > 1:
+        out.append(CollectiveDemand("fsdp_ar", "all_reduce", grad_b * unit / shard, rep_lay, calls, window="layer_bwd"))
+    return out
+
+
 def plan_step(spec: TrainSpec) -> StepPlan:
     """The critical rank's work and every group's collectives for one step (see module docstring).
 
@@ -373,7 +428,9 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         kinds = [(works[(mo, wi)], n) for mo, wi, n in _stage_kinds(spec, stage_layers, i)]
         fwd = [_scale(w, n * m) for lw, n in kinds for w in lw.fwd] + [_scale(w, m) for w in hf]
         bwd = [_scale(w, n * m) for lw, n in kinds for w in lw.bwd] + [_scale(w, m) for w in hb]
-        rec = [_scale(w, n * m) for lw, n in kinds for w in lw.recompute]
+        n_rec = [(lw, recompute_layer_count(spec, n, stage_layers[i]) if spec.recompute == "full" else n)
+                 for lw, n in kinds]
+        rec = [_scale(w, r * m) for lw, r in n_rec if r for w in lw.recompute]
         t = works_time_s(chip, fwd + bwd + rec)
         label = "first" if first else ("last" if last else "middle")
         candidates.append((t, label, i, fwd, bwd, rec, (sum(lw.model_flops * n for lw, n in kinds) + hmodel) * m))
@@ -381,7 +438,7 @@ def plan_step(spec: TrainSpec) -> StepPlan:
     bubble_ratio = _bubble_slot_ratio({c[2]: c[0] for c in candidates}, crit_i, pp)
     first, last = crit_i == 0, crit_i == pp - 1
     params = _stage_params(spec, stage_layers[crit_i], first, last)
-    shard = dp * cp if spec.distributed_optimizer else 1
+    shard = spec.shard_group
     opt_flops, opt_bytes = 12.0 * params / shard, 30.0 * params / shard
     experts, moe_l = 0.0, 0
     if a.is_moe:
@@ -399,7 +456,8 @@ def plan_step(spec: TrainSpec) -> StepPlan:
     t_pipe = t_fwd + t_bwd + t_rec
     compute = tuple(fwd + rec + bwd + opt)
 
-    demands = _demands(spec, stage_layers[crit_i], params, moe_l, experts)
+    units = stage_layers[crit_i] + int(first) + int(last)  # FSDP: a unit per layer, the embedding, the head
+    demands = _demands(spec, stage_layers[crit_i], params, moe_l, experts, units)
     memory = _memory(spec, stage_layers)
     _check_fits(spec, chip, memory)
     total = t_pipe + t_opt
@@ -422,6 +480,7 @@ def plan_step(spec: TrainSpec) -> StepPlan:
                            if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
         bubble_slot_ratio=bubble_ratio,
         dp_overlap=spec.dp_comm_overlap,
+        fsdp_units=units,
     )
 
 
@@ -465,6 +524,7 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
         # of 132 SMs), so the compute it overlaps slows down.
         share = plan.a2a_compute_share
         inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
+    inline += _layer_exposed_s(plan, pipe, comm_s)
     m = plan.microbatches
     # The bubble is the other ranks' passes: their compute (bubble_slot_ratio of the critical rank's)
     # plus the same inline communication.
@@ -484,6 +544,25 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
             windowed += max(0.0, comm_s[d.name] - (plan.fwd_fraction * pipe / m + bubble / 2))
     exposed = inline + windowed
     return StepBreakdown(compute_s + exposed + bubble, compute_s, exposed, bubble)
+
+
+def _layer_exposed_s(plan: StepPlan, pipe: float, comm_s: Mapping[str, float]) -> float:
+    """Exposed seconds per step of FSDP's per-unit collectives (windows ``layer_fwd`` and ``layer_bwd``).
+
+    In a microbatch's forward FSDP gathers the next unit's parameters while the current unit computes (forward
+    prefetch), and in its backward it gathers the next unit and reduce-scatters the last one's gradients behind
+    the current unit's backward; the first gather and the last reduction have nothing to hide behind. A pass of
+    ``U`` equal units with compute ``C`` and communication ``A`` then takes ``max(A, C) + min(A, C) / U``: ``C +
+    A / U`` while the links keep up, ``A + C / U`` when they do not."""
+    m, units = plan.microbatches, max(1, plan.fsdp_units)
+    out = 0.0
+    for window, share in (("layer_fwd", plan.fwd_fraction), ("layer_bwd", plan.bwd_fraction)):
+        a = sum(comm_s[d.name] for d in plan.collectives if d.window == window) / m
+        if a <= 0.0:
+            continue
+        c = share * pipe / m
+        out += m * (max(a, c) + min(a, c) / units - c)
+    return out
 
 
 def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str, float]:

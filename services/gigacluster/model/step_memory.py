@@ -105,6 +105,10 @@ def _act_bytes_per_token_layer(spec: TrainSpec, dense_mlp: bool = True) -> float
     mlp_in = 2 if a.mlp == "swiglu" else 1
     if spec.recompute == "full":
         return 2.0 * h_sp
+    if spec.recompute == "op":
+        # torchtitan's op-level SAC: the layer input, the attention output and every second matmul output.
+        linear_out = q_t + 2 * kv_t + 2 * h_sp + mlp_in * f_t
+        return 2.0 * (h_sp + q_t + linear_out / 2)
     # Norm inputs, q, k, v, attention output, MLP up-projection output (+ norm outputs and the
     # activation output unless selective recompute rebuilds them).
     keep = 2 * h_sp + 2 * q_t + 2 * kv_t + mlp_in * f_t
@@ -117,13 +121,49 @@ def _act_bytes_per_token_layer(spec: TrainSpec, dense_mlp: bool = True) -> float
     return 2.0 * keep
 
 
+def recompute_layer_count(spec: TrainSpec, layers: int, stage_layers: int) -> int:
+    """How many of ``layers`` layers (of a pipeline rank holding ``stage_layers``) re-run their forward under
+    recompute full: all of them, or ``recompute_layers`` of the rank's layers shared out in proportion
+    (Megatron-LM's ``--recompute-method block --recompute-num-layers``; torchtitan's layer-level selective
+    checkpointing of every k-th block is L / k)."""
+    if spec.recompute != "full":
+        return 0
+    if not spec.recompute_layers or stage_layers <= 0:
+        return layers
+    return round(layers * min(1.0, spec.recompute_layers / stage_layers))
+
+
+def _stage_act_bytes_per_token(spec: TrainSpec, layers: int) -> float:
+    """Activation bytes per token a pipeline rank of ``layers`` dense layers keeps for backward: with
+    ``recompute_layers`` only that many layers keep just their input, the rest everything."""
+    per_tok = _act_bytes_per_token_layer(spec)
+    rec = recompute_layer_count(spec, layers, layers)
+    if spec.recompute != "full" or rec == layers:
+        return per_tok * layers
+    kept = _act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none", recompute_layers=0))
+    return per_tok * rec + kept * (layers - rec)
+
+
+def _fsdp_state_bytes(spec: TrainSpec, params: float, units: int) -> tuple[float, float]:
+    """(weights, gradients) bytes per chip under FSDP for ``params`` parameters in ``units`` units: the bf16
+    copies gathered (two units at a time with prefetch; every unit from forward to backward without resharding,
+    and the whole stage under pipelining) and the gradients (sharded, plus the units being reduced; unsharded for
+    the whole step under pipelining, which reduces once at the last backward)."""
+    grad_b = GRAD_DTYPES[spec.grad_reduce_dtype]
+    in_flight = min(1.0, 2.0 / max(1, units))
+    if spec.pp > 1:
+        return 2.0 * params, grad_b * params
+    gathered = params if not spec.fsdp_reshard_after_forward else in_flight * params
+    # One unit's gradients at a time: its bf16 gradients and their copy in the reduction's dtype.
+    return 2.0 * gathered, grad_b * params / spec.shard_group + (2.0 + grad_b) * params / max(1, units)
+
+
 def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
     chip = get_chip(spec.chip)
     T, _, _, _, _ = _dims(spec)
     m, pp, v = spec.microbatches, spec.pp, spec.virtual_stages
-    per_tok = _act_bytes_per_token_layer(spec)
     grad_b = GRAD_DTYPES[spec.grad_reduce_dtype]
-    shard = spec.dp * spec.cp if spec.distributed_optimizer else 1
+    shard = spec.shard_group
     reserved = RESERVED_FIXED_BYTES + RESERVED_FRACTION * chip.hbm_bytes
     best: MemoryBreakdown | None = None
     for i in sorted({0, pp // 2, pp - 1}):
@@ -148,13 +188,17 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
             moe_tok = attn_tok + moe.moe_act_bytes_per_token(spec, T)
             acts = (dense_tok * (stage_layers[i] - n_moe) + moe_tok * n_moe) * T * in_flight_f
         else:
-            acts = per_tok * T * stage_layers[i] * in_flight_f
-        if spec.recompute == "full":
-            acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none"))) * T
+            acts = _stage_act_bytes_per_token(spec, stage_layers[i]) * T * in_flight_f
+        if recompute_layer_count(spec, stage_layers[i], stage_layers[i]):  # the layer being recomputed, whole
+            acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none", recompute_layers=0))) * T
         other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
+        weights_b = 2.0 * params * (2 if spec.pipeline_schedule == "dualpipe" else 1)
+        grads_b = float(grad_b) * params
+        if spec.fsdp:
+            weights_b, grads_b = _fsdp_state_bytes(spec, params, stage_layers[i] + int(first) + int(last))
         mb = MemoryBreakdown(
-            weights_bytes=2.0 * params * (2 if spec.pipeline_schedule == "dualpipe" else 1),
-            grads_bytes=float(grad_b) * params,
+            weights_bytes=weights_b,
+            grads_bytes=grads_b,
             optimizer_bytes=opt,
             activations_bytes=acts,
             other_bytes=other,

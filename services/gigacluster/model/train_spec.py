@@ -24,7 +24,11 @@ from gigacluster.model.arch import (
 )
 from gigacluster.model.network_spec import NetworkSpec
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")
+"""Activation recomputation: ``selective`` (Megatron-LM: norms and the MLP activation re-run, their inputs
+kept), ``op`` (torchtitan's op-level selective checkpointing: every second matmul of a layer's forward is
+re-run in backward, the attention output and the other matmuls kept), ``full`` (the whole forward of the
+layers re-run from each layer's input; ``recompute_layers`` of them per pipeline rank, all by default)."""
 SCHEDULES = ("1f1b", "dualpipe")
 TRAIN_PRECISIONS = ("fp16", "bf16", "fp8", "mxfp6", "mxfp4", "nvfp4")
 """Formats the layers' GEMMs may run in; attention, norms and the optimizer stay in bf16/fp32.
@@ -35,7 +39,8 @@ _TOP_KEYS = ("name", "model", "batch", "parallelism", "hardware", "precision", "
 _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
-    "moe_overlap", "pipeline_schedule", "sequence_parallel", "dp_comm_overlap",
+    "moe_overlap", "pipeline_schedule", "sequence_parallel", "dp_comm_overlap", "fsdp", "fsdp_shard",
+    "fsdp_reshard_after_forward", "recompute_layers",
 )
 
 ATTENTION_IMPLS = ("flash", "materialized")
@@ -65,6 +70,15 @@ def _int(d: Mapping[str, Any], key: str, field: str, default: int | None) -> int
             or v > MAX_SPEC_INT):
         raise SpecError(field, f"must be a positive integer <= 2^53, got {_show(v)}")
     return int(v)
+
+
+def _int0(d: Mapping[str, Any], key: str, field: str) -> int:
+    """A count where 0 means "the default" (all ranks, all layers)."""
+    if d.get(key, 0) == 0 and not isinstance(d.get(key, 0), bool):
+        return 0
+    v = _int(d, key, field, None)
+    assert v is not None
+    return v
 
 
 def _first(keys: Any) -> str:
@@ -118,6 +132,15 @@ class TrainSpec:
     pipeline_schedule: str = "1f1b"  # or "dualpipe" (DeepSeek-V3: bidirectional, two parameter copies)
     sequence_parallel: bool = True  # Megatron sequence parallelism with TP (norms/dropout sharded); False: 2021 style
     attention_impl: str = "flash"  # see ATTENTION_IMPLS
+    # Fully sharded data parallelism (PyTorch FSDP FULL_SHARD / FSDP2 fully_shard, ZeRO-3, Megatron-FSDP):
+    # parameters, gradients and optimizer state sharded over ``fsdp_shard`` data-parallel ranks; every layer's
+    # parameters all-gathered before its forward (and again before its backward when
+    # ``fsdp_reshard_after_forward``), its gradients reduce-scattered after its backward, each microbatch, the
+    # next layer's gather prefetched behind the current layer's compute.
+    fsdp: bool = False
+    fsdp_shard: int = 0  # ranks a parameter is sharded over; 0: all dp x cp ranks; fewer: HSDP (replicas all-reduce)
+    fsdp_reshard_after_forward: bool = True  # False: gathered parameters kept to the backward (no second gather)
+    recompute_layers: int = 0  # with recompute full: layers per pipeline rank re-run (0: all of them)
     steps: int | None = None
     tokens: int | None = None
     pue: float = 1.1
@@ -149,6 +172,10 @@ class TrainSpec:
             raise SpecError("attention_impl", "materialized is modelled for gqa attention only; use flash with mla")
         if self.recompute not in RECOMPUTE:
             raise SpecError("parallelism.recompute", f"allowed: {', '.join(RECOMPUTE)}; got {_show(self.recompute)}")
+        if self.recompute_layers < 0 or (self.recompute_layers and self.recompute != "full"):
+            raise SpecError("parallelism.recompute_layers",
+                            f"needs recompute: full (the layers per pipeline rank re-run, 0 for all); got "
+                            f"{self.recompute_layers} with recompute {self.recompute}")
         if self.grad_reduce_dtype not in GRAD_DTYPES:
             raise SpecError("parallelism.grad_reduce_dtype", f"allowed: {', '.join(GRAD_DTYPES)}")
         a = self.arch
@@ -165,12 +192,19 @@ class TrainSpec:
         if a.ffn_hidden % self.tp and a.moe_layers < a.layers:
             raise SpecError("parallelism.tp", f"must divide model.ffn_hidden ({a.ffn_hidden})")
         self._check_moe()
+        self._check_fsdp()
         if a.seq_len % (2 * self.cp) and self.cp > 1:
             raise SpecError("parallelism.cp", f"2 x cp must divide model.seq_len ({a.seq_len}); got {self.cp}")
         if a.layers < self.pp * self.virtual_stages:
             raise SpecError(
                 "parallelism.pp", f"pp x virtual_stages ({self.pp}x{self.virtual_stages}) exceeds layers ({a.layers})"
             )
+        if a.is_moe and (self.recompute == "op" or self.recompute_layers):
+            raise SpecError("parallelism.recompute", "op and recompute_layers are modelled for dense models only; use "
+                            "selective or full with a mixture of experts")
+        if self.recompute_layers > a.layers:
+            raise SpecError("parallelism.recompute_layers",
+                            f"must be at most model.layers ({a.layers}); got {self.recompute_layers}")
         if self.pipeline_schedule not in SCHEDULES:
             raise SpecError("parallelism.pipeline_schedule",
                             f"allowed: {', '.join(SCHEDULES)}; got {_show(self.pipeline_schedule)}")
@@ -219,6 +253,32 @@ class TrainSpec:
                             f" got {self.capacity_factor!r}")
         if not 0.0 <= self.moe_overlap <= 1.0:
             raise SpecError("parallelism.moe_overlap", f"must be in [0, 1], got {self.moe_overlap!r}")
+
+    def _check_fsdp(self) -> None:
+        """The shard group divides the data-parallel ranks; FSDP is not combined with what it does not model."""
+        if self.fsdp_shard < 0 or (self.fsdp_shard and not self.fsdp):
+            raise SpecError("parallelism.fsdp_shard",
+                            f"needs fsdp: true (0: every dp x cp rank); got {self.fsdp_shard}")
+        if not self.fsdp:
+            return
+        group = self.dp * self.cp
+        if self.fsdp_shard and group % self.fsdp_shard:
+            raise SpecError("parallelism.fsdp_shard",
+                            f"must divide dp x cp = {group} (the ranks split into replicas of the shard group); got "
+                            f"{self.fsdp_shard}")
+        if self.ep > 1:
+            raise SpecError("parallelism.fsdp", "FSDP with expert parallelism is not modelled; use ep 1 or the "
+                            "distributed optimizer")
+        if self.pipeline_schedule == "dualpipe":
+            raise SpecError("parallelism.fsdp", "FSDP with dualpipe is not modelled (dualpipe keeps two parameter "
+                            "copies); use pipeline_schedule 1f1b")
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks the optimizer state (and with FSDP the parameters and gradients) is sharded over."""
+        if self.fsdp:
+            return self.fsdp_shard or self.dp * self.cp
+        return self.dp * self.cp if self.distributed_optimizer else 1
 
     # --- derived ---------------------------------------------------------------------------
     @property
@@ -294,6 +354,11 @@ class TrainSpec:
             pipeline_schedule=str(par.get("pipeline_schedule", "1f1b")).lower(),
             sequence_parallel=_bool(par, "sequence_parallel", "parallelism.sequence_parallel", True),
             attention_impl=str(d.get("attention_impl", "flash")).lower(),
+            fsdp=_bool(par, "fsdp", "parallelism.fsdp", False),
+            fsdp_shard=_int0(par, "fsdp_shard", "parallelism.fsdp_shard"),
+            fsdp_reshard_after_forward=_bool(par, "fsdp_reshard_after_forward",
+                                             "parallelism.fsdp_reshard_after_forward", True),
+            recompute_layers=_int0(par, "recompute_layers", "parallelism.recompute_layers"),
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
             pue=pue,

@@ -232,4 +232,14 @@ def rank_groups(spec: TrainSpec, name: str) -> tuple[int, int, int, list[int]]:
         return dp * cp, tp, tp * pp, [s * stage + r for s in range(pp) for r in range(tp)]
     if name in ("ep_a2a", "ep_grad", "ep_param"):
         return moe.moe_rank_groups(spec, name)
+    if name in ("fsdp_ag", "fsdp_ag_bwd", "fsdp_rs", "fsdp_ar"):
+        # Each shard group is a block of consecutive dp x cp ranks (the replicas of HSDP outermost, as
+        # torchtitan's mesh); the replica groups join the same position of every block.
+        shard = spec.shard_group
+        reps = dp * cp // shard
+        if name == "fsdp_ar":
+            return reps, tp * shard, tp * shard * pp, [s * stage + k * tp + r for s in range(pp)
+                                                       for k in range(shard) for r in range(tp)]
+        return shard, tp, tp * reps * pp, [s * stage + q * tp * shard + r for s in range(pp)
+                                            for q in range(reps) for r in range(tp)]
     raise ValueError(f"unknown collective demand {name!r}")

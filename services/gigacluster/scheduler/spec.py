@@ -27,7 +27,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "batch": ("global_batch", "global_batch_tokens"),
     "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
                     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep",
-                    "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel"),
+                    "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel", "fsdp", "fsdp_shard",
+                    "fsdp_reshard_after_forward", "recompute_layers"),
     "hardware": ("chip", "count", "system"),
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
@@ -36,7 +37,9 @@ ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
     "model": ("name",),
 }
 OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")
-PAR_INTS = ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages", "ep")
+PAR_INTS = ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages", "ep", "fsdp_shard", "recompute_layers")
+# Optional in the message: unset means the model's default.
+PAR_BOOLS = ("distributed_optimizer", "sequence_parallel", "fsdp", "fsdp_reshard_after_forward")
 PAR_TEXTS = ("recompute", "grad_reduce_dtype", "pipeline_schedule")
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
@@ -224,7 +227,7 @@ def _parallelism_msg(par: dict[str, Any]) -> scheduler_pb2.ParallelismSpec:
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
             raise InvalidArgument(f"spec.parallelism.{k}", f"must be a fraction in [0, 1], got {show(v)}")
         setattr(msg, k, float(v))
-    for k in ("distributed_optimizer", "sequence_parallel"):
+    for k in PAR_BOOLS:
         if k in par:
             v = par[k]
             if not isinstance(v, bool):
@@ -255,7 +258,7 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
     for k in PAR_TEXTS:
         if getattr(p, k):
             par[k] = getattr(p, k)
-    for k in ("distributed_optimizer", "sequence_parallel"):
+    for k in PAR_BOOLS:
         if p.HasField(k):
             par[k] = bool(getattr(p, k))
     if par:

@@ -69,14 +69,34 @@ def offset_s(plan: StepPlan, name: str, sample: int, compute_s: float) -> float:
     """Virtual seconds after the step's start at which sample ``sample`` of demand ``name`` starts.
 
     Param: at the start. Grad: the last microbatch's backward. Inline: sample ``k`` of ``n`` at
-    ``(k + 1/2) / n`` of the pipelined window (one sample: mid-window, as before)."""
+    ``(k + 1/2) / n`` of the pipelined window (one sample: mid-window, as before). FSDP's per-unit calls: the
+    forward gather halfway through the first microbatch's forward, the backward ones at
+    :data:`LAYER_BWD_AT` of the last microbatch's backward."""
     d = next(d for d in plan.collectives if d.name == name)
     if d.window == "param":
         return 0.0
     pipe = compute_s * plan.pipelined_fraction
+    last_bwd = plan.bwd_fraction * pipe / plan.microbatches
     if d.window == "grad":
-        return max(0.0, pipe - plan.bwd_fraction * pipe / plan.microbatches)
+        return max(0.0, pipe - last_bwd)
+    if d.window == "layer_fwd":
+        return plan.fwd_fraction * pipe / plan.microbatches / 2
+    if d.window == "layer_bwd":
+        return max(0.0, pipe - last_bwd) + last_bwd * LAYER_BWD_AT[_layer_bwd_index(plan, name)]
     return pipe * (sample + 0.5) / samples(d)
+
+
+# Where in the last microbatch's backward the per-unit FSDP collectives are timed, one position per demand in plan
+# order (backward gather, gradient reduce-scatter, HSDP all-reduce): apart from each other and from mid-window,
+# where the inline collectives are timed. Each call stands for calls that run one after another behind the
+# layers' compute, and the step composes their times as such (model/step.py, _layer_exposed_s): timed at the same
+# moment they would share links as they never do.
+LAYER_BWD_AT = (0.62, 0.78, 0.94)
+
+
+def _layer_bwd_index(plan: StepPlan, name: str) -> int:
+    names = [d.name for d in plan.collectives if d.window == "layer_bwd"]
+    return min(names.index(name), len(LAYER_BWD_AT) - 1)
 
 
 # Wall seconds behind its virtual start a step's calls may go out and still be placed at their own times: below
@@ -128,5 +148,5 @@ def demand_s(plan: StepPlan, per_call: dict[str, float]) -> dict[str, float]:
     return {d.name: per_call.get(d.name, 0.0) * d.count for d in plan.collectives}
 
 
-__all__ = ["INLINE_SAMPLES", "LATE_CALLS_WALL_S", "demand_s", "expand", "late_shift_s", "log_samples", "offset_s",
-           "per_call_s", "repeats", "samples"]
+__all__ = ["INLINE_SAMPLES", "LATE_CALLS_WALL_S", "LAYER_BWD_AT", "demand_s", "expand", "late_shift_s", "log_samples",
+           "offset_s", "per_call_s", "repeats", "samples"]

@@ -17,7 +17,7 @@ class BatchSpec(_message.Message):
     def __init__(self, global_batch: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ...) -> None: ...
 
 class ParallelismSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel")
+    __slots__ = ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor", "moe_overlap", "pipeline_schedule", "sequence_parallel", "fsdp", "fsdp_shard", "fsdp_reshard_after_forward", "recompute_layers")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,10 @@ class ParallelismSpec(_message.Message):
     MOE_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    FSDP_FIELD_NUMBER: _ClassVar[int]
+    FSDP_SHARD_FIELD_NUMBER: _ClassVar[int]
+    FSDP_RESHARD_AFTER_FORWARD_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_LAYERS_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -52,7 +56,11 @@ class ParallelismSpec(_message.Message):
     moe_overlap: float
     pipeline_schedule: str
     sequence_parallel: bool
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ..., ep: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., moe_overlap: _Optional[float] = ..., pipeline_schedule: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
+    fsdp: bool
+    fsdp_shard: int
+    fsdp_reshard_after_forward: bool
+    recompute_layers: int
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., microbatch_size: _Optional[int] = ..., recompute: _Optional[str] = ..., virtual_stages: _Optional[int] = ..., tp_comm_overlap: _Optional[float] = ..., cp_comm_overlap: _Optional[float] = ..., pp_comm_overlap: _Optional[float] = ..., distributed_optimizer: _Optional[bool] = ..., grad_reduce_dtype: _Optional[str] = ..., ep: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., moe_overlap: _Optional[float] = ..., pipeline_schedule: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ..., fsdp: _Optional[bool] = ..., fsdp_shard: _Optional[int] = ..., fsdp_reshard_after_forward: _Optional[bool] = ..., recompute_layers: _Optional[int] = ...) -> None: ...
 
 class HardwareSpec(_message.Message):
     __slots__ = ("chip", "count", "system")
