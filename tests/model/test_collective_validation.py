@@ -94,12 +94,9 @@ ROWS = [
         "guide issue 7: 'autodetect number of GPUs on current host (4 for GB200)'), 8G: 679.61 GB/s",
         "all_reduce", 8 * GiB, "gb200", 4, 679.61, {"algo": "ring"}),
     Row("gb200-72-nvls", "single-node", "coreweave/nccl-tests PR 43 (GB200 NVL72 Slurm example), one full NVL72 "
-        "rack, 72 ranks: 8589934592 B all-reduce 20299 us, out-of-place busbw 834.57 GB/s (4 GiB: 839.16)",
-        "all_reduce", 8 * GiB, "gb200", 72, 834.57,
-        miss="NVLS on one NVL72 rack: the model's switch reduction moves (1 + 1/n) S per GPU link, so its busbw "
-        "rises 25% from 8 to 72 GPUs (839 GB/s on 8x B200, 1048 on 72 GB200); the rack measures 835, the level "
-        "of 8x B200 (NVIDIA/nccl issue 1807: '830+'). No published account of what holds NVLS on NVL72 there "
-        "(the switch trays' reduction rate, channels, MNNVL) was found, so nothing in the model is changed for it"),
+        "rack, 72 ranks: 8589934592 B all-reduce 20299 us, out-of-place busbw 834.57 GB/s (4 GiB: 839.16); NCCL's "
+        "chunk ladder over 16 channels x 72 heads keeps NVLS on 64 KiB chunks at 8 GiB (catalog "
+        "efficiency.comm.nvls.pipeline)", "all_reduce", 8 * GiB, "gb200", 72, 834.57),
     Row("mi300x-16-8nic", "multi-node", "hisohara/ai-scripts rccl-smoketest README, AAC10 (RCCL 2.22.3, "
         "rccl-tests develop:448c4c7): 2 x 8 MI300X, eight mlx5 RoCE NICs per node (NIC speed not stated; the "
         "catalog's 400 Gb/s per GPU): 8589934592 B 45224 us, busbw 356.14 GB/s (16 GiB: 357.46)",
