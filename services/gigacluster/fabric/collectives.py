@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -146,7 +147,7 @@ def linear_costs(name: str, op: str, ranks: np.ndarray,
     edges = [0.0, *algo.size_breaks(op, ranks, topo), float("inf")]
     sys_s = system_step_s(topo)
     out = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         if not edges[1:-1]:
             sizes = (0.0, 1.0)  # one byte: bytes_per_hop is the per-byte load
         else:  # two sizes inside the range, where the plan's shape holds

@@ -98,7 +98,8 @@ def nvls_pipeline() -> NvlsPipeline:
                             tuple((float(m), float(b)) for m, b in c.get("chunk_steps", ())), int(c["depth"]),
                             float(c["slice_s"]), float(c["latency_s"]), float(c.get("call_s", 0.0)))
     except (KeyError, TypeError, ValueError) as e:
-        raise SpecError("efficiency.comm.nvls.pipeline", f"needs channels, chunk_bytes, depth, slice_s, latency_s: {e}")
+        raise SpecError("efficiency.comm.nvls.pipeline",
+                        f"needs channels, chunk_bytes, depth, slice_s, latency_s: {e}") from e
     if pipe.channels < 1 or pipe.depth < 1 or pipe.chunk_bytes <= 0:
         raise SpecError("efficiency.comm.nvls.pipeline", "channels and depth must be >= 1, chunk_bytes > 0")
     if any(m <= 0 or b <= 0 for m, b in pipe.chunk_steps):
