@@ -22,7 +22,11 @@ from gigacluster.model.nvls import (
     double_binary_tree,
     nvls_link_bytes,
     nvls_min_local_ranks,
+    nvls_pipeline,
     nvls_runs,
+    nvls_size_breaks,
+    nvls_stage_bytes,
+    nvls_sync_s,
     nvls_tree_call_latency_s,
     nvls_tree_cap_s,
     nvls_tree_levels,
@@ -41,7 +45,9 @@ class Phase:
     ``bytes_per_hop * weight[i]`` in the time the phase takes, for algorithms whose pipelined hops
     move different amounts (NVLSTree: the NVLS pairs inside a node and the NICs between nodes).
     ``step_s`` is the phase's own least cost per step (0: none), for an algorithm whose library prices its
-    steps above the protocol's figure (NVLSTree: NCCL's NVLS and network hwLat).
+    steps above the protocol's figure (NVLS, NVLSTree: NCCL's NVLS and network hwLat). ``call_s`` (first phase
+    only) replaces the protocol's per-call cost for an algorithm whose library prices its call itself (NVLS:
+    NCCL's baseLat 0); None keeps the protocol's.
     """
 
     src: np.ndarray
@@ -53,12 +59,15 @@ class Phase:
     proto: str = DEFAULT_PROTOCOL
     weight: np.ndarray | None = None
     step_s: float = 0.0
+    call_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.src.shape != self.dst.shape:
             raise ValueError("src and dst must have the same shape")
         if self.bytes_per_hop < 0 or self.steps < 0 or not 0 <= self.step_s < 1e-3:
             raise ValueError("bytes_per_hop and steps must be >= 0, step_s in [0, 1 ms)")
+        if self.call_s is not None and not 0 <= self.call_s < 1e-3:
+            raise ValueError("call_s must be None or in [0, 1 ms)")
         if self.flow_of is not None and self.flow_of.shape != self.src.shape:
             raise ValueError("flow_of must give one flow per sub-flow")
         if self.weight is not None:
@@ -122,6 +131,11 @@ class Algorithm:
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         raise NotImplementedError
+
+    def size_breaks(self, op: str, ranks: np.ndarray, topo: Topology) -> tuple[float, ...]:
+        """Message sizes at which the plan's shape changes (ascending); between two its contention-free
+        cost is affine in the bytes. None for most algorithms (NVLS: NCCL's chunk ladder)."""
+        return ()
 
 
 class Ring(Algorithm):
@@ -511,10 +525,25 @@ class NVLS(Algorithm):
         return (super().supports(op, ranks, topo) and nvls_runs(topo.config.chip, topo.scaleup, ranks.size)
                 and np.unique(topo.chip_domain[ranks]).size == 1)
 
+    def size_breaks(self, op: str, ranks: np.ndarray, topo: Topology) -> tuple[float, ...]:
+        return nvls_size_breaks(ranks.size)
+
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         n = ranks.size
-        per_gpu = nvls_link_bytes(bytes_, n, topo.config.chip)
-        return [dataclasses.replace(_pairs(ranks, per_gpu / (n - 1)), steps=2)]  # load-reduce, then multicast
+        pipe = nvls_pipeline()
+        # the pipeline's chunks (at least one loop, plus its fill) at the links' rate ...
+        per_gpu = nvls_link_bytes(nvls_stage_bytes(bytes_, n), n, topo.config.chip)
+        pairs = _pairs(ranks, per_gpu / (n - 1))
+        # ... and each chunk's synchronisation, booked as the bytes the pair flows would move meanwhile
+        r = route(topo, pairs.src, pairs.dst, np.arange(pairs.n_subflows))
+        extra = 0.0
+        if r.ok.all() and r.e_link.size:
+            used, inv = np.unique(r.e_link, return_inverse=True)
+            load = np.bincount(inv, weights=r.e_coef, minlength=used.size)
+            extra = nvls_sync_s(bytes_, n) * float((topo.link_capacity_Bps[used] / load).min())
+        # load-reduce, then multicast: NCCL's NVLS latency over the two steps, its own per-call cost
+        return [dataclasses.replace(pairs, bytes_per_hop=pairs.bytes_per_hop + extra, steps=2,
+                                    step_s=pipe.latency_s / 2, call_s=pipe.call_s)]
 
 
 class NVLSTree(Algorithm):

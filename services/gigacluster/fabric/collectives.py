@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -135,23 +136,44 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     return best
 
 
-def linear_costs(name: str, op: str, ranks: np.ndarray, topo: Topology) -> list[tuple[float, float]]:
-    """(seconds at zero bytes, seconds per byte) of algorithm ``name`` under each protocol the chip runs, on
-    the intact fabric: a plan's contention-free cost is linear in the bytes (its phases, steps and rates
-    do not depend on them), so two numbers per protocol give its estimate at every size. Protocols
+def linear_costs(name: str, op: str, ranks: np.ndarray,
+                 topo: Topology) -> list[tuple[float, float, float, float]]:
+    """(seconds at zero bytes, seconds per byte, from bytes, below bytes) of algorithm ``name`` under each
+    protocol the chip runs, on the intact fabric: between two of the algorithm's size breaks
+    (:meth:`Algorithm.size_breaks`) a plan's contention-free cost is affine in the bytes (its phases, steps and
+    rates do not change), so two numbers per protocol and size range give its estimate at every size. Protocols
     with no live path are left out."""
-    base = ALGORITHMS[name].phases(op, ranks, 1.0, topo)  # one byte: bytes_per_hop is the per-byte load
-    terms = [phase_terms(p, topo) for p in base]
-    if any(rate == 0.0 for rate, _ in terms):
-        return []
-    out = []
+    algo = ALGORITHMS[name]
+    edges = [0.0, *algo.size_breaks(op, ranks, topo), float("inf")]
     sys_s = system_step_s(topo)
-    for proto in ALGORITHMS[name].protocols or protocols_for(topo.config.chip):
-        phases = with_protocol(base, proto)
-        alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0), system_s=sys_s)
-                    for i, (p, t) in enumerate(zip(phases, terms, strict=True)))
-        beta = sum(p.bytes_per_hop / t[0] for p, t in zip(phases, terms, strict=True) if p.n_subflows)
-        out.append((alpha, beta))
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        if not edges[1:-1]:
+            sizes = (0.0, 1.0)  # one byte: bytes_per_hop is the per-byte load
+        else:  # two sizes inside the range, where the plan's shape holds
+            sizes = (lo + (hi - lo) / 4, lo + (hi - lo) / 2) if np.isfinite(hi) else (lo, 2 * lo)
+        bases = [algo.phases(op, ranks, max(x, 1.0), topo) for x in sizes]
+        terms = [phase_terms(p, topo) for p in bases[0]]
+        if any(rate == 0.0 for rate, _ in terms):
+            return []
+        for proto in algo.protocols or protocols_for(topo.config.chip):
+            costs = []
+            for x, base in zip(sizes, bases, strict=True):
+                phases = with_protocol(base, proto)
+                cost = sum(_phase_cost(p, t, first=(i == 0), system_s=sys_s)
+                           for i, (p, t) in enumerate(zip(phases, terms, strict=True)))
+                costs.append((max(x, 1.0), cost))
+            if not edges[1:-1]:
+                # the one-byte plan: its bytes are the per-byte load, its latency the zero-byte cost
+                alpha = sum(_phase_cost(dataclasses.replace(p, bytes_per_hop=0.0), t, first=(i == 0), system_s=sys_s)
+                            for i, (p, t) in enumerate(zip(with_protocol(bases[1], proto), terms, strict=True)))
+                beta = sum(p.bytes_per_hop / t[0] for p, t in zip(with_protocol(bases[1], proto), terms, strict=True)
+                           if p.n_subflows)
+            else:
+                (x1, c1), (x2, c2) = costs
+                beta = (c2 - c1) / (x2 - x1)
+                alpha = c1 - beta * x1
+            out.append((alpha, beta, lo, hi))
     return out
 
 
@@ -191,7 +213,7 @@ def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system
     ``system_s`` is the system's own per-hop step latency (:func:`system_step_s`)."""
     rate, path_s = terms
     base_s, step_s = collective_constants(phase.proto)
-    lat = base_s if first else 0.0
+    lat = (base_s if phase.call_s is None else phase.call_s) if first else 0.0
     if phase.n_subflows == 0:
         return lat
     if rate == 0.0:

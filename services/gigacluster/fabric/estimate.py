@@ -73,13 +73,14 @@ def _topology_for(chip: str, count: int, system: str | None, **topo_kw: Any) -> 
 
 
 @functools.cache
-def _cost_lines(op: str, chip: str, count: int, system: str | None) -> tuple[tuple[str, float, float], ...]:
+def _cost_lines(op: str, chip: str, count: int,
+                system: str | None) -> tuple[tuple[str, float, float, float, float], ...]:
     topo, _ = _topology_for(chip, count, system)
     ranks = np.arange(count)
     lines = []
     for name in LibraryPolicy.names:
         if ALGORITHMS[name].supports(op, ranks, topo):
-            lines += [(name, a, b) for a, b in linear_costs(name, op, ranks, topo)]
+            lines += [(name, *line) for line in linear_costs(name, op, ranks, topo)]
     return tuple(lines)
 
 
@@ -92,8 +93,8 @@ def collective_estimate_s(op: str, bytes_: float, chip: str, count: int, system:
     if count <= 1 or bytes_ <= 0:
         return 0.0
     policy = LibraryPolicy()
-    costs = [a + b * bytes_ for name, a, b in _cost_lines(op, chip, count, system)
-             if policy.considers(name, op, bytes_)]
+    costs = [a + b * bytes_ for name, a, b, lo, hi in _cost_lines(op, chip, count, system)
+             if lo <= bytes_ < hi and policy.considers(name, op, bytes_)]
     if not costs:
         raise SpecError("ranks", f"no algorithm runs {op} over {count} {chip}")
     return min(costs)

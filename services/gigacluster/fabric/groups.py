@@ -63,6 +63,7 @@ class Template:
     flow_idx: tuple[np.ndarray | None, ...] = ()  # a lockstep phase's own flows (rail_rings: one per ring)
     weights: tuple[np.ndarray | None, ...] = ()  # each sub-flow's share of its phase's bytes (Phase.weight)
     step_floor_s: tuple[float, ...] = ()  # each phase's own least cost per step (Phase.step_s)
+    call_s: tuple[float | None, ...] = ()  # each phase's own per-call cost (Phase.call_s; None: the protocol's)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -199,6 +200,7 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         tuple(float(p.bytes_per_hop) for p in phases), tuple(int(p.steps) for p in phases),
         tuple(bool(p.lockstep) for p in phases), est, tuple(p.proto for p in phases),
         tuple(p.flow_of for p in phases), tuple(p.weight for p in phases), tuple(p.step_s for p in phases),
+        tuple(p.call_s for p in phases),
     )
 
 
@@ -210,8 +212,10 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
     flows = tpl.flow_idx or (None,) * len(tpl.steps)
     weights = tpl.weights or (None,) * len(tpl.steps)
     floors = tpl.step_floor_s or (0.0,) * len(tpl.steps)
-    for si, di, b, st, ls, pr, fi, wt, fl in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps,
-                                                 tpl.lockstep, protos, flows, weights, floors, strict=True):
+    calls = tpl.call_s or (None,) * len(tpl.steps)
+    for si, di, b, st, ls, pr, fi, wt, fl, cs in zip(tpl.src_idx, tpl.dst_idx, tpl.bytes_per_hop, tpl.steps,
+                                                     tpl.lockstep, protos, flows, weights, floors, calls,
+                                                     strict=True):
         k = si.size
         flow_of = None
         if ls and fi is not None:  # copy j's own flows follow copy j-1's
@@ -220,7 +224,7 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
         elif ls and g > 1:
             flow_of = np.repeat(np.arange(g, dtype=np.int64), k)
         phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr,
-                            None if wt is None else np.tile(wt, g), fl))
+                            None if wt is None else np.tile(wt, g), fl, cs))
     return GroupsPlan(op, tpl.algorithm, rows, ranks, bytes_, tuple(phases), tpl.est_s)
 
 

@@ -604,7 +604,8 @@ class FlowSim:
         sys_s = system_step_s(self.topo) if g.overhead else 0.0
         lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s,
                                         max(sys_s, ph.step_s) if g.overhead else 0.0)
-        g.phase_lat_s = lat + (base_s if g.phase_idx == 0 else 0.0)
+        call_s = base_s if ph.call_s is None or not g.overhead else ph.call_s
+        g.phase_lat_s = lat + (call_s if g.phase_idx == 0 else 0.0)
         if k == 0 or ph.bytes_per_hop <= 0:
             self._set_timer(g, t + g.phase_lat_s)
             return []

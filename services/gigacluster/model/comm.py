@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 
 from gigacluster.hw.catalog import Chip, _raw, get_system
 from gigacluster.model import SpecError
-from gigacluster.model.nvls import nvls_link_bytes, nvls_runs, nvls_tree_runs, nvls_tree_time_s
+from gigacluster.model.nvls import nvls_runs, nvls_time_s, nvls_tree_runs, nvls_tree_time_s
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
 """The collective operations, the one table every model and wire mapping is built from."""
@@ -179,8 +179,8 @@ class AlphaBetaCommModel:
         if d == 1:
             t_ring = ring_steps(op, n) * p.scaleup_alpha_s + bus_factor(op, n) * bytes_ / b_up
             if op == "all_reduce" and self.nvls and nvls_runs(chip.name, sysd.scaleup, n):
-                # NVLS: the switch reduces, (1 + 1/n) S per GPU link; a load-reduce and a multicast step
-                return min(t_ring, 2 * p.scaleup_alpha_s + nvls_link_bytes(bytes_, n, chip.name) / b_up)
+                # NVLS: the switch reduces, (1 + 1/n) S per GPU link, in NCCL's chunks (model.nvls)
+                return min(t_ring, nvls_time_s(bytes_, n, chip.name, b_up))
             return t_ring
         # Hierarchical: the inner reduce-scatter/all-gather on scale-up, then the cross-domain
         # ring on 1/r of the data per rank over the domain's r NICs.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,6 +71,102 @@ def nvls_link_bytes(bytes_: float, n: int, chip: str) -> float:
     ``bytes_`` over ``n`` GPUs of one switch: ``(1 + 1/n) S`` (load-reduce S in, S/n out; store S/n, multicast S
     back) over the switch path's efficiency."""
     return (1.0 + 1.0 / n) * bytes_ / nvls_efficiency(chip)
+
+
+class NvlsPipeline(NamedTuple):
+    """How NCCL's NVLS all-reduce moves a message inside one switch (catalog ``efficiency.comm.nvls.pipeline``):
+    ``channels`` CTAs each take chunks of the size NCCL's chunk ladder gives the message (``chunk_bytes`` cut to
+    ``size`` below ``mult`` x channels x heads x the current chunk, for each ``(mult, size)`` of ``chunk_steps``),
+    every chunk of a channel costs its transfer plus ``slice_s`` of synchronisation, the first one crosses a
+    pipeline ``depth`` chunks deep, and a call costs ``call_s`` plus ``latency_s`` (NCCL's baseLat and hwLat)."""
+
+    channels: int
+    chunk_bytes: float
+    chunk_steps: tuple[tuple[float, float], ...]
+    depth: int
+    slice_s: float
+    latency_s: float
+    call_s: float
+
+
+@functools.cache
+def nvls_pipeline() -> NvlsPipeline:
+    """The catalog's NVLS pipeline (``efficiency.comm.nvls.pipeline``), checked; SpecError naming a bad field."""
+    c = _section("nvls").get("pipeline") or {}
+    try:
+        pipe = NvlsPipeline(int(c["channels"]), float(c["chunk_bytes"]),
+                            tuple((float(m), float(b)) for m, b in c.get("chunk_steps", ())), int(c["depth"]),
+                            float(c["slice_s"]), float(c["latency_s"]), float(c.get("call_s", 0.0)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError("efficiency.comm.nvls.pipeline",
+                        f"needs channels, chunk_bytes, depth, slice_s, latency_s: {e}") from e
+    if pipe.channels < 1 or pipe.depth < 1 or pipe.chunk_bytes <= 0:
+        raise SpecError("efficiency.comm.nvls.pipeline", "channels and depth must be >= 1, chunk_bytes > 0")
+    if any(m <= 0 or b <= 0 for m, b in pipe.chunk_steps):
+        raise SpecError("efficiency.comm.nvls.pipeline.chunk_steps", "each (mult, size) must be > 0")
+    for field in ("slice_s", "latency_s", "call_s"):
+        if not 0 <= getattr(pipe, field) < 1e-3:
+            raise SpecError(f"efficiency.comm.nvls.pipeline.{field}", "must be in [0, 1 ms)")
+    return pipe
+
+
+def nvls_chunk_bytes(bytes_: float, n: int) -> float:
+    """NCCL's NVLS chunk for an all-reduce of ``bytes_`` over ``n`` GPUs (one head each): the ladder of
+    ``calcCollChunking`` (src/enqueue.cc), which halves the chunk as the message falls below multiples of
+    channels x heads x chunk."""
+    pipe = nvls_pipeline()
+    ops = pipe.channels * n
+    c = pipe.chunk_bytes
+    for mult, size in pipe.chunk_steps:
+        if bytes_ < mult * ops * c and c > size:
+            c = size
+    return c
+
+
+def nvls_size_breaks(n: int) -> tuple[float, ...]:
+    """Message sizes (ascending) at which an NVLS all-reduce over ``n`` GPUs changes its chunk (the ladder's
+    thresholds) or starts to fill a whole loop of channels x heads chunks: between two, its time is affine in
+    the bytes."""
+    pipe = nvls_pipeline()
+    ops = pipe.channels * n
+    c, out = pipe.chunk_bytes, []
+    for mult, size in pipe.chunk_steps:
+        if c > size:
+            out.append(mult * ops * c)
+            c = size
+    out.append(ops * c)
+    return tuple(sorted(set(out)))
+
+
+def nvls_chunks(bytes_: float, n: int) -> tuple[float, float]:
+    """(chunk bytes, chunks each channel runs) of an NVLS all-reduce: at least one chunk per head (a message
+    smaller than one loop of channels x heads chunks still pays a whole loop's chunks)."""
+    s = nvls_chunk_bytes(bytes_, n)
+    return s, max(bytes_ / (nvls_pipeline().channels * s), float(n))
+
+
+def nvls_stage_bytes(bytes_: float, n: int) -> float:
+    """Payload whose link time the NVLS pipeline spends: its chunks plus the ``depth - 1`` chunks of every
+    channel's pipeline fill (so a message below one loop costs a loop)."""
+    pipe = nvls_pipeline()
+    s, count = nvls_chunks(bytes_, n)
+    return (count + pipe.depth - 1) * s * pipe.channels
+
+
+def nvls_sync_s(bytes_: float, n: int) -> float:
+    """Seconds of per-chunk synchronisation on one channel's path: ``slice_s`` for each of its chunks and fill."""
+    pipe = nvls_pipeline()
+    _, count = nvls_chunks(bytes_, n)
+    return (count + pipe.depth - 1) * pipe.slice_s
+
+
+def nvls_time_s(bytes_: float, n: int, chip: str, link_Bps: float) -> float:
+    """Seconds of an NVLS all-reduce of ``bytes_`` over ``n`` GPUs of one switch in closed form (the alpha-beta
+    model's; the flow model's ``nvls`` books the same terms): NCCL's call and NVLS latency, the pipeline's
+    link time at ``link_Bps`` per GPU link each way, and its per-chunk synchronisation."""
+    pipe = nvls_pipeline()
+    return (pipe.call_s + pipe.latency_s + nvls_link_bytes(nvls_stage_bytes(bytes_, n), n, chip) / link_Bps
+            + nvls_sync_s(bytes_, n))
 
 
 @functools.cache
@@ -154,7 +251,9 @@ def nvls_tree_time_s(chip: str, n_domains: int, local_ranks: int, bytes_: float,
 
 
 __all__ = [
-    "double_binary_tree", "nvls_chips", "nvls_efficiency", "nvls_link_bytes", "nvls_min_local_ranks", "nvls_runs",
+    "NvlsPipeline", "double_binary_tree", "nvls_chips", "nvls_chunk_bytes", "nvls_chunks", "nvls_efficiency",
+    "nvls_link_bytes", "nvls_min_local_ranks", "nvls_pipeline", "nvls_runs", "nvls_size_breaks", "nvls_stage_bytes",
+    "nvls_sync_s", "nvls_time_s",
     "nvls_tree_call_latency_s", "nvls_tree_cap_s", "nvls_tree_head_busbw_Bps", "nvls_tree_latency_s",
     "nvls_tree_levels", "nvls_tree_nic_load", "nvls_tree_runs", "nvls_tree_time_s",
 ]
