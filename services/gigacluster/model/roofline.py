@@ -137,7 +137,8 @@ class EfficiencyParams:
         if not 0 <= self.paged_decode_call_s < 1e-3:
             raise SpecError("efficiency.paged_decode_call_s", f"must be in [0, 1 ms), got {self.paged_decode_call_s!r}")
         if not 0 <= self.paged_decode_floor_s < 1e-3:
-            raise SpecError("efficiency.paged_decode_floor_s", f"must be in [0, 1 ms), got {self.paged_decode_floor_s!r}")
+            raise SpecError("efficiency.paged_decode_floor_s",
+                            f"must be in [0, 1 ms), got {self.paged_decode_floor_s!r}")
         if not 0 <= self.fp8_skinny_call_s < 1e-3:
             raise SpecError("efficiency.fp8_skinny_call_s", f"must be in [0, 1 ms), got {self.fp8_skinny_call_s!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
