@@ -142,9 +142,10 @@ def test_fp8_decode_gemm_on_mi300x_pays_hipblaslt_call_time() -> None:
 
 
 def test_paged_decode_on_a100_takes_at_least_the_measured_floor() -> None:
-    """A decode attention call on the A100 takes at least 27.4 us however few its KV bytes (vLLM PR 2744: FlashAttention's
-    paged decode, 64/8 heads, context 1,024, 27.7 and 27.4 us at 1 and 4 sequences); a call whose bytes need longer keeps
-    the roofline, and a prefill attention (queries filling a tile) is unchanged. The H100 keeps its measured line."""
+    """A decode attention call on the A100 takes at least 27.4 us however few its KV bytes (vLLM PR 2744:
+    FlashAttention's paged decode, 64/8 heads, context 1,024, 27.7 and 27.4 us at 1 and 4 sequences); a call whose
+    bytes need longer keeps the roofline, and a prefill attention (queries filling a tile) is unchanged. The H100 keeps
+    its measured line."""
     a100 = get_chip("a100-80gb")
     p = EfficiencyParams.for_chip(a100)
     assert p.paged_decode_floor_s == pytest.approx(2.74e-5)
