@@ -1,8 +1,9 @@
-"""Published vLLM serving runs on one H100 SXM or A100 80GB, replayable request by request (issue 15 item 5).
+"""Published vLLM serving runs on H100 SXM and A100 80GB, replayable request by request (issue 15 item 5).
 
 Source: github.com/LambdaLabsML/vllm-benchmark, ``results/prompt_{N}/1xH100-80GB-SXM/
 Meta-Llama-3-8B-Instruct_tp1_len2048.json`` for N = 10, 40, 160, 320, and ``results/prompt_160/
-1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2000.json`` (2024-09-07, the ``vllm/vllm-openai`` v0.6
+1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2000.json``, and with tensor parallelism Llama 3 70B on four
+H100s or four A100s and Mixtral 8x7B on two H100s (below) (2024-09-07, the ``vllm/vllm-openai`` v0.6
 image, ``--max-model-len`` 2,048 or 2,000, so the v0 engine with prefill-first scheduling and a prefill
 budget of that many tokens; multi-step scheduling with 10 steps, as the files' chunks of 10 tokens
 between inter-token gaps show; the asynchronous output processor, on by default in v0.6, so each step's
@@ -35,6 +36,8 @@ class LambdaRun:
     published_ms: dict[str, float]
     chip: str = "h100-sxm"
     budget: int = 2048  # --max-model-len, which v0 takes as max_num_batched_tokens
+    model: str = "llama3-8b"
+    tp: int = 1  # --tensor-parallel-size: the run's GPU count
 
 
 def _published(ttft: tuple[float, float], tpot: tuple[float, float], e2e: tuple[float, float]) -> dict[str, float]:
@@ -101,6 +104,131 @@ RUNS: dict[int | str, LambdaRun] = {
 }
 
 
+# Llama 3 70B Instruct (BF16) with tensor parallelism, the same 2024-09-07 campaign and prompts (issue 15 item 5,
+# this round): ``results/prompt_{N}/4xH100-80GB-SXM/Meta-Llama-3-70B-Instruct_tp4_len2048.json`` and
+# ``results/prompt_{N}/4xA100-80GB-SXM/Meta-Llama-3-70B-Instruct_tp4_len2000.json``, N = 10, 40, 160 and 320 on the
+# H100s and 10 and 160 on the A100s (each file's total output tokens match the lists below). The model
+# stops earlier than the 8B on many prompts (ShareGPT's completion length is only the cap), and on 37 of the 160
+# it streamed no text at all (output length 0: its first token was the end of sequence).
+_OUT_320_70B = (
+    120, 604, 233, 194, 101, 741, 0, 0, 6, 35, 392, 30, 396, 45, 291, 9, 173, 277, 334, 0, 587, 372, 14, 90, 0, 0,
+    450, 118, 219, 4, 5, 146, 21, 11, 0, 192, 230, 130, 0, 223, 188, 0, 0, 276, 202, 492, 239, 120, 0, 31, 17, 204,
+    11, 207, 78, 311, 9, 0, 0, 6, 559, 5, 316, 0, 417, 207, 151, 42, 25, 0, 159, 0, 25, 133, 0, 12, 768, 67, 628, 0,
+    48, 296, 501, 0, 125, 0, 0, 227, 350, 0, 490, 408, 0, 29, 512, 413, 394, 0, 90, 434, 417, 17, 110, 0, 7, 0, 11, 0,
+    0, 249, 281, 392, 587, 572, 23, 256, 31, 39, 300, 355, 340, 9, 172, 294, 0, 0, 154, 768, 0, 127, 42, 26, 564, 274,
+    125, 4, 0, 159, 63, 24, 331, 431, 110, 216, 0, 99, 285, 0, 134, 40, 150, 0, 0, 0, 574, 528, 214, 0, 419, 163, 162,
+    77, 428, 170, 510, 0, 11, 384, 0, 0, 170, 356, 173, 19, 302, 0, 42, 17, 520, 8, 8, 198, 408, 434, 304, 0, 16, 475,
+    0, 54, 509, 608, 36, 425, 0, 0, 0, 363, 0, 0, 0, 0, 267, 304, 334, 31, 261, 402, 308, 0, 20, 22, 159, 203, 0, 0,
+    16, 216, 86, 0, 234, 258, 247, 0, 47, 0, 0, 221, 702, 0, 44, 142, 740, 18, 0, 292, 250, 24, 300, 178, 0, 373, 25,
+    0, 76, 322, 87, 331, 0, 0, 527, 485, 287, 394, 0, 27, 254, 313, 392, 111, 365, 0, 79, 11, 0, 22, 99, 373, 0, 0,
+    657, 283, 503, 235, 16, 1, 0, 0, 261, 373, 322, 91, 56, 365, 343, 316, 0, 444, 302, 241, 222, 4, 145, 290, 0, 15,
+    319, 0, 360, 199, 335, 297, 0, 338, 143, 80, 373, 478, 394, 0, 230, 455, 275, 0, 201, 0, 11, 308, 0, 295,
+)
+_OUT_160_70B_H100 = _patched(_OUT_320_70B[:160], {1: 676, 23: 89, 28: 226, 32: 45, 96: 389, 111: 391, 112: 611,
+                                                  116: 29, 130: 41, 132: 556, 133: 334, 137: 564, 141: 482, 148: 355,
+                                                  155: 570})
+_OUT_160_70B_A100 = _patched(_OUT_160_70B_H100, {1: 723, 47: 89, 80: 23, 96: 395, 98: 87, 111: 392, 112: 513,
+                                                 116: 31, 123: 275, 132: 406, 133: 274, 137: 160, 148: 168})
+RUNS.update({
+    "70b-h100x4-10": LambdaRun(_IN_10, (120, 661, 233, 194, 101, 741, 0, 0, 6, 35),
+                               _published((140.56, 141.44), (18.12, 33.98), (2101.49, 12961.92)),
+                               model="llama3-70b", tp=4),
+    "70b-h100x4-40": LambdaRun(_IN_40, _OUT_160_70B_A100[:40],
+                               _published((528.80, 774.17), (20.66, 103.88), (3172.03, 14190.37)),
+                               model="llama3-70b", tp=4),
+    "70b-h100x4-160": LambdaRun(_IN_160, _OUT_160_70B_H100, _published((2688.95, 4363.80), (28.18, 421.41),
+                                                                       (7024.03, 19470.91)), model="llama3-70b", tp=4),
+    "70b-h100x4-320": LambdaRun(_IN_320, _OUT_320_70B, _published((2753.86, 5936.66), (39.05, 805.26),
+                                                                  (9528.67, 22460.26)), model="llama3-70b", tp=4),
+    "70b-a100x4-10": LambdaRun(_IN_10, (120, 579, 233, 194, 101, 741, 0, 0, 6, 35),
+                               _published((356.07, 357.14), (29.55, 59.80), (3618.05, 21010.65)),
+                               chip="a100-80gb", budget=2000, model="llama3-70b", tp=4),
+    "70b-a100x4-160": LambdaRun(_IN_160, _OUT_160_70B_A100, _published((3526.72, 7207.32), (55.25, 1021.57),
+                                                                       (12080.89, 33990.30)),
+                                chip="a100-80gb", budget=2000, model="llama3-70b", tp=4),
+})
+
+# Mixtral 8x7B Instruct (BF16) on two H100 SXM, TP 2: ``results/prompt_{N}/2xH100-80GB-SXM/
+# Mixtral-8x7B-Instruct-v0.1_tp2_len2048.json``. Its tokenizer differs from Llama 3's, so the same ShareGPT prompts
+# have other lengths.
+_IN_160_MIXTRAL = (
+    14, 30, 28, 12, 375, 29, 487, 369, 5, 236, 4, 18, 494, 518, 10, 14, 277, 8, 17, 493, 776, 64, 87, 879, 776, 341,
+    455, 9, 12, 48, 12, 5, 88, 865, 386, 42, 716, 9, 323, 18, 19, 837, 725, 13, 10, 312, 13, 153, 569, 921, 431, 7,
+    391, 9, 53, 300, 958, 577, 99, 759, 22, 16, 18, 84, 33, 196, 11, 722, 559, 46, 391, 24, 569, 838, 123, 121, 457,
+    91, 588, 299, 12, 28, 404, 24, 445, 295, 33, 30, 253, 260, 37, 153, 122, 30, 23, 72, 414, 228, 148, 150, 252,
+    373, 589, 884, 379, 327, 379, 582, 20, 12, 71, 52, 21, 20, 58, 131, 61, 75, 19, 10, 964, 8, 287, 349, 26, 37,
+    572, 429, 25, 25, 23, 20, 45, 881, 779, 374, 59, 85, 45, 11, 22, 39, 645, 8, 9, 393, 11, 768, 5, 56, 365, 344,
+    63, 46, 55, 348, 38, 8, 7, 278,
+)
+_OUT_160_MIXTRAL = (
+    129, 496, 273, 207, 118, 928, 0, 26, 9, 48, 10, 494, 95, 493, 49, 344, 31, 301, 409, 0, 749, 306, 168, 99, 0, 0,
+    571, 132, 245, 7, 8, 169, 63, 14, 814, 231, 20, 135, 0, 215, 219, 0, 0, 314, 225, 567, 281, 102, 28, 0, 19, 233,
+    11, 224, 92, 402, 6, 0, 143, 0, 367, 5, 248, 28, 332, 173, 46, 26, 0, 183, 0, 27, 41, 0, 14, 935, 76, 792, 13,
+    0, 144, 232, 16, 153, 0, 27, 267, 392, 14, 433, 364, 65, 34, 459, 486, 601, 17, 472, 477, 520, 18, 650, 0, 10, 0,
+    0, 0, 0, 281, 340, 454, 542, 674, 24, 206, 30, 41, 326, 382, 371, 10, 190, 0, 0, 196, 838, 0, 129, 45, 30, 497,
+    408, 136, 6, 0, 862, 65, 44, 374, 594, 120, 238, 153, 102, 345, 25, 403, 46, 166, 50, 0, 20, 632, 949, 264, 0,
+    487, 178, 183, 6,
+)
+RUNS.update({
+    "mixtral-h100x2-10": LambdaRun(_IN_160_MIXTRAL[:10], _patched(_OUT_160_MIXTRAL[:10], {1: 971}),
+                                   _published((1846.13, 1847.13), (16.93, 21.09), (3930.89, 13091.92)),
+                                   model="mixtral-8x7b", tp=2),
+    "mixtral-h100x2-160": LambdaRun(_IN_160_MIXTRAL, _OUT_160_MIXTRAL,
+                                    _published((7946.83, 8659.73), (25.39, 437.88), (11299.61, 25799.65)),
+                                    model="mixtral-8x7b", tp=2),
+})
+
+# The order in which vLLM 0.6's API server handed each burst to the engine, as the files show it: the requests sorted
+# by their published first-token time (``ttfts``; a request that streamed no text, TTFT 0, placed after the request
+# before it). The server did not forward a burst in send order: the 320-prompt 70B burst's first tokens are for
+# requests 216-282, then 0-215, then 283-319. Not a prediction input: a diagnostic of what the order decides
+# (``replay_ms(n, ordered=True)``; docs/validation.md 2f).
+FORWARD_ORDER: dict[int | str, tuple[int, ...]] = {
+    "70b-h100x4-160": (
+        90, 102, 103, 0, 1, 2, 3, 110, 106, 107, 108, 104, 105, 101, 99, 113, 120, 119, 118, 117, 116, 115, 114, 109,
+        100, 122, 123, 124, 125, 121, 112, 111, 133, 134, 132, 131, 129, 127, 128, 126, 130, 143, 144, 138, 137, 5, 6,
+        7, 4, 16, 12, 11, 10, 9, 8, 22, 17, 18, 19, 15, 14, 13, 23, 24, 25, 20, 35, 33, 34, 31, 28, 27, 26, 29, 21, 39,
+        37, 38, 36, 32, 30, 49, 47, 48, 46, 45, 43, 44, 40, 41, 42, 54, 55, 53, 52, 50, 51, 60, 59, 56, 57, 58, 73, 74,
+        70, 71, 66, 65, 64, 62, 63, 75, 72, 68, 69, 67, 61, 88, 89, 87, 84, 85, 86, 81, 82, 83, 80, 78, 79, 77, 76,
+        148, 146, 147, 145, 140, 139, 142, 141, 98, 95, 96, 97, 94, 93, 91, 92, 156, 157, 150, 151, 152, 153, 149, 135,
+        136, 159, 158, 155, 154,
+    ),
+    "70b-h100x4-320": (
+        222, 223, 221, 220, 218, 219, 216, 236, 235, 233, 234, 232, 231, 230, 224, 225, 226, 242, 243, 241, 238, 237,
+        239, 240, 256, 255, 253, 254, 251, 250, 246, 228, 229, 227, 257, 252, 247, 248, 249, 263, 264, 262, 260, 261,
+        258, 244, 245, 274, 273, 271, 267, 268, 269, 265, 266, 282, 281, 280, 279, 278, 275, 276, 277, 270, 5, 6, 7, 4,
+        3, 2, 1, 0, 13, 12, 11, 10, 8, 9, 18, 19, 17, 16, 15, 14, 22, 21, 20, 31, 32, 30, 29, 26, 28, 27, 23, 24, 25,
+        40, 41, 42, 39, 36, 35, 33, 34, 51, 46, 44, 43, 37, 38, 55, 54, 53, 52, 50, 49, 56, 57, 58, 47, 48, 45, 64, 62,
+        63, 61, 60, 59, 70, 71, 68, 69, 67, 66, 65, 78, 79, 77, 76, 75, 73, 74, 72, 90, 88, 89, 87, 84, 85, 86, 81, 80,
+        101, 100, 96, 97, 98, 95, 94, 93, 91, 92, 82, 83, 109, 104, 105, 102, 103, 99, 117, 115, 114, 113, 112, 110,
+        106, 107, 108, 122, 121, 116, 134, 132, 127, 128, 126, 123, 124, 125, 120, 119, 118, 111, 135, 136, 137, 133,
+        131, 129, 130, 148, 145, 146, 147, 141, 143, 144, 140, 142, 138, 139, 163, 161, 160, 159, 158, 156, 157, 154,
+        150, 151, 152, 153, 149, 174, 175, 173, 171, 172, 170, 167, 168, 169, 164, 165, 166, 162, 155, 184, 185, 183,
+        182, 177, 176, 192, 191, 190, 189, 187, 188, 181, 178, 193, 194, 195, 196, 186, 212, 208, 209, 204, 207, 203,
+        202, 205, 206, 197, 198, 199, 200, 201, 180, 179, 289, 290, 287, 288, 285, 286, 283, 272, 217, 213, 214, 215,
+        211, 210, 301, 302, 300, 299, 296, 297, 298, 295, 291, 284, 259, 305, 307, 304, 306, 303, 293, 294, 292, 319,
+        317, 318, 316, 311, 308, 309, 314, 315, 310, 312, 313,
+    ),
+    "70b-a100x4-160": (
+        111, 109, 106, 107, 108, 122, 119, 113, 116, 115, 114, 110, 112, 104, 105, 102, 103, 127, 128, 126, 123, 124,
+        125, 117, 135, 136, 134, 129, 133, 132, 131, 130, 121, 118, 120, 137, 4, 3, 2, 1, 0, 13, 14, 12, 11, 9, 8, 10,
+        5, 6, 7, 22, 21, 20, 16, 17, 15, 23, 24, 25, 18, 19, 35, 33, 34, 32, 30, 31, 29, 28, 27, 26, 40, 41, 42, 39,
+        37, 38, 36, 54, 55, 51, 52, 53, 50, 47, 48, 45, 44, 46, 43, 56, 57, 58, 49, 67, 66, 64, 62, 63, 60, 59, 70, 71,
+        68, 69, 65, 61, 77, 76, 75, 73, 74, 72, 84, 85, 86, 82, 83, 80, 78, 79, 100, 98, 99, 95, 96, 97, 93, 90, 88,
+        89, 87, 81, 150, 151, 152, 153, 148, 146, 147, 143, 144, 145, 142, 141, 140, 138, 139, 101, 94, 91, 92, 159,
+        158, 155, 156, 157, 154, 149,
+    ),
+    "a100-160": (
+        121, 119, 114, 120, 117, 116, 115, 118, 113, 112, 111, 109, 106, 97, 95, 3, 2, 1, 0, 12, 11, 7, 8, 5, 6, 4, 22,
+        16, 20, 18, 17, 15, 14, 13, 9, 10, 27, 26, 25, 23, 19, 35, 33, 32, 28, 29, 30, 24, 21, 46, 44, 39, 41, 36, 40,
+        38, 34, 37, 31, 50, 51, 47, 48, 45, 43, 42, 58, 55, 54, 52, 53, 49, 66, 64, 61, 59, 56, 76, 75, 69, 70, 71, 67,
+        65, 63, 62, 60, 84, 85, 79, 78, 77, 72, 68, 88, 87, 80, 74, 73, 100, 99, 98, 94, 96, 92, 90, 91, 93, 89, 86,
+        83, 81, 82, 110, 107, 108, 105, 104, 102, 103, 101, 123, 139, 133, 131, 129, 127, 128, 125, 126, 122, 124, 146,
+        140, 137, 136, 135, 134, 154, 147, 151, 152, 153, 150, 148, 149, 145, 144, 143, 142, 141, 138, 132, 130, 159,
+        156, 157, 158, 155, 57,
+    ),
+}
+
 # The decode rate with the whole burst running: the files' ``itls`` of request 0 (each a chunk of 10 tokens, as
 # multi-step scheduling streams them), its 5th to 9th chunks (after the burst's prefills, before the first
 # request finishes past a few tokens), mean seconds per chunk. Read from the same five files.
@@ -113,18 +241,20 @@ STEADY_CHUNK_S: dict[int | str, float] = {
 }
 
 
-def run_requests(run: LambdaRun) -> list[Request]:
-    """The run's requests, all sent at 0 (prompt tokens drawn from a fixed seed; at least one output token)."""
+def run_requests(run: LambdaRun, order: tuple[int, ...] | None = None) -> list[Request]:
+    """The run's requests, all sent at 0 (prompt tokens drawn from a fixed seed; at least one output token), in
+    send order or, given ``order``, in that order (the same requests)."""
     rng = np.random.default_rng(0)
-    return [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
+    reqs = [Request(f"r{i}", rng.integers(256, 128000, size=p, dtype=np.int32), max(o, 1), arrival_s=0.0)
             for i, (p, o) in enumerate(zip(run.prompts, run.outputs, strict=True))]
+    return reqs if order is None else [reqs[i] for i in order]
 
 
 def run_config(run: LambdaRun) -> ReplicaConfig:
     """vLLM 0.6's engine as the run used it: v0 (no chunked prefill), the prefill budget, 10 scheduler steps and
     the asynchronous output processor (on by default in v0.6: outputs seen when the next step ends)."""
-    return ReplicaConfig(preset("llama3-8b"), run.chip, chunked_prefill=False, max_prefill_tokens=run.budget,
-                         num_scheduler_steps=10, async_output=True)
+    return ReplicaConfig(preset(run.model), run.chip, tp=run.tp, chunked_prefill=False,
+                         max_prefill_tokens=run.budget, num_scheduler_steps=10, async_output=True)
 
 
 @functools.cache
@@ -146,11 +276,13 @@ def chunk_gaps_s(n: int | str, request: int = 0) -> tuple[float, ...]:
 
 
 @functools.cache
-def replay_ms(n: int | str) -> dict[str, float]:
-    """Run ``n`` (its prompt count, or ``"a100-160"``) through the offline simulator, measured as
-    benchmark_serving measures it (ms)."""
+def replay_ms(n: int | str, *, ordered: bool = False) -> dict[str, float]:
+    """Run ``n`` (a key of :data:`RUNS`) through the offline simulator, measured as benchmark_serving measures it
+    (ms); ``ordered`` hands the burst to the API server in the order the published run's server forwarded it
+    (:data:`FORWARD_ORDER`) instead of send order."""
     run = RUNS[n]
-    done = {s.request_id: s for s in simulate(run_config(run), run_requests(run), keep_requests=True).requests}
+    reqs = run_requests(run, FORWARD_ORDER[n] if ordered else None)
+    done = {s.request_id: s for s in simulate(run_config(run), reqs, keep_requests=True).requests}
     ttft, tpot, e2e = [], [], []
     for i, out in enumerate(run.outputs):
         s = done[f"r{i}"]

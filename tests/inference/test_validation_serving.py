@@ -1,7 +1,8 @@
 """Serving latency against published vLLM runs (issue 15 item 5), low and high load.
 
-Lambda's runs on one H100 SXM (tests/inference/lambda_vllm_runs.py: 10, 40, 160 and 320 ShareGPT prompts
-sent at once to vLLM 0.6, every request's lengths listed), OCI's and AMD's MI300X batch latencies (below).
+Lambda's runs (tests/inference/lambda_vllm_runs.py: 10, 40, 160 and 320 ShareGPT prompts sent at once to vLLM 0.6,
+every request's lengths listed): Llama 3 8B on one H100 SXM or A100, Llama 3 70B on four H100s or four A100s,
+Mixtral 8x7B on two H100s; OCI's and AMD's MI300X batch latencies (below).
 Targets (the issue's): p50 within 10%, p99 within 20%. A metric the model misses is a strict xfail with
 its cause, so a fix shows as an XPASS; the documented errors are held too, so any change shows.
 """
@@ -36,7 +37,7 @@ DOCUMENTED: dict[int | str, dict[str, float]] = {
     320: {"ttft_p50": 0.00, "ttft_p99": 0.14, "tpot_p50": -0.08, "tpot_p99": -0.11, "e2e_p50": -0.04,
           "e2e_p99": -0.03},
     "a100-160": {"ttft_p50": 0.08, "ttft_p99": 0.07, "tpot_p50": -0.03, "tpot_p99": 0.35, "e2e_p50": -0.02,
-                 "e2e_p99": -0.08},
+                 "e2e_p99": -0.08},  # e2e p99 -8.0% -> -7.6% with the A100's paged-decode floor (2f)
 }
 TTFT_MISS = ("a burst waits for the API server to take every request in it, serving.api_prompt_token_s per prompt "
              "token (10.84 us, calibrated on the 320-prompt burst's earliest first token; the other bursts imply "
@@ -45,7 +46,9 @@ TPOT_MISS = ("short outputs whose TPOT holds the burst's prefills (p99): 35% lon
              "first gap (a request's first token to its 11th) is 2.82 s against 2.33: the A100's prefill steps are "
              "priced about a quarter slow (the burst's 18 prefill steps take 2.54 s against 2.06; 158 ms per 2,000 "
              "tokens against about 125), the serving GEMMs at the training-fitted sustained_fraction, which the H100 "
-             "rows bear out and the A100 row does not; its decode has the other sign, 17% fast (STEADY_CHUNK_S)")
+             "rows bear out and the A100 row does not; its decode has the other sign, 17% fast (STEADY_CHUNK_S). Part "
+             "is the order the server forwarded the burst: replayed in the published order +23% "
+             "(test_tpot_tail_follows_the_servers_forwarding_order)")
 
 
 def _bound(metric: str) -> float:
@@ -101,10 +104,11 @@ def test_decode_rate_with_the_burst_running_is_where_documented() -> None:
 # The prefill rate of the 160-prompt bursts (docs/validation.md 2d, "The A100 prefill and decode errors"): seconds from
 # the first visible first token (the end of the second prefill step, seen one step late) to the last one (the end of
 # the first decode step), min of each group of the files' ``ttfts``: H100 0.56932 to 1.45031, A100 0.90714 to 2.96321
-# (the lone late request 57 left out). The replay's error: the A100's prefill is priced a quarter slow at the
-# training-fitted sustained_fraction, which the H100 bears out.
-PREFILL_SPAN_S: dict[int | str, float] = {160: 1.45031 - 0.56932, "a100-160": 2.96321 - 0.90714}
-PREFILL_SPAN_ERR: dict[int | str, float] = {160: 0.03, "a100-160": 0.23}
+# (the lone late request 57 left out); the 70B's likewise (H100 320 prompts, A100 160). The replay's error: the A100's
+# prefill is priced 16-23% slow at the training-fitted sustained_fraction, which the H100s bear out.
+PREFILL_SPAN_S: dict[int | str, float] = {160: 1.45031 - 0.56932, "a100-160": 2.96321 - 0.90714,
+                                          "70b-h100x4-320": 5.93695 - 1.01135, "70b-a100x4-160": 7.20838 - 1.45678}
+PREFILL_SPAN_ERR: dict[int | str, float] = {160: 0.03, "a100-160": 0.23, "70b-h100x4-320": 0.03, "70b-a100x4-160": 0.16}
 
 
 def _prefill_span_s(n: int | str) -> float:
@@ -125,8 +129,9 @@ def _prefill_span_s(n: int | str) -> float:
 
 
 def test_prefill_span_of_the_160_prompt_bursts_is_where_documented() -> None:
-    """The 160-prompt bursts' prefill phase (Lambda's files, PREFILL_SPAN_S): within 3% on the H100, 23% long on the
-    A100 (2.54 s against 2.06), the cause of the A100's TPOT p99 miss."""
+    """The bursts' prefill phase (Lambda's files, PREFILL_SPAN_S): within 3% on the H100s (the 8B's 160 prompts, the
+    70B's 320 on four), 23% long on the A100 (2.54 s against 2.06) and 16% for the 70B on four A100s (6.66 s against
+    5.75): with the forwarding order, the cause of the A100s' TPOT p99 misses."""
     for n, pub in PREFILL_SPAN_S.items():
         assert _prefill_span_s(n) / pub - 1.0 == pytest.approx(PREFILL_SPAN_ERR[n], abs=0.02), n
 
@@ -183,6 +188,115 @@ def test_client_ttft_includes_the_api_servers_time(monkeypatch: pytest.MonkeyPat
             engine = simulate(cfg, [req]).to_dict()["ttft_s"]["mean"]
         assert client == pytest.approx(engine + intake, rel=1e-6), chunked
 
+
+# The campaign's tensor-parallel runs (docs/validation.md 2f; data in tests/inference/lambda_vllm_runs.py): Llama 3 70B
+# on four H100s (10, 40, 160, 320 prompts) and on four A100s (10, 160), Mixtral 8x7B on two H100s (10, 160). Our
+# error per (run, metric), held within 3 points.
+TP_DOCUMENTED: dict[str, dict[str, float]] = {
+    "70b-h100x4-10": {"ttft_p50": 0.04, "ttft_p99": 0.04, "tpot_p50": 0.00, "tpot_p99": 0.02, "e2e_p50": 0.00,
+                      "e2e_p99": 0.01},
+    "70b-h100x4-40": {"ttft_p50": -0.03, "ttft_p99": 0.05, "tpot_p50": -0.04, "tpot_p99": 0.07, "e2e_p50": -0.04,
+                      "e2e_p99": -0.01},
+    "70b-h100x4-160": {"ttft_p50": -0.40, "ttft_p99": -0.28, "tpot_p50": 0.00, "tpot_p99": 0.37, "e2e_p50": -0.20,
+                       "e2e_p99": -0.09},
+    "70b-h100x4-320": {"ttft_p50": 0.06, "ttft_p99": 0.02, "tpot_p50": -0.05, "tpot_p99": 0.32, "e2e_p50": -0.02,
+                       "e2e_p99": -0.03},
+    "70b-a100x4-10": {"ttft_p50": -0.03, "ttft_p99": -0.04, "tpot_p50": -0.03, "tpot_p99": -0.08, "e2e_p50": -0.05,
+                      "e2e_p99": -0.02},
+    "70b-a100x4-160": {"ttft_p50": 0.06, "ttft_p99": 0.08, "tpot_p50": -0.09, "tpot_p99": 0.44, "e2e_p50": -0.05,
+                       "e2e_p99": -0.11},
+    "mixtral-h100x2-10": {"ttft_p50": -0.95, "ttft_p99": -0.95, "tpot_p50": 0.02, "tpot_p99": 0.08, "e2e_p50": -0.44,
+                          "e2e_p99": -0.15},
+    "mixtral-h100x2-160": {"ttft_p50": -0.88, "ttft_p99": -0.82, "tpot_p50": -0.02, "tpot_p99": -0.58,
+                           "e2e_p50": -0.61, "e2e_p99": -0.25},
+}
+LATE_START_MISS = ("the published burst's first visible first tokens came at 1.54 s, 0.53 s later than in the "
+                   "320-prompt burst of the same server (1.01 s, twice the prompts), then 0.47 s passed before the "
+                   "next prefill group, where later groups are 0.12-0.16 s apart; all four 160-prompt bursts start "
+                   "late (the model's earliest first token -17% and -27% for the 8B on H100 and A100, -57% here, "
+                   "-22% for the 70B A100) while the 10-, 40- and 320-prompt ones fit within 5%; no mechanism found")
+ORDER_MISS = ("short outputs whose TPOT is their wait for the rest of the burst's prefills (p99): which requests are "
+              "prefilled first decides it. vLLM 0.6's server forwarded each burst out of send order (the 320-prompt "
+              "burst's first tokens are for requests 216-282); the replay sends in order. Replayed in the published "
+              "order (FORWARD_ORDER) the error is +1% at 320 and -1% at 160 prompts on the H100s and +25% on the "
+              "A100s, whose prefill the model prices 16% slow (test_tpot_tail_follows_the_servers_forwarding_order)")
+JIT_MISS = ("a cold server: the first prefills JIT-compile vLLM's Triton fused-MoE kernel for token counts the "
+            "start-up profile and CUDA-graph capture did not reach (vllm-project/vllm PR 55268), and LambdaLabsML's "
+            "benchmark.py starts a fresh server for each run, with no warm-up. The 10-prompt run's one prefill of "
+            "1,585 tokens shows its first tokens after 1.85 s (the model: 0.09 s); the 160-prompt run pauses twice "
+            "for 1.8 s between its first prefill groups, then has one every 50-65 ms as the model's 53-55 ms. Decode "
+            "is not affected (TPOT p50 within 3%)")
+
+
+def _tp_reason(n: str, metric: str) -> str:
+    """The cause of a tensor-parallel run's miss (docs/validation.md 2f)."""
+    if n.startswith("mixtral"):
+        return JIT_MISS
+    return ORDER_MISS if metric == "tpot_p99" else LATE_START_MISS
+
+
+def _tp_params() -> list[object]:
+    out = []
+    for n, doc in TP_DOCUMENTED.items():
+        for metric, err in doc.items():
+            miss = abs(err) > _bound(metric)
+            marks = [pytest.mark.xfail(strict=True, reason=_tp_reason(n, metric))] if miss else []
+            out.append(pytest.param(n, metric, id=f"{n}-{metric}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("n", "metric"), _tp_params())
+def test_vllm_lambda_tensor_parallel_prompts_at_once(n: str, metric: str) -> None:
+    """Lambda's vLLM 0.6 runs with tensor parallelism (70B on 4 H100s or 4 A100s, Mixtral 8x7B on 2 H100s; 10 prompts
+    at once is low load, 40-320 high): each published percentile within the issue's target (p50 10%, p99 20%)."""
+    err = replay_ms(n)[metric] / RUNS[n].published_ms[metric] - 1.0
+    assert abs(err) <= _bound(metric)
+
+
+def test_vllm_lambda_tensor_parallel_errors_stay_where_documented() -> None:
+    """Every tensor-parallel metric at its documented error (TP_DOCUMENTED, within 3 points): the 70B's 10-, 40- and
+    320-prompt runs within 8% but TPOT p99, the A100 70B 10-prompt run within 8% (10.7% at end-to-end p50 before the
+    A100's paged-decode floor), Mixtral's decode within 3%."""
+    for n, doc in TP_DOCUMENTED.items():
+        got = replay_ms(n)
+        for metric, err in doc.items():
+            assert got[metric] / RUNS[n].published_ms[metric] - 1.0 == pytest.approx(err, abs=0.03), (n, metric)
+
+
+# TPOT p99 replayed with each burst handed to the engine in the order the published server forwarded it
+# (FORWARD_ORDER), against the published figure: the order closes the H100 tails; the A100's keep the error of their
+# prefill, priced 16-23% slow (PREFILL_SPAN_ERR).
+ORDERED_TPOT_P99_ERR: dict[int | str, float] = {"70b-h100x4-160": -0.01, "70b-h100x4-320": 0.01,
+                                                "70b-a100x4-160": 0.25, "a100-160": 0.23}
+
+
+def test_tpot_tail_follows_the_servers_forwarding_order() -> None:
+    """The TPOT p99 misses (+32% to +44%) are the order in which vLLM 0.6's server handed the burst to the engine:
+    replayed in the published order the H100 tails come within 1% (the medians within 3%), the A100 ones to +23-25%."""
+    for n, err in ORDERED_TPOT_P99_ERR.items():
+        got = replay_ms(n, ordered=True)
+        pub = RUNS[n].published_ms
+        assert got["tpot_p99"] / pub["tpot_p99"] - 1.0 == pytest.approx(err, abs=0.02), n
+        assert abs(got["tpot_p50"] / pub["tpot_p50"] - 1.0) < 0.13, n
+
+
+# The earliest visible first token of the 70B bursts (s, min of the files' ``ttfts`` over requests that streamed text)
+# and the replay's error: the 160-prompt bursts start late (LATE_START_MISS), the others fit.
+TP_EARLIEST_FIRST_TOKEN_S = {"70b-h100x4-10": 0.14007, "70b-h100x4-40": 0.37364, "70b-h100x4-160": 1.53777,
+                             "70b-h100x4-320": 1.01135, "70b-a100x4-10": 0.34699, "70b-a100x4-160": 1.45678}
+TP_EARLIEST_ERR = {"70b-h100x4-10": 0.05, "70b-h100x4-40": 0.02, "70b-h100x4-160": -0.57, "70b-h100x4-320": -0.01,
+                   "70b-a100x4-10": -0.01, "70b-a100x4-160": -0.22}
+
+
+def test_earliest_first_token_of_the_70b_bursts_where_documented() -> None:
+    """The 70B bursts' first first-token (the intake at serving.api_prompt_token_s per prompt token, two prefill
+    steps, the first seen one step late): within 5% at 10, 40 and 320 prompts, 57% and 22% early at 160 (the runs
+    start late)."""
+    for n, pub in TP_EARLIEST_FIRST_TOKEN_S.items():
+        run = RUNS[n]
+        res = simulate(run_config(run), run_requests(run), keep_requests=True)
+        first = min(s.first_token_s for s in res.requests if run.outputs[int(s.request_id[1:])] > 0)
+        assert first / pub - 1 == pytest.approx(TP_EARLIEST_ERR[n], abs=0.02), n
 
 # Oracle Cloud blog "Serving Llama 3.1 405B model with AMD MI300X GPUs" (OCI BM.GPU.MI300X.8, vLLM
 # scripts/benchmark_latency.py, Llama 3.1 405B FP8 on all eight GPUs, 128 input and 128 output tokens):

@@ -139,3 +139,24 @@ def test_fp8_decode_gemm_on_mi300x_pays_hipblaslt_call_time() -> None:
     assert one("h100-sxm", 1, "fp8") == pytest.approx(
         fp8_bytes / (h100.hbm_Bps * ph.skinny_hbm_fraction) + ph.graph_launch_overhead_s, rel=1e-9)
     assert EfficiencyParams.for_chip(get_chip("mi325x")).fp8_skinny_call_s == pytest.approx(9.7e-6)
+
+
+def test_paged_decode_on_a100_takes_at_least_the_measured_floor() -> None:
+    """A decode attention call on the A100 takes at least 27.4 us however few its KV bytes (vLLM PR 2744:
+    FlashAttention's paged decode, 64/8 heads, context 1,024, 27.7 and 27.4 us at 1 and 4 sequences); a call whose
+    bytes need longer keeps the roofline, and a prefill attention (queries filling a tile) is unchanged. The H100 keeps
+    its measured line."""
+    a100 = get_chip("a100-80gb")
+    p = EfficiencyParams.for_chip(a100)
+    assert p.paged_decode_floor_s == pytest.approx(2.74e-5)
+    assert EfficiencyParams.for_chip(get_chip("a100-40gb")).paged_decode_floor_s == pytest.approx(2.74e-5)
+    assert EfficiencyParams.for_chip(H100).paged_decode_floor_s == 0.0
+
+    def attn(seq_q: int, kv_bytes: float) -> Work:
+        return Work(2.0 * seq_q * 1024 * 128 * 2 * 8, kv_bytes, "bf16", "attention", 1, (seq_q, 1024, 128), graph=True)
+
+    assert work_time_s(a100, attn(8, 2.1e6)) == pytest.approx(2.74e-5, rel=1e-9)  # a small call: the floor
+    big = attn(8, 400e6)
+    assert work_time_s(a100, big) == pytest.approx(
+        400e6 / (a100.hbm_Bps * p.hbm_peak_fraction) + p.graph_launch_overhead_s, rel=1e-3)
+    assert work_time_s(a100, attn(256, 2.1e6)) < 2.74e-5  # prefill-shaped: no floor

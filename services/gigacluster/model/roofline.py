@@ -20,7 +20,9 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
 Attention whose queries fill less than one tile (``seq_q`` below ``tile_m``: a decode kernel, whose rows are
 the query heads sharing a KV head) is a paged KV scan: it takes at least ``paged_decode_call_s`` plus its
 bytes at ``paged_decode_hbm_fraction`` of HBM, the affine time measured for FlashAttention-2's paged decode
-kernel (vLLM's decode attention) where it is published; elsewhere both default to the plain roofline.
+kernel (vLLM's decode attention) where it is published; elsewhere both default to the plain roofline. Where only
+small calls are published, all taking the same time whatever their bytes (the A100), the call takes at least
+``paged_decode_floor_s`` instead.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class EfficiencyParams:
     fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
     paged_decode_call_s: float  # fixed time of one paged decode-attention call (0: the roofline alone)
     paged_decode_hbm_fraction: float  # share of HBM bandwidth its KV scan reaches beyond that
+    paged_decode_floor_s: float  # least time of one paged decode-attention call however few its bytes (0: none)
     fp8_skinny_call_s: float  # fixed time of one FP8 library GEMM call with m below one tile (0: the roofline alone)
     fp8_skinny_hbm_fraction: float  # share of HBM bandwidth its weight stream reaches beyond that
     ranks_per_chip: int  # framework ranks one chip runs (Neuron on Trn1: one per NeuronCore-v2)
@@ -133,6 +136,9 @@ class EfficiencyParams:
                             f"must be in [0, 1), got {self.overlap_compute_share!r}")
         if not 0 <= self.paged_decode_call_s < 1e-3:
             raise SpecError("efficiency.paged_decode_call_s", f"must be in [0, 1 ms), got {self.paged_decode_call_s!r}")
+        if not 0 <= self.paged_decode_floor_s < 1e-3:
+            raise SpecError("efficiency.paged_decode_floor_s",
+                            f"must be in [0, 1 ms), got {self.paged_decode_floor_s!r}")
         if not 0 <= self.fp8_skinny_call_s < 1e-3:
             raise SpecError("efficiency.fp8_skinny_call_s", f"must be in [0, 1 ms), got {self.fp8_skinny_call_s!r}")
         if self.k_overhead < 0 or self.launch_overhead_s < 0:
@@ -259,6 +265,9 @@ def _price_one_s(chip: Chip, work: Work, clock_factor: float) -> float:
     t += p.graph_launch_overhead_s if work.graph else p.launch_overhead_s
     if p.paged_decode_call_s and _paged_decode(work, p):
         t = max(t, p.paged_decode_call_s + work.bytes_ / (chip.hbm_Bps * p.paged_decode_hbm_fraction))
+    if p.paged_decode_floor_s and _paged_decode(work, p):
+        # Where only small calls are measured (all at one time whatever their bytes), a floor, not a line.
+        t = max(t, p.paged_decode_floor_s)
     if p.fp8_skinny_call_s and work.precision == "fp8" and _skinny(work, p):
         # FP8 decode GEMMs that go to the GEMM library's tile kernels (hipBLASLt on MI300X: vLLM's own skinny
         # kernels took only 16-bit inputs) pay its measured fixed time per call beyond streaming the weights:
