@@ -272,7 +272,8 @@ ORDERED_TPOT_P99_ERR: dict[int | str, float] = {"70b-h100x4-160": 0.01, "70b-h10
 
 def test_tpot_tail_follows_the_servers_forwarding_order() -> None:
     """The TPOT p99 misses (+32% to +44%) are the order in which vLLM 0.6's server handed the burst to the engine:
-    replayed in the published order the H100 tails come within 3.5% (the medians within 3%), the A100 ones to +23-25%."""
+    replayed in the published order the H100 tails come within 3.5% (the medians within 3%), the A100 ones to
+    +23-25%."""
     for n, err in ORDERED_TPOT_P99_ERR.items():
         got = replay_ms(n, ordered=True)
         pub = RUNS[n].published_ms
