@@ -27,7 +27,7 @@ def test_v1_admission_holds_blocks_for_the_scheduled_chunk_only() -> None:
 def test_v1_admits_nobody_in_a_step_that_preempted() -> None:
     """Under KV pressure (686 blocks for 8 long requests) decodes and chunks preempt the newest sequence;
     in such a step no waiting request starts (vLLM v1 scheduler: waiting only if not preempted_reqs)."""
-    cfg = ReplicaConfig(LLAMA8B, "a100-40gb", kv_fraction=0.44, chunked_prefill=True, max_prefill_tokens=1024,
+    cfg = ReplicaConfig(LLAMA8B, "a100-40gb", kv_fraction=0.4098, chunked_prefill=True, max_prefill_tokens=1024,
                         max_batch=16)
     assert cfg.kv_blocks == 686
     eng = ReplicaEngine(cfg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gigacluster.hw.catalog import get_chip
+
 from pathlib import Path
 
 import pytest
@@ -83,10 +85,10 @@ def test_ep_comes_from_dp() -> None:
 
 
 def test_moe_that_does_not_fit_is_refused_with_the_numbers() -> None:
-    """DeepSeek-V3 with all 256 experts on every GPU (EP 1) needs far more than 80 GB: DoesNotFitError."""
+    """DeepSeek-V3 with all 256 experts on every GPU (EP 1) needs far more than the H800 has: DoesNotFitError."""
     with pytest.raises(DoesNotFitError) as err:
         plan_step(_ds(ep=1))
-    assert err.value.need_bytes > err.value.have_bytes == 80e9
+    assert err.value.need_bytes > err.value.have_bytes == get_chip("h800").hbm_bytes
     assert "GiB" in str(err.value)
 
 
