@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from gigacluster.hw.catalog import get_chip
-
 from pathlib import Path
 
 import pytest
