@@ -1,0 +1,154 @@
+"""The transport floor and the router's own cost, driven by h2load (nghttp2's C load generator) instead of the
+Python load client.
+
+The Python client (``loadtest``, ``bench_grpc_stream``) spends about as much CPU per call as the server it drives,
+and its own event loop adds to every latency it reads, so on two cores it cannot tell the server's floor from its
+own. h2load sends the same gRPC call (a length-prefixed ``GenerateRequest`` over HTTP/2 with ``content-type:
+application/grpc``) open-loop at ``--rps`` per connection for a few percent of a core, and logs every call's
+end-to-end time (``--log-file``: the last message and the trailers). Two targets:
+
+* ``bare``: ``bench_grpc_stream``'s grpc aio server in its own process, ``--messages`` per call, nothing behind it;
+* ``router``: a real mesh (``bench_router``'s: 8 H100, llama3-8b with ``--replicas`` replicas), 32 prompt tokens,
+  16 output tokens; the end-to-end time then holds the modelled generation too, so its rise with the rate is the
+  batching's and the router's together, and the router's CPU per request (from /proc) is the figure to read.
+
+    apt-get install nghttp2-client
+    python benchmarks/bench_h2load.py --target bare --rates 500,1000,2000 --messages 1,16 --markdown
+    python benchmarks/bench_h2load.py --target bare --rates 1000 --messages 2,4 --stream-ms 200 --markdown
+    python benchmarks/bench_h2load.py --target router --rates 200,500,1000 --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import pathlib
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_grpc_stream as bare
+import bench_router as br
+from _table import print_rows
+
+from gigacluster.router.v1 import router_pb2
+
+
+def grpc_body(req: router_pb2.GenerateRequest) -> bytes:
+    """One gRPC message as it goes on the wire: uncompressed flag, 4-byte length, the serialized request."""
+    raw = req.SerializeToString()
+    return b"\x00" + len(raw).to_bytes(4, "big") + raw
+
+
+def h2load(url: str, body: bytes, rate: float, seconds: float, clients: int, headers: list[str],
+           tmp: pathlib.Path) -> dict[str, Any]:
+    """Run h2load open-loop at ``rate`` calls/s for ``seconds``; per-call end-to-end times and its own CPU."""
+    exe = shutil.which("h2load")
+    if exe is None:
+        raise SystemExit("h2load not found: apt-get install nghttp2-client")
+    (tmp / "body.bin").write_bytes(body)
+    log = tmp / "h2.log"
+    log.unlink(missing_ok=True)
+    n = int(rate * seconds)
+    argv = [exe, "-c", str(clients), "-m", "4000", "-n", str(n), "--rps", str(rate / clients), f"--log-file={log}",
+            "-d", str(tmp / "body.bin"), "-T", "60", "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    for h in headers:
+        argv += ["-H", h]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([*argv, url], capture_output=True, text=True, check=True).stdout
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ms = np.array([int(line.split()[2]) for line in log.read_text().splitlines() if line.strip()]) / 1e3
+    done = next((line for line in out.splitlines() if line.startswith("requests:")), "")
+    return {"sent": n, "done": len(ms), "summary": done.strip(),
+            "client_cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+            "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99))}
+
+
+def bare_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, Any]]:
+    rows = []
+    body = grpc_body(router_pb2.GenerateRequest(model="deployments/bench", text="hello world " * 3, max_tokens=16))
+    for messages in (int(m) for m in args.messages.split(",")):
+        q: Any = mp.get_context("spawn").Queue()
+        spread_s = args.stream_ms / 1e3 if messages > 1 else 0.0
+        proc = mp.get_context("spawn").Process(target=bare._server_main, args=(q, messages, spread_s), daemon=True)
+        proc.start()
+        try:
+            port = q.get(timeout=30)
+            assert proc.pid is not None
+            for rate in (float(r) for r in args.rates.split(",")):
+                s0 = bare.cpu_s(proc.pid)
+                r = h2load(f"http://127.0.0.1:{port}/bench.Stream/Generate", body, rate, args.seconds,
+                           args.clients, [], tmp)
+                for k in ("p50", "p90", "p99"):  # past the spread: what the transport adds to the last message
+                    r[k] -= 1e3 * spread_s
+                spread = f" over {args.stream_ms:g} ms" if spread_s else ""
+                r |= {"target": f"bare, {messages} messages{spread}", "rate": rate,
+                      "server_ms": 1e3 * (bare.cpu_s(proc.pid) - s0) / max(1, r["done"])}
+                rows.append(r)
+        finally:
+            proc.kill()
+            proc.join(10)
+    return rows
+
+
+def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, Any]]:
+    async def run() -> list[dict[str, Any]]:
+        st, key = await br.start_stack(tmp / "state", {}, args.replicas, 256)
+        rows = []
+        try:
+            body = grpc_body(router_pb2.GenerateRequest(model=f"deployments/{br.DEPLOYMENT}",
+                                                        token_ids=router_pb2.TokenIds(ids=list(range(100, 132))),
+                                                        max_tokens=16))
+            router_pid = st.procs["router"].proc.pid
+            chip_pid = st.procs["chip"].proc.pid
+            url = f"http://{st.endpoints.router}/gigacluster.router.v1.RouterService/Generate"
+            for rate in (float(r) for r in args.rates.split(",")):
+                s0, c0 = bare.cpu_s(router_pid), bare.cpu_s(chip_pid)
+                r = await asyncio.to_thread(h2load, url, body, rate, args.seconds, args.clients,
+                                            [f"authorization: Bearer {key}"], tmp)
+                r |= {"target": f"router, {args.replicas} replicas", "rate": rate,
+                      "server_ms": 1e3 * (bare.cpu_s(router_pid) - s0) / max(1, r["done"]),
+                      "chip_core": (bare.cpu_s(chip_pid) - c0) / args.seconds}
+                rows.append(r)
+                await asyncio.sleep(2)
+        finally:
+            await st.stop()
+        return rows
+    return asyncio.run(run())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", choices=("bare", "router"), default="bare")
+    ap.add_argument("--rates", default="500,1000")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--clients", type=int, default=4, help="h2load connections (the rate is split over them)")
+    ap.add_argument("--messages", default="16", help="bare: messages per call, comma-separated")
+    ap.add_argument("--stream-ms", type=float, default=0.0,
+                    help="bare: spread a call's messages over this many ms (times are then reported past the spread)")
+    ap.add_argument("--replicas", type=int, default=4, help="router: replicas of the deployment")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-h2load-") as d:
+        tmp = pathlib.Path(d)
+        rows = bare_rows(args, tmp) if args.target == "bare" else router_rows(args, tmp)
+    cols = [("target", lambda r: r["target"]), ("offered req/s", lambda r: f"{r['rate']:,.0f}"),
+            ("done", lambda r: f"{r['done']:,} of {r['sent']:,}"),
+            ("end-to-end p50 ms", lambda r: f"{r['p50']:.1f}"), ("p90 ms", lambda r: f"{r['p90']:.1f}"),
+            ("p99 ms", lambda r: f"{r['p99']:.1f}"),
+            ("server CPU ms/call", lambda r: f"{r['server_ms']:.2f}"),
+            ("server cores", lambda r: f"{r['server_ms'] * r['rate'] / 1e3:.2f}"),
+            ("h2load cores", lambda r: f"{r['client_cpu_s'] / args.seconds:.2f}")]
+    print_rows(rows, cols, markdown=args.markdown)
+
+
+if __name__ == "__main__":
+    main()
