@@ -203,6 +203,12 @@ CASES: list[tuple[str, str, Callable[[], Any], str, grpc.StatusCode, str]] = [
      "tenant", IA, "model.preset"),
     ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(**{"parallelism.tp": 3})),
      "tenant", IA, "tp"),
+    ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(
+        **{"parallelism.tp": 1, "parallelism.fsdp": True, "parallelism.fsdp_shard": 3})), "tenant", IA, "fsdp_shard"),
+    ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(
+        **{"parallelism.fsdp_shard": 2**32 - 1})), "tenant", IA, "fsdp_shard"),
+    ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(
+        **{"parallelism.recompute": "op", "parallelism.recompute_layers": 4})), "tenant", IA, "recompute_layers"),
     ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(steps=0)), "tenant", IA, "steps"),
     ("scheduler", "SubmitJob", lambda: scheduler_pb2.SubmitJobRequest(spec=spec(steps=10**12)), "tenant", IA,
      "steps"),

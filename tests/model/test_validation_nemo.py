@@ -24,12 +24,9 @@ from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 
 GPT3 = {"preset": "gpt3-175b", "vocab": 51200}
-LLAMA2_7B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn_hidden": 11008, "vocab": 32000,
-             "seq_len": 4096, "mlp": "swiglu"}
-LLAMA2_13B = {"layers": 40, "hidden": 5120, "heads": 40, "kv_heads": 40, "ffn_hidden": 13824, "vocab": 32000,
-              "seq_len": 4096, "mlp": "swiglu"}
-LLAMA2_70B = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672, "vocab": 32000,
-              "seq_len": 4096, "mlp": "swiglu"}
+LLAMA2_7B = {"preset": "llama2-7b"}
+LLAMA2_13B = {"preset": "llama2-13b"}
+LLAMA2_70B = {"preset": "llama2-70b"}
 L3 = {"preset": "llama3-8b"}
 L70 = {"preset": "llama3-70b"}
 L405 = {"preset": "llama3-405b"}

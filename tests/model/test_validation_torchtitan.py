@@ -21,10 +21,8 @@ import pytest
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 
-LLAMA2_13B = {"layers": 40, "hidden": 5120, "heads": 40, "kv_heads": 40, "ffn_hidden": 13824, "vocab": 32000,
-              "seq_len": 4096, "mlp": "swiglu"}
-LLAMA2_70B = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672, "vocab": 32000,
-              "seq_len": 4096, "mlp": "swiglu"}
+LLAMA2_13B = {"preset": "llama2-13b"}
+LLAMA2_70B = {"preset": "llama2-70b"}
 L3_8B = {"preset": "llama3-8b"}
 L3_70B = {"preset": "llama3-70b"}
 

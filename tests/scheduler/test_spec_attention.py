@@ -1,4 +1,4 @@
-"""A job carries issue 15's step-shaping switches (attention_impl, sequence_parallel) to the live job."""
+"""A job carries issue 15's step-shaping switches (attention_impl, sequence_parallel, FSDP) to the live job."""
 
 from __future__ import annotations
 
@@ -34,3 +34,22 @@ def test_sequence_parallel_must_be_a_boolean() -> None:
     with pytest.raises(InvalidArgument) as err:
         spec_to_proto({**SPEC, "parallelism": {"tp": 8, "sequence_parallel": "yes"}})
     assert err.value.field == "spec.parallelism.sequence_parallel"
+
+
+def test_fsdp_fields_round_trip_through_the_job_message() -> None:
+    """spec -> TrainingSpec -> spec keeps the FSDP fields and the recompute options; unset ones stay defaults."""
+    fsdp = {**SPEC, "parallelism": {"fsdp": True, "fsdp_shard": 8, "fsdp_reshard_after_forward": False,
+                                    "recompute": "full", "recompute_layers": 16}}
+    back = proto_to_spec(spec_to_proto(fsdp))
+    assert back["parallelism"] == fsdp["parallelism"]
+    spec = TrainSpec.from_dict(back)
+    assert (spec.fsdp, spec.shard_group, spec.fsdp_reshard_after_forward, spec.recompute_layers) == (True, 8, False, 16)
+    plain = TrainSpec.from_dict(proto_to_spec(spec_to_proto({**SPEC, "parallelism": {"tp": 8}})))
+    assert (plain.fsdp, plain.fsdp_reshard_after_forward, plain.recompute_layers) == (False, True, 0)
+
+
+def test_fsdp_must_be_a_boolean() -> None:
+    """A non-boolean fsdp is refused naming the field, before any model work."""
+    with pytest.raises(InvalidArgument) as err:
+        spec_to_proto({**SPEC, "parallelism": {"fsdp": 1}})
+    assert err.value.field == "spec.parallelism.fsdp"

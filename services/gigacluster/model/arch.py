@@ -268,6 +268,11 @@ _GPT_OSS = dict(hidden=2880, heads=64, kv_heads=8, ffn_hidden=2880, vocab=201088
 _QWEN3 = dict(kv_heads=4, vocab=151936, seq_len=4096, attn_head_dim=128, experts=128, experts_per_token=8)
 
 PRESETS: dict[str, ModelArch] = {
+    # Llama 2 (Touvron et al. 2023, arXiv 2307.09288, and the released configs): 4,096 context, 32,000 vocab;
+    # grouped-query attention in the 70B only.
+    "llama2-7b": ModelArch("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    "llama2-13b": ModelArch("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+    "llama2-70b": ModelArch("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
     "llama3-8b": ModelArch("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     "llama3-70b": ModelArch("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     "llama3-405b": ModelArch("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
