@@ -186,8 +186,9 @@ RUNS.update({
 # ``results/prompt_{10,160}/8xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp8_len2048.json``); Mixtral 8x7B on four H100s
 # (``results/prompt_160/4xH100-80GB-SXM/Mixtral-8x7B-Instruct-v0.1_tp4_len2048.json``). Each file's total input and
 # output tokens match the lists below (test_lambda_runs_match_the_files_totals). Not rows: the 70B's 160-prompt run on
-# two H100s, which failed (18 of 160 requests completed, the rest cut off by the server after 3.4 s: the file's
-# ``errors``), and Mixtral's 10-prompt run on four H100s, as cold as its 160-prompt one (first tokens at 1.75 s).
+# two H100s, which failed (the file counts 18 of 160 requests completed, none with an output token; the others end in a
+# client payload error after 3.4 s, its ``errors``), and Mixtral's 10-prompt run on four H100s, as cold as its
+# 160-prompt one (first tokens at 1.75 s).
 RUNS.update({
     "70b-h100x2-10": LambdaRun(_IN_10, _patched(_OUT_160_70B_A100[:10], {1: 661}),
                                _published((218.92, 219.87), (29.54, 56.51), (3408.56, 21199.67)),
