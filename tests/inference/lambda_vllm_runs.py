@@ -178,6 +178,64 @@ RUNS.update({
                                     model="mixtral-8x7b", tp=2),
 })
 
+# The same campaign's other tensor-parallel files (issue 15 item 5, a later round): Llama 3 70B on two H100s
+# (``results/prompt_{10,40}/2xH100-80GB-SXM/Meta-Llama-3-70B-Instruct_tp2_len2048.json``), on eight H100s
+# (``results/prompt_{10,160}/8xH100-80GB-SXM/Meta-Llama-3-70B-Instruct_tp8_len2048.json``) and on eight A100s
+# (``results/prompt_{10,160}/8xA100-80GB-SXM/Meta-Llama-3-70B-Instruct_tp8_len2000.json``); Llama 3 8B on two and
+# eight H100s (``results/prompt_160/2xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp2_len2048.json``,
+# ``results/prompt_{10,160}/8xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp8_len2048.json``); Mixtral 8x7B on four H100s
+# (``results/prompt_160/4xH100-80GB-SXM/Mixtral-8x7B-Instruct-v0.1_tp4_len2048.json``). Each file's total input and
+# output tokens match the lists below (test_lambda_runs_match_the_files_totals). Not rows: the 70B's 160-prompt run on
+# two H100s, which failed (the file counts 18 of 160 requests completed, none with an output token; the others end in a
+# client payload error after 3.4 s, its ``errors``), and Mixtral's 10-prompt run on four H100s, as cold as its
+# 160-prompt one (first tokens at 1.75 s).
+RUNS.update({
+    "70b-h100x2-10": LambdaRun(_IN_10, _patched(_OUT_160_70B_A100[:10], {1: 661}),
+                               _published((218.92, 219.87), (29.54, 56.51), (3408.56, 21199.67)),
+                               model="llama3-70b", tp=2),
+    "70b-h100x2-40": LambdaRun(_IN_40, _patched(_OUT_160_70B_A100[:40], {1: 741, 32: 59}),
+                               _published((796.96, 1322.19), (33.52, 183.64), (5099.66, 23406.29)),
+                               model="llama3-70b", tp=2),
+    "70b-h100x8-10": LambdaRun(_IN_10, _patched(_OUT_160_70B_A100[:10], {1: 624}),
+                               _published((122.28, 123.12), (12.18, 25.25), (1450.96, 8503.90)),
+                               model="llama3-70b", tp=8),
+    "70b-h100x8-160": LambdaRun(_IN_160, _patched(_OUT_160_70B_H100, {1: 742, 55: 340, 80: 23, 96: 394, 100: 425,
+                                                                      111: 392, 112: 578, 116: 31, 132: 518, 137: 526,
+                                                                      148: 253, 155: 599}),
+                                _published((1077.94, 2279.51), (20.96, 348.48), (4268.33, 13204.25)),
+                                model="llama3-70b", tp=8),
+    "70b-a100x8-10": LambdaRun(_IN_10, _patched(_OUT_160_70B_A100[:10], {1: 659}),
+                               _published((222.73, 224.01), (19.99, 41.85), (2465.12, 13446.02)),
+                               chip="a100-80gb", budget=2000, model="llama3-70b", tp=8),
+    "70b-a100x8-160": LambdaRun(_IN_160, _patched(_OUT_160_70B_A100, {1: 743, 26: 403, 32: 44, 47: 120, 55: 0, 73: 179,
+                                                                      96: 394, 100: 409, 112: 611, 123: 209, 129: 130,
+                                                                      132: 581, 133: 270, 137: 721, 141: 437,
+                                                                      148: 253}),
+                                _published((2329.73, 4989.45), (39.68, 751.30), (8536.00, 24216.47)),
+                                chip="a100-80gb", budget=2000, model="llama3-70b", tp=8),
+    "8b-h100x2-160": LambdaRun(_IN_160, _patched(_OUT_160, {1: 414, 9: 38, 21: 372, 48: 23, 82: 374, 83: 18, 125: 20,
+                                                            132: 516, 155: 691}),
+                               _published((860.03, 1140.16), (9.34, 187.84), (2214.47, 5822.57)), tp=2),
+    "8b-h100x8-10": LambdaRun(_IN_10, _OUT_160[:10], _published((55.88, 57.13), (3.26, 4.76), (415.89, 2244.28)),
+                              tp=8),
+    "8b-h100x8-160": LambdaRun(_IN_160, _patched(_OUT_160, {1: 451, 21: 372, 49: 74, 56: 21, 82: 449, 100: 441,
+                                                            132: 570, 148: 322, 155: 716}),
+                               _published((808.44, 1007.55), (7.02, 128.20), (1862.14, 4333.60)), tp=8),
+    "mixtral-h100x4-160": LambdaRun(_IN_160_MIXTRAL, _patched(_OUT_160_MIXTRAL, {
+        1: 301, 11: 486, 17: 303, 21: 418, 28: 251, 39: 220, 47: 161, 60: 300, 62: 228, 64: 468, 65: 185, 75: 936,
+        77: 819, 80: 309, 81: 175, 83: 154, 86: 268, 89: 536, 90: 402, 93: 504, 98: 422, 109: 326, 111: 560, 112: 610,
+        114: 192, 118: 309, 127: 159, 130: 466, 142: 149, 153: 587, 158: 174}),
+        _published((6413.75, 6929.53), (15.28, 190.35), (8695.03, 17002.09)), model="mixtral-8x7b", tp=4),
+})
+
+# Each file's ``total_input_tokens`` and ``total_output_tokens``, against which the lists above are checked.
+FILE_TOTALS: dict[int | str, tuple[int, int]] = {
+    "70b-h100x2-10": (1369, 2091), "70b-h100x2-40": (8595, 6974), "70b-h100x8-10": (1369, 2054),
+    "70b-h100x8-160": (34050, 28293), "70b-a100x8-10": (1369, 2089), "70b-a100x8-160": (34050, 28004),
+    "8b-h100x2-160": (34050, 31738), "8b-h100x8-10": (1369, 1863), "8b-h100x8-160": (34050, 32132),
+    "mixtral-h100x4-160": (37741, 32679),
+}
+
 # The order in which vLLM 0.6's API server handed each burst to the engine, as the files show it: the requests sorted
 # by their published first-token time (``ttfts``; a request that streamed no text, TTFT 0, placed after the request
 # before it). The server did not forward a burst in send order: the 320-prompt 70B burst's first tokens are for
@@ -218,6 +276,16 @@ FORWARD_ORDER: dict[int | str, tuple[int, ...]] = {
         89, 87, 81, 150, 151, 152, 153, 148, 146, 147, 143, 144, 145, 142, 141, 140, 138, 139, 101, 94, 91, 92, 159,
         158, 155, 156, 157, 154, 149,
     ),
+    # The 70B on eight H100s (a later round; ``ttfts`` read to 0.1 ms, ties in send order): requests 99-153 first.
+    "70b-h100x8-160": (
+        117, 119, 115, 114, 116, 111, 112, 109, 110, 113, 99, 131, 127, 128, 122, 121, 123, 124, 125, 120, 118,
+        135, 136, 133, 130, 126, 150, 151, 152, 153, 145, 146, 147, 140, 137, 141, 138, 139, 134, 129, 132, 3,
+        2, 1, 0, 13, 11, 9, 10, 8, 5, 6, 7, 4, 22, 21, 18, 19, 16, 17, 14, 15, 12, 26, 27, 28, 23, 24, 25, 33,
+        34, 32, 30, 29, 20, 40, 41, 42, 39, 37, 38, 36, 35, 31, 49, 51, 46, 47, 48, 44, 45, 43, 54, 55, 53, 50,
+        52, 70, 71, 67, 64, 60, 61, 59, 62, 63, 56, 57, 58, 75, 66, 65, 84, 85, 86, 81, 80, 77, 78, 79, 76, 73,
+        74, 72, 68, 69, 100, 98, 96, 97, 94, 95, 91, 92, 93, 90, 88, 89, 87, 82, 83, 104, 105, 102, 103, 101,
+        143, 144, 106, 107, 108, 158, 159, 156, 157, 154, 155, 149, 148, 142,
+    ),
     "a100-160": (
         121, 119, 114, 120, 117, 116, 115, 118, 113, 112, 111, 109, 106, 97, 95, 3, 2, 1, 0, 12, 11, 7, 8, 5, 6, 4, 22,
         16, 20, 18, 17, 15, 14, 13, 9, 10, 27, 26, 25, 23, 19, 35, 33, 32, 28, 29, 30, 24, 21, 46, 44, 39, 41, 36, 40,
@@ -231,13 +299,18 @@ FORWARD_ORDER: dict[int | str, tuple[int, ...]] = {
 
 # The decode rate with the whole burst running: the files' ``itls`` of request 0 (each a chunk of 10 tokens, as
 # multi-step scheduling streams them), its 5th to 9th chunks (after the burst's prefills, before the first
-# request finishes past a few tokens), mean seconds per chunk. Read from the same five files.
+# request finishes past a few tokens), mean seconds per chunk. Read from the same files as the runs.
 STEADY_CHUNKS = slice(4, 9)
 STEADY_CHUNK_S: dict[int | str, float] = {
     40: float(np.mean([0.07959, 0.07983, 0.07918, 0.07949, 0.07963])),
     160: float(np.mean([0.09875, 0.09537, 0.09580, 0.09663, 0.09718])),
     320: float(np.mean([0.13115, 0.13389, 0.13310, 0.13089, 0.12768])),
     "a100-160": float(np.mean([0.18539, 0.18627, 0.18420, 0.18516, 0.18443])),
+    # The tensor-parallel files of a later round, the same chunks of request 0 (after each burst's last prefill).
+    "8b-h100x2-160": float(np.mean([0.07475, 0.07565, 0.07457, 0.07384, 0.07245])),
+    "8b-h100x8-160": float(np.mean([0.06050, 0.05931, 0.06022, 0.05419, 0.05401])),
+    "70b-h100x8-160": float(np.mean([0.16367, 0.16528, 0.16623, 0.16819, 0.16888])),
+    "70b-a100x8-160": float(np.mean([0.34729, 0.31954, 0.30584, 0.31186, 0.31341])),
 }
 
 

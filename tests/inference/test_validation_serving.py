@@ -1,8 +1,9 @@
 """Serving latency against published vLLM runs (issue 15 item 5), low and high load.
 
 Lambda's runs (tests/inference/lambda_vllm_runs.py: 10, 40, 160 and 320 ShareGPT prompts sent at once to vLLM 0.6,
-every request's lengths listed): Llama 3 8B on one H100 SXM or A100, Llama 3 70B on four H100s or four A100s,
-Mixtral 8x7B on two H100s; OCI's and AMD's MI300X batch latencies (below).
+every request's lengths listed): Llama 3 8B on one H100 SXM or A100 and on two or eight H100s, Llama 3 70B on two,
+four or eight H100s and four or eight A100s, Mixtral 8x7B on two or four H100s; OCI's and AMD's MI300X batch
+latencies (below).
 Targets (the issue's): p50 within 10%, p99 within 20%. A metric the model misses is a strict xfail with
 its cause, so a fix shows as an XPASS; the documented errors are held too, so any change shows.
 """
@@ -19,6 +20,7 @@ from gigacluster.inference.engine import ReplicaConfig, ReplicaEngine, Request
 from gigacluster.inference.sim import simulate
 from gigacluster.model.arch import preset
 from tests.inference.lambda_vllm_runs import (
+    FILE_TOTALS,
     RUNS,
     STEADY_CHUNK_S,
     STEADY_CHUNKS,
@@ -87,7 +89,8 @@ def test_vllm_lambda_errors_stay_where_documented() -> None:
 
 # The model's decode rate against the published one with the whole burst running (docs/validation.md 2d,
 # "Where the TPOT miss lies"): 10-token chunks of request 0, its 5th to 9th, published in the same files.
-CHUNK_ERR: dict[int | str, float] = {40: 0.01, 160: 0.00, 320: -0.02, "a100-160": -0.17}
+CHUNK_ERR: dict[int | str, float] = {40: 0.01, 160: 0.00, 320: -0.02, "a100-160": -0.17, "8b-h100x2-160": -0.06,
+                                     "8b-h100x8-160": -0.11, "70b-h100x8-160": -0.06, "70b-a100x8-160": -0.25}
 
 
 def test_decode_rate_with_the_burst_running_is_where_documented() -> None:
@@ -95,7 +98,9 @@ def test_decode_rate_with_the_burst_running_is_where_documented() -> None:
     the A100) against the Lambda files': within 2% on the H100 once every group of 10 steps pays v0's scheduler
     time per running sequence (serving.v0_schedule_seq_s, 100 us: vLLM issue 6801); they were 3%, 10% and 17%
     short without it, the gap growing with the batch. The A100's chunks stay 17% short (the model decodes too fast;
-    22% before), and not for want of a paged-decode line: its decode attention is already priced above one."""
+    22% before), and not for want of a paged-decode line: its decode attention is already priced above one. With
+    tensor parallelism (a later round): 6% short on two H100s (8B) and on eight (70B), 11% on eight (8B), and the
+    70B's on eight A100s 25% short, the A100's sign again."""
     for n, pub in STEADY_CHUNK_S.items():
         got = float(np.mean(chunk_gaps_s(n)[STEADY_CHUNKS]))
         assert got / pub - 1.0 == pytest.approx(CHUNK_ERR[n], abs=0.03), n
@@ -107,8 +112,13 @@ def test_decode_rate_with_the_burst_running_is_where_documented() -> None:
 # (the lone late request 57 left out); the 70B's likewise (H100 320 prompts, A100 160). The replay's error: the A100's
 # prefill is priced 16-23% slow at the training-fitted sustained_fraction, which the H100s bear out.
 PREFILL_SPAN_S: dict[int | str, float] = {160: 1.45031 - 0.56932, "a100-160": 2.96321 - 0.90714,
-                                          "70b-h100x4-320": 5.93695 - 1.01135, "70b-a100x4-160": 7.20838 - 1.45678}
-PREFILL_SPAN_ERR: dict[int | str, float] = {160: 0.03, "a100-160": 0.23, "70b-h100x4-320": 0.03, "70b-a100x4-160": 0.16}
+                                          "70b-h100x4-320": 5.93695 - 1.01135, "70b-a100x4-160": 7.20838 - 1.45678,
+                                          # a later round (the 8B's lone late request 57 left out, as on the A100)
+                                          "70b-h100x8-160": 2.28027 - 0.67287, "70b-a100x8-160": 4.98992 - 1.28425,
+                                          "8b-h100x2-160": 1.14036 - 0.54332, "8b-h100x8-160": 1.00825 - 0.52304}
+PREFILL_SPAN_ERR: dict[int | str, float] = {160: 0.03, "a100-160": 0.23, "70b-h100x4-320": 0.03, "70b-a100x4-160": 0.16,
+                                            "70b-h100x8-160": 0.02, "70b-a100x8-160": 0.07, "8b-h100x2-160": -0.07,
+                                            "8b-h100x8-160": -0.36}
 
 
 def _prefill_span_s(n: int | str) -> float:
@@ -131,7 +141,9 @@ def _prefill_span_s(n: int | str) -> float:
 def test_prefill_span_of_the_160_prompt_bursts_is_where_documented() -> None:
     """The bursts' prefill phase (Lambda's files, PREFILL_SPAN_S): within 3% on the H100s (the 8B's 160 prompts, the
     70B's 320 on four), 23% long on the A100 (2.54 s against 2.06) and 16% for the 70B on four A100s (6.66 s against
-    5.75): with the forwarding order, the cause of the A100s' TPOT p99 misses."""
+    5.75): with the forwarding order, the cause of the A100s' TPOT p99 misses. With tensor parallelism (a later
+    round): the 70B on eight H100s within 2%, on eight A100s 7% long, the 8B on two H100s 7% short and on eight 36%
+    short (0.31 s against 0.49: its prefill steps there take about 30 ms, the model's 19)."""
     for n, pub in PREFILL_SPAN_S.items():
         assert _prefill_span_s(n) / pub - 1.0 == pytest.approx(PREFILL_SPAN_ERR[n], abs=0.02), n
 
@@ -209,6 +221,28 @@ TP_DOCUMENTED: dict[str, dict[str, float]] = {
                           "e2e_p99": -0.15},
     "mixtral-h100x2-160": {"ttft_p50": -0.88, "ttft_p99": -0.82, "tpot_p50": -0.02, "tpot_p99": -0.58,
                            "e2e_p50": -0.61, "e2e_p99": -0.25},
+    # A later round: the campaign's other tensor-parallel files (70B on 2 and 8 H100s and 8 A100s, 8B on 2 and 8
+    # H100s, Mixtral on 4 H100s), errors to a tenth of a point so that a row near its target is marked as it runs.
+    "70b-h100x2-10": {"ttft_p50": 0.088, "ttft_p99": 0.083, "tpot_p50": 0.048, "tpot_p99": 0.044, "e2e_p50": 0.049,
+                      "e2e_p99": 0.055},
+    "70b-h100x2-40": {"ttft_p50": 0.030, "ttft_p99": 0.007, "tpot_p50": 0.000, "tpot_p99": 0.026, "e2e_p50": -0.001,
+                      "e2e_p99": 0.024},
+    "70b-h100x8-10": {"ttft_p50": -0.162, "ttft_p99": -0.168, "tpot_p50": -0.033, "tpot_p99": -0.105,
+                      "e2e_p50": -0.052, "e2e_p99": -0.013},
+    "70b-h100x8-160": {"ttft_p50": 0.107, "ttft_p99": -0.041, "tpot_p50": -0.040, "tpot_p99": 0.102, "e2e_p50": -0.056,
+                       "e2e_p99": -0.071},
+    "70b-a100x8-10": {"ttft_p50": -0.048, "ttft_p99": -0.054, "tpot_p50": -0.067, "tpot_p99": -0.145,
+                      "e2e_p50": -0.097, "e2e_p99": -0.004},
+    "70b-a100x8-160": {"ttft_p50": -0.031, "ttft_p99": -0.045, "tpot_p50": -0.133, "tpot_p99": 0.185,
+                       "e2e_p50": -0.125, "e2e_p99": -0.156},
+    "8b-h100x2-160": {"ttft_p50": -0.176, "ttft_p99": -0.143, "tpot_p50": -0.032, "tpot_p99": -0.137, "e2e_p50": -0.103,
+                      "e2e_p99": -0.049},
+    "8b-h100x8-10": {"ttft_p50": -0.403, "ttft_p99": -0.416, "tpot_p50": 0.033, "tpot_p99": 2.320, "e2e_p50": -0.044,
+                     "e2e_p99": 0.041},
+    "8b-h100x8-160": {"ttft_p50": -0.318, "ttft_p99": -0.305, "tpot_p50": -0.109, "tpot_p99": -0.267, "e2e_p50": -0.215,
+                      "e2e_p99": -0.127},
+    "mixtral-h100x4-160": {"ttft_p50": -0.881, "ttft_p99": -0.837, "tpot_p50": 0.000, "tpot_p99": -0.412,
+                           "e2e_p50": -0.658, "e2e_p99": -0.318},
 }
 LATE_START_MISS = ("the published burst's first visible first tokens came at 1.54 s, 0.53 s later than in the "
                    "320-prompt burst of the same server (1.01 s, twice the prompts), then 0.47 s passed before the "
@@ -228,8 +262,60 @@ JIT_MISS = ("a cold server: the first prefills JIT-compile vLLM's Triton fused-M
             "is not affected (TPOT p50 within 3%)")
 
 
+TP8_FIRST_PREFILL_MISS = (
+    "the burst's one prefill on eight H100s takes longer than the model's: the file's first tokens come at "
+    "0.121-0.123 s for the 70B and 0.056-0.057 s for the 8B (1,369 prompt tokens, 14.8 ms of intake, one decode step "
+    "after), the model's at 0.102 and 0.033 s. The 8B's first prefill on eight GPUs (about 38 ms) is as long as on one "
+    "(about 40 ms, the 1-GPU 10-prompt file); the 70B's 10-prompt prefills on two and four H100s fit (earliest first "
+    "token +9%, +5%) and its 160-prompt prefill on eight is within 2% of the file (PREFILL_SPAN_ERR). Not traced: a "
+    "fresh server's first prefill (LambdaLabsML's benchmark.py starts one for every run) costing about 20 ms more on "
+    "eight GPUs")
+LATER_MISS: dict[tuple[str, str], str] = {
+    ("70b-h100x8-10", "ttft_p50"): TP8_FIRST_PREFILL_MISS,
+    ("8b-h100x8-10", "ttft_p50"): TP8_FIRST_PREFILL_MISS,
+    ("8b-h100x8-10", "ttft_p99"): TP8_FIRST_PREFILL_MISS,
+    ("70b-h100x8-160", "ttft_p50"): (
+        "the median falls inside the prefill phase, where which requests share a step decides it: the server "
+        "forwarded requests 99-153 first (FORWARD_ORDER), the replay sends in order; replayed in the published order "
+        "the error is -16.8%, the burst then starting 17% early as all 160-prompt bursts do (LATE_START_MISS); the "
+        "prefill span itself is within 2% (PREFILL_SPAN_ERR)"),
+    ("8b-h100x8-10", "tpot_p99"): (
+        "the short requests' ends: the file shows the 3-, 6- and 9-token requests finished 9.5, 15.8 and 29.6 ms "
+        "after their first tokens, i.e. about when they stopped; the model holds them to their group's end (10 steps "
+        "of 3.2-3.4 ms: 15.8 ms a token for the 3-token one), as vLLM 0.6's multi-step scheduling does in the same "
+        "prompts' 1-GPU file (each seen 71 ms, ten 7.1 ms steps, after its first token) and in the 70B's 8-GPU "
+        "file (the 6-token request 130 ms, about eleven 11.9 ms steps). Why this run reports them early is not "
+        "traced"),
+    ("70b-a100x8-160", "tpot_p50"): (
+        "the A100's decode at about 100 running sequences: with the burst running the file's 10-token chunks take "
+        "0.320 s, the model's 0.241 (CHUNK_ERR -25%), the same sign as the 8B on one A100 (-17%) and the 70B on "
+        "four (TPOT p50 -9%); at 1-8 sequences (the 10-prompt file on the same GPUs) the model is within 7%. The "
+        "A100's serving GEMMs at m about 100 are not separated from the rest by any published table"),
+    ("8b-h100x2-160", "ttft_p50"): (
+        "the burst starts late, as every 160-prompt burst (LATE_START_MISS): the file's earliest first token is at "
+        "0.543 s, the model's 0.432 (-20%), while its prefill span is within 7% and its decode chunks within 6%"),
+    ("8b-h100x8-160", "ttft_p50"): (
+        "a late start (earliest first token 0.523 s, the model's 0.403: -23%) and the 8B's prefill on eight H100s: "
+        "the file's prefill span is 0.485 s, the model's 0.309 (-36%, about 30 ms a 2,048-token step against 19), "
+        "and its decode chunks 11% longer than the model's; the 8B's steps on eight GPUs are longer than the model's "
+        "kernels, all-reduces and host time add up to, a cause not traced"),
+    ("mixtral-h100x4-160", "ttft_p50"): (
+        "a cold server, as on two H100s (JIT_MISS): the file's first tokens come at 4.10-4.14 s (one group), then, "
+        "after a 2.0 s pause, from 6.17 s on a group every 35-45 ms; the model's first at 0.47 s. Decode is not "
+        "affected (TPOT p50 +0.0%)"),
+}
+for _m in ("ttft_p99", "tpot_p99", "e2e_p50", "e2e_p99"):
+    LATER_MISS[("mixtral-h100x4-160", _m)] = LATER_MISS[("mixtral-h100x4-160", "ttft_p50")]
+for _m in ("ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50"):
+    LATER_MISS[("8b-h100x8-160", _m)] = LATER_MISS[("8b-h100x8-160", "ttft_p50")]
+LATER_MISS[("8b-h100x2-160", "e2e_p50")] = LATER_MISS[("8b-h100x2-160", "ttft_p50")]
+LATER_MISS[("70b-a100x8-160", "e2e_p50")] = LATER_MISS[("70b-a100x8-160", "tpot_p50")]
+
+
 def _tp_reason(n: str, metric: str) -> str:
     """The cause of a tensor-parallel run's miss (docs/validation.md 2f)."""
+    if (n, metric) in LATER_MISS:
+        return LATER_MISS[(n, metric)]
     if n.startswith("mixtral"):
         return JIT_MISS
     return ORDER_MISS if metric == "tpot_p99" else LATE_START_MISS
@@ -247,8 +333,9 @@ def _tp_params() -> list[object]:
 
 @pytest.mark.parametrize(("n", "metric"), _tp_params())
 def test_vllm_lambda_tensor_parallel_prompts_at_once(n: str, metric: str) -> None:
-    """Lambda's vLLM 0.6 runs with tensor parallelism (70B on 4 H100s or 4 A100s, Mixtral 8x7B on 2 H100s; 10 prompts
-    at once is low load, 40-320 high): each published percentile within the issue's target (p50 10%, p99 20%)."""
+    """Lambda's vLLM 0.6 runs with tensor parallelism (70B on 2, 4 or 8 H100s and 4 or 8 A100s, 8B on 2 or 8 H100s,
+    Mixtral 8x7B on 2 or 4 H100s; 10 prompts at once is low load, 40-320 high): each published percentile within the
+    issue's target (p50 10%, p99 20%)."""
     err = replay_ms(n)[metric] / RUNS[n].published_ms[metric] - 1.0
     assert abs(err) <= _bound(metric)
 
@@ -256,7 +343,8 @@ def test_vllm_lambda_tensor_parallel_prompts_at_once(n: str, metric: str) -> Non
 def test_vllm_lambda_tensor_parallel_errors_stay_where_documented() -> None:
     """Every tensor-parallel metric at its documented error (TP_DOCUMENTED, within 3 points): the 70B's 10-, 40- and
     320-prompt runs within 8% but TPOT p99, the A100 70B 10-prompt run within 8% (10.7% at end-to-end p50 before the
-    A100's paged-decode floor), Mixtral's decode within 3%."""
+    A100's paged-decode floor), Mixtral's decode within 3%; of a later round's, the 70B on two H100s within 9% on
+    every metric, on eight A100s within 10% at 10 prompts."""
     for n, doc in TP_DOCUMENTED.items():
         got = replay_ms(n)
         for metric, err in doc.items():
@@ -270,6 +358,23 @@ ORDERED_TPOT_P99_ERR: dict[int | str, float] = {"70b-h100x4-160": 0.01, "70b-h10
                                                 "70b-a100x4-160": 0.25, "a100-160": 0.23}
 
 
+def test_lambda_runs_match_the_files_totals() -> None:
+    """Each later-round run's lists sum to its file's total_input_tokens and total_output_tokens (FILE_TOTALS), so the
+    replay serves the published lengths."""
+    for n, (prompt, output) in FILE_TOTALS.items():
+        assert (sum(RUNS[n].prompts), sum(RUNS[n].outputs)) == (prompt, output), n
+        assert len(RUNS[n].prompts) == len(RUNS[n].outputs), n
+
+
+def test_ttft_median_of_the_70b_on_eight_h100s_follows_the_forwarding_order() -> None:
+    """The 70B's 160-prompt burst on eight H100s: TTFT p50 +10.7% in send order, -16.8% replayed in the order the
+    server forwarded it (FORWARD_ORDER): the median lies inside the prefill phase; the tails do not move."""
+    n = "70b-h100x8-160"
+    pub, ordered = RUNS[n].published_ms, replay_ms(n, ordered=True)
+    assert ordered["ttft_p50"] / pub["ttft_p50"] - 1 == pytest.approx(-0.168, abs=0.02)
+    assert ordered["ttft_p99"] / pub["ttft_p99"] - 1 == pytest.approx(-0.04, abs=0.02)
+
+
 def test_tpot_tail_follows_the_servers_forwarding_order() -> None:
     """The TPOT p99 misses (+32% to +44%) are the order in which vLLM 0.6's server handed the burst to the engine:
     replayed in the published order the H100 tails come within 3.5% (the medians within 3%), the A100 ones to
@@ -281,18 +386,26 @@ def test_tpot_tail_follows_the_servers_forwarding_order() -> None:
         assert abs(got["tpot_p50"] / pub["tpot_p50"] - 1.0) < 0.13, n
 
 
-# The earliest visible first token of the 70B bursts (s, min of the files' ``ttfts`` over requests that streamed text)
-# and the replay's error: the 160-prompt bursts start late (LATE_START_MISS), the others fit.
+# The earliest visible first token of the tensor-parallel bursts (s, min of the files' ``ttfts`` over requests that
+# streamed text) and the replay's error: the 160-prompt bursts start late (LATE_START_MISS), the others fit but the
+# first prefill on eight H100s (TP8_FIRST_PREFILL_MISS) and Mixtral's cold server.
 TP_EARLIEST_FIRST_TOKEN_S = {"70b-h100x4-10": 0.14007, "70b-h100x4-40": 0.37364, "70b-h100x4-160": 1.53777,
-                             "70b-h100x4-320": 1.01135, "70b-a100x4-10": 0.34699, "70b-a100x4-160": 1.45678}
+                             "70b-h100x4-320": 1.01135, "70b-a100x4-10": 0.34699, "70b-a100x4-160": 1.45678,
+                             "70b-h100x2-10": 0.21856, "70b-h100x2-40": 0.54379, "70b-h100x8-10": 0.12142,
+                             "70b-h100x8-160": 0.67287, "70b-a100x8-10": 0.22200, "70b-a100x8-160": 1.28425,
+                             "8b-h100x2-160": 0.54332, "8b-h100x8-10": 0.05552, "8b-h100x8-160": 0.52304,
+                             "mixtral-h100x4-160": 4.09791}
 TP_EARLIEST_ERR = {"70b-h100x4-10": 0.05, "70b-h100x4-40": 0.02, "70b-h100x4-160": -0.57, "70b-h100x4-320": -0.01,
-                   "70b-a100x4-10": -0.01, "70b-a100x4-160": -0.22}
+                   "70b-a100x4-10": -0.01, "70b-a100x4-160": -0.22, "70b-h100x2-10": 0.09, "70b-h100x2-40": 0.09,
+                   "70b-h100x8-10": -0.16, "70b-h100x8-160": -0.17, "70b-a100x8-10": -0.05, "70b-a100x8-160": -0.36,
+                   "8b-h100x2-160": -0.20, "8b-h100x8-10": -0.40, "8b-h100x8-160": -0.23, "mixtral-h100x4-160": -0.88}
 
 
 def test_earliest_first_token_of_the_70b_bursts_where_documented() -> None:
-    """The 70B bursts' first first-token (the intake at serving.api_prompt_token_s per prompt token, two prefill
-    steps, the first seen one step late): within 5% at 10, 40 and 320 prompts, 57% and 22% early at 160 (the runs
-    start late)."""
+    """The tensor-parallel bursts' first first-token (the intake at serving.api_prompt_token_s per prompt token, two
+    prefill steps, the first seen one step late): the 70B's on four GPUs within 5% at 10, 40 and 320 prompts, 57% and
+    22% early at 160 (the runs start late); of a later round's, on two H100s 9% late, on eight A100s 5% early at 10
+    prompts, every 160-prompt burst 17-36% early, the 10-prompt ones on eight H100s 16% (70B) and 40% (8B) early."""
     for n, pub in TP_EARLIEST_FIRST_TOKEN_S.items():
         run = RUNS[n]
         res = simulate(run_config(run), run_requests(run), keep_requests=True)
