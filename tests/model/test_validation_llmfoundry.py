@@ -332,17 +332,23 @@ def test_llmfoundry_family_figures(chip: str) -> None:
     assert max(errs) == pytest.approx(worst, abs=0.005)
 
 
-def test_the_rows_that_miss_low_on_a100_are_the_ones_above_the_models_ceiling() -> None:
-    """Every A100 row missed for ``ceiling`` has a published HFU at or above 0.63 of peak: llm-foundry's count, 8N (6N
-    without checkpointing) plus 4 L d s^2 a sequence per pass (README), over the rows' MFU-to-HFU ratio."""
-    for r in ROWS:
-        if r[10] != "ceiling":
-            continue
-        size, seq, _, _, _, published, ckpt = r[1:8]
-        d, _, layers = MPT[size]
-        n = 12 * layers * d * d + 13 * layers * d + 2 * d + (50368 + seq) * d  # NumParams, to the parameter
-        per_token = (8 if ckpt else 6) * n + (16 if ckpt else 12) * layers * d * seq
-        assert published * per_token / 312e12 >= 0.63, row_id(r)
+def published_hfu(r: Row) -> float:
+    """Hardware FLOP/s over the A100's 312 TFLOP/s the published rate implies: llm-foundry's count (README: 8N a token
+    with checkpointing, 6N without) with attention counted causal (half the README's 4 L d s^2 a sequence per pass)."""
+    size, seq, _, _, _, published, ckpt = r[1:8]
+    d, _, layers = MPT[size]
+    n = 12 * layers * d * d + 13 * layers * d + 2 * d + (50368 + seq) * d  # NumParams, to the parameter
+    passes = 8 if ckpt else 6
+    return published * passes * (n + layers * d * seq) / 312e12
+
+
+def test_the_a100_rows_that_run_above_the_models_ceiling_all_miss_low() -> None:
+    """Every A100 row whose published rate implies 64% HFU or more misses low for ``ceiling`` (the model's in-step GEMM
+    rate is 0.64 of peak at best); the met rows imply at most 64%; the other ``ceiling`` rows imply 55% or more."""
+    a100 = [r for r in ROWS if r[0] != "h100-sxm"]
+    assert all(r[10] == "ceiling" for r in a100 if published_hfu(r) >= 0.64)
+    assert max(published_hfu(r) for r in a100 if r[9] is None) < 0.64
+    assert min(published_hfu(r) for r in a100 if r[10] == "ceiling") > 0.55
 
 
 def test_fused_cross_entropy_is_what_lets_the_760m_layout_fit() -> None:

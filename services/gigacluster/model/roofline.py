@@ -125,9 +125,8 @@ class EfficiencyParams:
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "flash_triton_fraction", "sustained_fraction",
-                  "hbm_peak_fraction",
-                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor", "paged_decode_hbm_fraction",
-                  "fp8_skinny_hbm_fraction"):
+                  "hbm_peak_fraction", "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor",
+                  "paged_decode_hbm_fraction", "fp8_skinny_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
