@@ -51,8 +51,8 @@ CAUSES = {
               "most 1.3x faster on A100), and the row runs as if the gap were wider",
     "table": "the row disagrees with its own table: 30b at 8,192 tokens runs 29% (A100 80GB) and 23% (H100) below its "
              "4,096 row, where attention's share costs 7-10%; 760m at 1,024 and 512 tokens on A100 80GB below its "
-             "2,048 row (the 40GB card ran both 12-19% faster); 1b on 32 A100 40GB at 15,555 where 16, 64 and 128 GPUs ran 18,647-19,085; 70b on 64 A100 40GB "
-             "at 276 where 128 ran 376",
+             "2,048 row (the 40GB card ran both 12-19% faster); 1b on 32 A100 40GB at 15,555 where 16, 64 and 128 "
+             "GPUs ran 18,647-19,085; 70b on 64 A100 40GB at 276 where 128 ran 376",
     "hopper": "H100 with 2023 software (at 2,048 tokens 760m-13b reach 35-46% MFU, 57-64% on A100 80GB): the "
               "model's H100 GEMM rate is 2024-25 cuBLAS's (0.76 of peak) and no published 2023 Hopper GEMM rate was "
               "found",
