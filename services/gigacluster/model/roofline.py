@@ -12,7 +12,9 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
   (isolated-benchmark rate) x sustained fraction (the same op inside a training step) x tile
   quantisation on m and n x wave quantisation of the output tiles over the chip's compute units,
   or stream-K's balanced split of the K loop when that is better x depth factor ``k / (k + k_overhead)``;
-* attention, shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile quantisation on seq_q x
+* attention (``attention_triton``: the same fused algorithm in the 2022-2023 Triton kernel, at its own ceiling
+  ``flash_triton_fraction``), shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile
+  quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
 * elementwise and memory work: bandwidth bound, HBM fraction only.
@@ -36,7 +38,7 @@ from typing import Any
 from gigacluster.hw.catalog import PRECISIONS, Chip, _raw
 from gigacluster.model import SpecError
 
-KINDS = ("matmul", "attention", "elementwise", "memory")
+KINDS = ("matmul", "attention", "attention_triton", "elementwise", "memory")
 
 # Non-matrix work (norms, activations, optimizer) runs on vector units: a small fraction of the
 # matrix peak; it is almost always bandwidth bound anyway.
@@ -97,6 +99,7 @@ class EfficiencyParams:
 
     matmul_peak_fraction: float
     attention_peak_fraction: float
+    flash_triton_fraction: float  # isolated fwd+bwd rate of the Triton FlashAttention of 2022-2023 (attention_triton)
     sustained_fraction: float
     hbm_peak_fraction: float
     tile_m: int
@@ -121,9 +124,9 @@ class EfficiencyParams:
     ranks_per_chip: int  # framework ranks one chip runs (Neuron on Trn1: one per NeuronCore-v2)
 
     def __post_init__(self) -> None:
-        for f in ("matmul_peak_fraction", "attention_peak_fraction", "sustained_fraction", "hbm_peak_fraction",
-                  "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor", "paged_decode_hbm_fraction",
-                  "fp8_skinny_hbm_fraction"):
+        for f in ("matmul_peak_fraction", "attention_peak_fraction", "flash_triton_fraction", "sustained_fraction",
+                  "hbm_peak_fraction", "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor",
+                  "paged_decode_hbm_fraction", "fp8_skinny_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -206,7 +209,8 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
             eff *= _tile_q(min(work.shape), p.tile_m)
         return max(eff, 1e-3)
     # attention
-    eff = p.attention_peak_fraction * p.sustained_fraction
+    ceiling = p.flash_triton_fraction if work.kind == "attention_triton" else p.attention_peak_fraction
+    eff = ceiling * p.sustained_fraction
     if len(work.shape) >= 3:
         seq_q, seq_kv, head_dim = work.shape[:3]
         eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * min(1.0, head_dim / 128.0)
@@ -303,8 +307,9 @@ def compute_bound_fraction(chip: Chip, work: Work, *, clock_factor: float = 1.0)
     t = _one_time_s(chip, work, clock_factor)
     if t <= 0:
         return 0.0, 0.0
-    if work.kind in ("matmul", "attention"):
-        ceiling = _matmul_ceiling(p, work) if work.kind == "matmul" else p.attention_peak_fraction
+    if work.kind in ("matmul", "attention", "attention_triton"):
+        ceiling = (_matmul_ceiling(p, work) if work.kind == "matmul" else p.flash_triton_fraction
+                   if work.kind == "attention_triton" else p.attention_peak_fraction)
         u_c = work.flops / (t * chip.peak_flops(work.precision) * clock_factor * ceiling * p.sustained_fraction)
     else:
         u_c = 0.0

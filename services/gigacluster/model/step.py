@@ -169,9 +169,10 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
         fwd += mat_fwd
         bwd += mat_bwd
     else:
-        fwd.append(Work(attn_flops, attn_bytes, "bf16", "attention", 1, attn_shape))
+        kind = "attention_triton" if spec.attention_impl == "flash_triton" else "attention"
+        fwd.append(Work(attn_flops, attn_bytes, "bf16", kind, 1, attn_shape))
         # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", "attention", 1, attn_shape))
+        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", kind, 1, attn_shape))
     # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens (every
     # token on every TP rank without sequence parallelism), RoPE on q and k, the MLP activation
     # (MoE: plus permuting tokens to their experts and back).
@@ -225,8 +226,10 @@ def _head_works(spec: TrainSpec, first: bool, last: bool) -> tuple[list[Work], l
         fwd.append(_gemm(*g, spec.precision))
         bwd.append(_gemm(T, a.hidden, v_t, spec.precision))
         bwd.append(_gemm(a.hidden, v_t, T, spec.precision))
-        ce_b = 3.0 * T * v_t * 4  # fp32 logits: softmax read/write, loss
-        fwd.append(Work(5.0 * T * v_t, ce_b, "bf16", "elementwise"))
+        # fp32 logits: softmax read/write, loss; fused: the 16-bit logits read once forward, read and their
+        # gradient written once backward (flash-attn's xentropy kernel)
+        ce_f, ce_b = (2.0 * T * v_t, 4.0 * T * v_t) if spec.loss_impl == "fused" else (12.0 * T * v_t,) * 2
+        fwd.append(Work(5.0 * T * v_t, ce_f, "bf16", "elementwise"))
         bwd.append(Work(3.0 * T * v_t, ce_b, "bf16", "elementwise"))
         model = 3.0 * 2.0 * T * v_t * a.hidden
         if a.mtp_layers:

@@ -191,7 +191,10 @@ def _memory(spec: TrainSpec, stage_layers: tuple[int, ...]) -> MemoryBreakdown:
             acts = _stage_act_bytes_per_token(spec, stage_layers[i]) * T * in_flight_f
         if recompute_layer_count(spec, stage_layers[i], stage_layers[i]):  # the layer being recomputed, whole
             acts += (_act_bytes_per_token_layer(dataclasses.replace(spec, recompute="none", recompute_layers=0))) * T
-        other = 2.0 * T * (-(-spec.arch.vocab // spec.tp)) * 4 if last else 0.0
+        # Logits on the last stage: 8 bytes a logit (the fp32 upcast and its softmax kept for backward), or 4 with a
+        # fused cross-entropy (the 16-bit logits kept, and their 16-bit gradient while it is written).
+        per_logit = 4.0 if spec.loss_impl == "fused" else 8.0
+        other = per_logit * T * (-(-spec.arch.vocab // spec.tp)) if last else 0.0
         weights_b = 2.0 * params * (2 if spec.pipeline_schedule == "dualpipe" else 1)
         grads_b = float(grad_b) * params
         if spec.fsdp:

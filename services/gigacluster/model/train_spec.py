@@ -43,12 +43,19 @@ _PAR_KEYS = (
     "fsdp_reshard_after_forward", "recompute_layers",
 )
 
-ATTENTION_IMPLS = ("flash", "materialized")
+ATTENTION_IMPLS = ("flash", "materialized", "flash_triton")
 """How the attention core runs: ``flash`` (default: fused, causal blocks skipped, nothing s x s in HBM;
-FlashAttention-2/3, every 2023+ stack) or ``materialized`` (the 2021-2022 Megatron-LM path: full
+FlashAttention-2/3, every 2023+ stack), ``materialized`` (the 2021-2022 Megatron-LM path: full
 s x s score and context batched GEMMs, fused scale-mask-softmax and dropout reading and writing
-the s x s tensors in HBM)."""
-_IMPL_KEYS = ("attention_impl",)  # top-level keys of the kernels a step runs (issue 15)
+the s x s tensors in HBM) or ``flash_triton`` (the FlashAttention of 2022-2023 written in Triton,
+``flash_attn_triton.py``, MPT's ``attn_impl: triton``: the same fused causal algorithm at the lower
+rate of catalog ``efficiency.flash_triton_fraction``)."""
+LOSS_IMPLS = ("fp32", "fused")
+"""How the output layer's cross-entropy holds its logits: ``fp32`` (default: the logits upcast to fp32 and
+their softmax kept for backward, PyTorch's and Megatron-LM's vocab-parallel cross-entropy, 8 bytes a logit)
+or ``fused`` (one kernel on the 16-bit logits that keeps them and their log-sum-exp and writes a 16-bit
+gradient: flash-attn's / apex's xentropy, llm-foundry's default ``fused_crossentropy``, 4 bytes a logit)."""
+_IMPL_KEYS = ("attention_impl", "loss_impl")  # top-level keys of the kernels a step runs (issue 15)
 
 
 # Largest integer a spec field may hold: exact as a float, far above any real job (tokens ~1e13),
@@ -132,6 +139,7 @@ class TrainSpec:
     pipeline_schedule: str = "1f1b"  # or "dualpipe" (DeepSeek-V3: bidirectional, two parameter copies)
     sequence_parallel: bool = True  # Megatron sequence parallelism with TP (norms/dropout sharded); False: 2021 style
     attention_impl: str = "flash"  # see ATTENTION_IMPLS
+    loss_impl: str = "fp32"  # see LOSS_IMPLS
     # Fully sharded data parallelism (PyTorch FSDP FULL_SHARD / FSDP2 fully_shard, ZeRO-3, Megatron-FSDP):
     # parameters, gradients and optimizer state sharded over ``fsdp_shard`` data-parallel ranks; every layer's
     # parameters all-gathered before its forward (and again before its backward when
@@ -168,6 +176,8 @@ class TrainSpec:
         if self.attention_impl not in ATTENTION_IMPLS:
             raise SpecError("attention_impl",
                             f"allowed: {', '.join(ATTENTION_IMPLS)}; got {_show(self.attention_impl)}")
+        if self.loss_impl not in LOSS_IMPLS:
+            raise SpecError("loss_impl", f"allowed: {', '.join(LOSS_IMPLS)}; got {_show(self.loss_impl)}")
         if self.attention_impl == "materialized" and self.arch.attention == "mla":
             raise SpecError("attention_impl", "materialized is modelled for gqa attention only; use flash with mla")
         if self.recompute not in RECOMPUTE:
@@ -354,6 +364,7 @@ class TrainSpec:
             pipeline_schedule=str(par.get("pipeline_schedule", "1f1b")).lower(),
             sequence_parallel=_bool(par, "sequence_parallel", "parallelism.sequence_parallel", True),
             attention_impl=str(d.get("attention_impl", "flash")).lower(),
+            loss_impl=str(d.get("loss_impl", "fp32")).lower(),
             fsdp=_bool(par, "fsdp", "parallelism.fsdp", False),
             fsdp_shard=_int0(par, "fsdp_shard", "parallelism.fsdp_shard"),
             fsdp_reshard_after_forward=_bool(par, "fsdp_reshard_after_forward",
@@ -463,7 +474,7 @@ def _parse_costs(d: Mapping[str, Any], par: Mapping[str, Any]) -> tuple[Mapping[
     for k in ("energy_price_usd_per_kwh", "price_per_chip_hour_usd"):
         if cost.get(k) is not None:
             _finite(cost[k], f"cost.{k}", "a finite number >= 0")
-    for k in ("precision", "name", "attention_impl"):
+    for k in ("precision", "name", "attention_impl", "loss_impl"):
         if k in d and not isinstance(d[k], str):
             raise SpecError(k, f"must be a string, got {_show(d[k])}")
     for k in ("recompute", "grad_reduce_dtype", "pipeline_schedule"):

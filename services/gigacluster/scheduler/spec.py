@@ -33,7 +33,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
-    "": ("cost", "network"),  # network: a live job runs on the cluster's own fabric (set by `up`)
+    # network: a live job runs on the cluster's own fabric (set by `up`); loss_impl: no TrainingSpec field yet
+    "": ("cost", "network", "loss_impl"),
     "model": ("name",),
 }
 OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")
