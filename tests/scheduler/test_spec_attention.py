@@ -53,3 +53,11 @@ def test_fsdp_must_be_a_boolean() -> None:
     with pytest.raises(InvalidArgument) as err:
         spec_to_proto({**SPEC, "parallelism": {"fsdp": 1}})
     assert err.value.field == "spec.parallelism.fsdp"
+
+
+def test_flash_triton_and_fused_loss_round_trip_through_the_job_message() -> None:
+    """The 2022-2023 Triton attention and the fused cross-entropy reach the live job as estimate train reads them."""
+    back = proto_to_spec(spec_to_proto({**SPEC, "attention_impl": "flash_triton", "loss_impl": "fused"}))
+    spec = TrainSpec.from_dict(back)
+    assert (spec.attention_impl, spec.loss_impl) == ("flash_triton", "fused")
+    assert TrainSpec.from_dict(proto_to_spec(spec_to_proto(SPEC))).loss_impl == "fp32"

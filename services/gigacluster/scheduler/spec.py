@@ -22,7 +22,8 @@ from gigacluster.scheduler.v1 import scheduler_pb2
 JOB_FIELDS = ("name", "queue", "priority", "checkpoint_interval_steps", "max_restarts")
 # What a TrainingSpec message carries, per section: a job file may hold nothing else.
 SPEC_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl"),
+    "": ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl",
+         "loss_impl"),
     "model": ("preset", *ARCH_FIELDS, *MOE_ARCH_FIELDS, *ARCH_TEXT_FIELDS),
     "batch": ("global_batch", "global_batch_tokens"),
     "parallelism": ("tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
@@ -33,8 +34,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
 }
 # Fields TrainSpec.from_dict reads (offline estimates) that the TrainingSpec message has no room for.
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
-    # network: a live job runs on the cluster's own fabric (set by `up`); loss_impl: no TrainingSpec field yet
-    "": ("cost", "network", "loss_impl"),
+    "": ("cost", "network"),  # network: a live job runs on the cluster's own fabric (set by `up`)
     "model": ("name",),
 }
 OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")
@@ -156,7 +156,8 @@ def check_bounds(msg: scheduler_pb2.SubmitJobRequest, b: SpecBounds) -> None:
     for k in (*ARCH_FIELDS, *MOE_ARCH_FIELDS):
         cap(f"spec.model.{k}", getattr(s.model, k), b.max_arch)
     texts = [("spec.model.preset", s.model.preset), ("spec.hardware.chip", s.hardware.chip),
-             ("spec.hardware.system", s.hardware.system), ("spec.attention_impl", s.attention_impl)]
+             ("spec.hardware.system", s.hardware.system), ("spec.attention_impl", s.attention_impl),
+             ("spec.loss_impl", s.loss_impl)]
     texts += [(f"spec.model.{k}", getattr(s.model, k)) for k in ARCH_TEXT_FIELDS]
     texts += [(f"spec.parallelism.{k}", getattr(s.parallelism, k)) for k in PAR_TEXTS]
     for k, text in texts:
@@ -208,6 +209,7 @@ def spec_to_proto(spec: dict[str, Any]) -> scheduler_pb2.TrainingSpec:
         steps=_int(spec, "steps", "spec.steps"),
         pue=float(pue),
         attention_impl=_text(spec, "attention_impl", "spec.attention_impl"),
+        loss_impl=_text(spec, "loss_impl", "spec.loss_impl"),
     )
 
 
@@ -281,4 +283,6 @@ def proto_to_spec(msg: scheduler_pb2.TrainingSpec) -> dict[str, Any]:
         out["pue"] = float(msg.pue)
     if msg.attention_impl:
         out["attention_impl"] = msg.attention_impl
+    if msg.loss_impl:
+        out["loss_impl"] = msg.loss_impl
     return out

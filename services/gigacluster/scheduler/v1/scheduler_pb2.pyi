@@ -73,7 +73,7 @@ class HardwareSpec(_message.Message):
     def __init__(self, chip: _Optional[str] = ..., count: _Optional[int] = ..., system: _Optional[str] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl")
+    __slots__ = ("model", "batch", "parallelism", "hardware", "precision", "tokens", "steps", "pue", "attention_impl", "loss_impl")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class TrainingSpec(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     PUE_FIELD_NUMBER: _ClassVar[int]
     ATTENTION_IMPL_FIELD_NUMBER: _ClassVar[int]
+    LOSS_IMPL_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelArchitecture
     batch: BatchSpec
     parallelism: ParallelismSpec
@@ -92,7 +93,8 @@ class TrainingSpec(_message.Message):
     steps: int
     pue: float
     attention_impl: str
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ..., attention_impl: _Optional[str] = ...) -> None: ...
+    loss_impl: str
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelArchitecture, _Mapping]] = ..., batch: _Optional[_Union[BatchSpec, _Mapping]] = ..., parallelism: _Optional[_Union[ParallelismSpec, _Mapping]] = ..., hardware: _Optional[_Union[HardwareSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., pue: _Optional[float] = ..., attention_impl: _Optional[str] = ..., loss_impl: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("name", "tenant", "display_name", "queue", "priority", "spec", "state", "reason", "steps_total", "step", "tokens", "last_step_time_s", "predicted_step_time_s", "mfu", "usage", "eta_s", "created_s", "started_s", "finished_s", "instance", "restarts", "max_restarts", "checkpoint_interval_steps", "last_checkpoint_step", "goodput", "compute_s", "exposed_comm_s", "bubble_s", "preemptions", "lost_steps", "lost_s", "checkpoint_pause_s", "restart_s", "borrowing", "placement_domains", "placement_leaf_groups", "dp_spine_crossings", "estimated_end_s", "reserved_start_s", "failures", "performance_alert", "slowdown", "mean_step_time_s")
