@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -142,3 +143,32 @@ def test_registry_names_match_the_proto() -> None:
     """The algorithm names the fabric proto documents are registered."""
     for name in ("ring", "tree", "hierarchical", "halving_doubling"):
         assert name in ALGORITHMS
+
+
+def test_phase_terms_are_cached_per_geometry_on_the_intact_fabric_only(two_groups: Topology,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase routed once on the intact fabric gives the same terms from the cache (the reduce-scatter and the
+    all-gather of a group share their ring's sub-flows); with dead links the terms are routed again, and a
+    cleared cache routes afresh to the same figures."""
+    import gigacluster.fabric.collectives as col
+    from gigacluster.fabric.routing import route as real_route
+
+    calls: list[int] = []
+
+    def counting_route(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real_route(*a, **k)
+
+    monkeypatch.setattr(col, "route", counting_route)
+    ranks = np.arange(16)
+    phase = ALGORITHMS["ring"].phases("reduce_scatter", ranks, 2**26, two_groups)[0]
+    col.clear_terms_cache(two_groups)
+    first = col.phase_terms(phase, two_groups)
+    again = col.phase_terms(ALGORITHMS["ring"].phases("all_gather", ranks, 2**20, two_groups)[0], two_groups)
+    assert len(calls) == 1 and again == first  # same pairs, same terms: routed once
+    dead = np.ones(two_groups.n_links, dtype=bool)
+    dead[0] = False
+    col.phase_terms(phase, two_groups, alive=dead)
+    assert len(calls) == 2  # a degraded fabric is never served from the cache
+    col.clear_terms_cache(two_groups)
+    assert col.phase_terms(phase, two_groups) == first and len(calls) == 3

@@ -53,9 +53,12 @@ and all-to-all, 1 for broadcast and send/recv.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -183,12 +186,58 @@ def plan_label(name: str, phases: Sequence[Phase]) -> str:
     return name if proto == DEFAULT_PROTOCOL else f"{name}/{proto}"
 
 
+# Routed terms of phases on an intact fabric, per topology (by id, dropped with it): a request's
+# reduce-scatter and all-gather, and algorithms that lay the same pairs (a ring and rail rings of one rank
+# per domain), route the same sub-flows; planning a 100k-chip step routed them again for each.
+_TERMS: dict[int, tuple[weakref.ref[Topology], collections.OrderedDict[bytes, tuple[float, float]]]] = {}
+_TERMS_PER_TOPOLOGY = 4096
+_TERMS_LOCK = threading.Lock()
+
+
+def _terms_cache(topo: Topology) -> collections.OrderedDict[bytes, tuple[float, float]]:
+    with _TERMS_LOCK:
+        hit = _TERMS.get(id(topo))
+        if hit is not None and hit[0]() is topo:
+            return hit[1]
+        cache: collections.OrderedDict[bytes, tuple[float, float]] = collections.OrderedDict()
+        key = id(topo)
+        _TERMS[key] = (weakref.ref(topo, lambda _r: _TERMS.pop(key, None)), cache)
+        return cache
+
+
+def clear_terms_cache(topo: Topology) -> None:
+    """Forget ``topo``'s cached phase terms (benchmarks that time planning from nothing)."""
+    with _TERMS_LOCK:
+        _TERMS.pop(id(topo), None)
+
+
 def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
                 capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
     """(rate B/s of the phase's slowest flow, slowest path latency s) on the intact or given fabric;
-    rate 0 when some sub-flow has no live path, inf when no link carries bytes."""
+    rate 0 when some sub-flow has no live path, inf when no link carries bytes. On the intact fabric the
+    terms of a phase's geometry are cached (the same sub-flows route the same way)."""
     if phase.n_subflows == 0:
         return float("inf"), 0.0
+    if alive is not None or capacity_Bps is not None:
+        return _phase_terms(phase, topo, alive=alive, capacity_Bps=capacity_Bps)
+    key = b"".join((np.int64(phase.n_subflows).tobytes(), bytes([phase.lockstep]), phase.src.tobytes(),
+                    phase.dst.tobytes(), b"" if phase.weight is None else phase.weight.tobytes()))
+    cache = _terms_cache(topo)
+    with _TERMS_LOCK:
+        got = cache.get(key)
+        if got is not None:
+            cache.move_to_end(key)
+            return got
+    got = _phase_terms(phase, topo)
+    with _TERMS_LOCK:
+        cache[key] = got
+        while len(cache) > _TERMS_PER_TOPOLOGY:
+            cache.popitem(last=False)
+    return got
+
+
+def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
+                 capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
     r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
     if not r.ok.all():
         return 0.0, 0.0
