@@ -112,11 +112,18 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
             url = f"http://{st.endpoints.router}/gigacluster.router.v1.RouterService/Generate"
             for rate in (float(r) for r in args.rates.split(",")):
                 s0, c0 = bare.cpu_s(router_pid), bare.cpu_s(chip_pid)
+                spy = None
+                if args.profile:  # py-spy's folded stacks of the router over the phase (flamegraph.pl reads them)
+                    spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw", "-p",
+                                            str(router_pid), "-d", str(int(args.seconds)), "-o",
+                                            f"{args.profile}-{rate:g}.txt"], stdout=subprocess.DEVNULL)
                 r = await asyncio.to_thread(h2load, url, body, rate, args.seconds, args.clients,
                                             [f"authorization: Bearer {key}"], tmp)
                 r |= {"target": f"router, {args.replicas} replicas", "rate": rate,
                       "server_ms": 1e3 * (bare.cpu_s(router_pid) - s0) / max(1, r["done"]),
                       "chip_core": (bare.cpu_s(chip_pid) - c0) / args.seconds}
+                if spy is not None:
+                    await asyncio.to_thread(spy.wait)
                 rows.append(r)
                 await asyncio.sleep(2)
         finally:
@@ -135,6 +142,7 @@ def main() -> None:
     ap.add_argument("--stream-ms", type=float, default=0.0,
                     help="bare: spread a call's messages over this many ms (times are then reported past the spread)")
     ap.add_argument("--replicas", type=int, default=4, help="router: replicas of the deployment")
+    ap.add_argument("--profile", default="", help="router: write py-spy folded stacks to PREFIX-RATE.txt per phase")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-h2load-") as d:

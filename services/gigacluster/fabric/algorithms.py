@@ -283,18 +283,15 @@ class RailRings(Algorithm):
         if topo.scaleup == "full_mesh" and m % 2 == 0:
             s, d, f = _mesh_rail_rings(grid)
             return [Phase(s, d, factor * bytes_ / m, steps, flow_of=f)]
-        srcs, dsts, rings = [], [], []
-        for c in range(m):
-            order = np.roll(grid, -c, axis=1)  # every domain's ranks, starting at local c
-            s_in, d_in = order[:, :-1].ravel(), order[:, 1:].ravel()  # along the domain's chain
-            pxn_s, pxn_d = order[:, -1], order[:, 0]  # last of the chain -> local c, over scale-up
-            rail_s, rail_d = order[:, 0], np.roll(order[:, 0], -1)  # local c -> local c of the next domain
-            s = np.concatenate([s_in, pxn_s, rail_s])
-            srcs.append(s)
-            dsts.append(np.concatenate([d_in, pxn_d, rail_d]))
-            rings.append(np.full(s.size, c, dtype=np.int64))
-        return [Phase(np.concatenate(srcs), np.concatenate(dsts), factor * bytes_ / m, steps,
-                      flow_of=np.concatenate(rings))]
+        # Ring c (one per local rank, all at once: axis 0): every domain's ranks starting at local c, along the
+        # domain's chain; the chain's last -> local c over scale-up (PXN); local c -> local c of the next domain.
+        order = grid.take((np.arange(m)[:, None] + np.arange(m)[None, :]) % m, axis=1).transpose(1, 0, 2)
+        s_in, d_in = order[:, :, :-1].reshape(m, -1), order[:, :, 1:].reshape(m, -1)
+        head = order[:, :, 0]
+        src = np.concatenate([s_in, order[:, :, -1], head], axis=1)
+        dst = np.concatenate([d_in, head, np.roll(head, -1, axis=1)], axis=1)
+        return [Phase(src.ravel(), dst.ravel(), factor * bytes_ / m, steps,
+                      flow_of=np.repeat(np.arange(m, dtype=np.int64), src.shape[1]))]
 
 
 class HalvingDoubling(Algorithm):
@@ -585,8 +582,8 @@ class NVLSTree(Algorithm):
         # NVLS inside each domain: every ordered pair, (1 + 1/m) S per GPU link, in units of the shard
         i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
         keep = (i != j).ravel()
-        nv_s = grid[:, i.ravel()[keep]].ravel()
-        nv_d = grid[:, j.ravel()[keep]].ravel()
+        nv_s = grid.take(i.ravel()[keep], axis=1).ravel()
+        nv_d = grid.take(j.ravel()[keep], axis=1).ravel()
         nv_w = np.full(nv_s.size, nvls_link_bytes(1.0, m, topo.config.chip) * m / (m - 1))
         # the double binary tree over the domains, per rail: each tree half the shard, up and down
         tr_s, tr_d = [], []

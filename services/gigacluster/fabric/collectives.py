@@ -236,6 +236,17 @@ def phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None
     return got
 
 
+_SCRATCH = threading.local()
+
+
+def _link_scratch(n: int) -> np.ndarray:
+    """A zeroed float array of ``n`` links owned by the calling thread (callers leave it zeroed)."""
+    buf: np.ndarray | None = getattr(_SCRATCH, "load", None)
+    if buf is None or buf.size != n:
+        buf = _SCRATCH.load = np.zeros(n)
+    return buf
+
+
 def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
                  capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
     r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
@@ -245,13 +256,15 @@ def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = Non
     if r.e_link.size == 0:
         return float("inf"), path_s
     cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
-    # per used link only (a bincount over every link cost O(topology) per phase)
-    used, inv = np.unique(r.e_link, return_inverse=True)
+    # Each entry's link load, summed into this thread's zeroed scratch array over all links and zeroed again
+    # after: O(entries), with no sort of the entries (np.unique) and no allocation the size of the topology.
     coef = r.e_coef if phase.weight is None else r.e_coef * phase.weight[r.e_flow]
-    load = np.bincount(inv, weights=coef, minlength=used.size)
+    load = _link_scratch(cap.size)
+    np.add.at(load, r.e_link, coef)
+    per_entry = cap[r.e_link] / load[r.e_link]
+    load[r.e_link] = 0.0
     if phase.lockstep:
-        return float((cap[used] / load).min()), path_s
-    per_entry = cap[r.e_link] / load[inv]
+        return float(per_entry.min()), path_s
     rate_f = np.full(phase.n_subflows, np.inf)
     np.minimum.at(rate_f, r.e_flow, per_entry)
     return float(rate_f.min()), path_s

@@ -25,6 +25,7 @@ phase together.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections import OrderedDict
 
@@ -92,24 +93,40 @@ def check_groups(op: str, ranks0: np.ndarray, stride: int, groups: int, bytes_: 
 
 def shapes(topo: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(representative row per shape, shape index per row, shape features per shape) of a rows x n rank
-    matrix, as array work."""
+    matrix, as array work.
+
+    A row's shape is its domains, leaves and pods relative to its first rank (and, inside a full-mesh or
+    torus domain, its positions there). Rows are grouped by a 64-bit hash of those features (one integer
+    matrix product; int64 wraps as uint64 would) and the grouping is then checked exactly, part by part."""
     dom = topo.chip_domain[ranks]
     leaf = topo.chip_leaf[ranks]
     pod = topo.leaf_pod[leaf]
     parts = [dom - dom[:, :1], leaf - leaf[:, :1], pod - pod[:, :1]]
     if topo.scaleup != "switch":  # paths inside a full-mesh or torus domain depend on the positions in it
         parts.append(topo.chip_local[ranks])
-    feat = np.concatenate(parts, axis=1)
-    mult = np.random.default_rng(0x5EED).integers(1, 2**62, feat.shape[1], dtype=np.int64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        key = (feat.astype(np.uint64) * mult.reshape(1, -1)).sum(axis=1, dtype=np.uint64)
+    n = ranks.shape[1]
+    mult = _shape_multipliers(n * len(parts))
+    key = parts[0] @ mult[:n]
+    for i in range(1, len(parts)):
+        key += parts[i] @ mult[i * n:(i + 1) * n]
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    if not (feat == feat[first[inv]]).all():  # a hash collision (never seen): sort the rows exactly
-        _, first, inv = np.unique(feat, axis=0, return_index=True, return_inverse=True)
+    inv = np.asarray(inv).ravel()
+    if not all((p == p[first[inv]]).all() for p in parts):  # a hash collision (never seen): sort exactly
+        _, first, inv = np.unique(np.concatenate(parts, axis=1), axis=0, return_index=True, return_inverse=True)
+        inv = np.asarray(inv).ravel()
     order = np.argsort(first, kind="stable")  # shapes in order of their first copy
     rank_of = np.empty_like(order)
     rank_of[order] = np.arange(order.size)
-    return first[order], rank_of[np.asarray(inv).ravel()], feat[first[order]]
+    reps = first[order]
+    return reps, rank_of[inv], np.concatenate([p[reps] for p in parts], axis=1)
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_multipliers(k: int) -> np.ndarray:
+    """Fixed random 62-bit multipliers of the shape hash (seeded: the same on every run)."""
+    m = np.random.default_rng(0x5EED).integers(1, 2**62, k, dtype=np.int64)
+    m.setflags(write=False)
+    return m
 
 
 class GroupPlanner:
@@ -184,14 +201,28 @@ def _template(op: str, rep: np.ndarray, bytes_: float, algo: str | None, policy:
         name = choose_algorithm(op, rep, bytes_, topo, algo=algo, policy=policy)
         phases, est_l = plan_phases(name, op, rep, bytes_, topo, alive=alive, capacity_Bps=capacity_Bps)
         est = tuple(est_l)
-    pos = np.argsort(rep)
-    sorted_rep = rep[pos]
+    # chip -> its index in the group: a table over the group's chip span when that is not much larger than
+    # the group (a gather per phase), else a search in the sorted ranks
+    lo, span = int(rep.min()), int(rep.max()) - int(rep.min()) + 1
+    if span <= 256 * rep.size + 65536:
+        slot = np.full(span, -1, dtype=np.int64)
+        slot[rep - lo] = np.arange(rep.size, dtype=np.int64)
+    else:
+        pos = np.argsort(rep)
+        sorted_rep = rep[pos]
 
     def index(chips: np.ndarray) -> np.ndarray:
-        at = np.minimum(np.searchsorted(sorted_rep, chips), rep.size - 1)
-        if not (sorted_rep[at] == chips).all():
+        if span > 256 * rep.size + 65536:
+            at = np.minimum(np.searchsorted(sorted_rep, chips), rep.size - 1)
+            if not (sorted_rep[at] == chips).all():
+                raise ValueError(f"algorithm {name} made a phase with chips outside the group's ranks")
+            return pos[at]
+        off = chips - lo
+        inside = (off >= 0) & (off < span)
+        at = slot[np.where(inside, off, 0)]
+        if not inside.all() or (at < 0).any():
             raise ValueError(f"algorithm {name} made a phase with chips outside the group's ranks")
-        return pos[at]
+        return at
 
     return Template(
         plan_label(name, phases),
@@ -223,7 +254,8 @@ def expand(op: str, tpl: Template, rows: np.ndarray, ranks: np.ndarray, bytes_: 
             flow_of = (np.arange(g, dtype=np.int64)[:, None] * per + fi[None, :]).ravel()
         elif ls and g > 1:
             flow_of = np.repeat(np.arange(g, dtype=np.int64), k)
-        phases.append(Phase(ranks[:, si].ravel(), ranks[:, di].ravel(), b, st, ls, flow_of, pr,
+        # take, not ranks[:, si]: fancy indexing on axis 1 comes out transposed and ravel copies it again (20x slower)
+        phases.append(Phase(ranks.take(si, axis=1).ravel(), ranks.take(di, axis=1).ravel(), b, st, ls, flow_of, pr,
                             None if wt is None else np.tile(wt, g), fl, cs))
     return GroupsPlan(op, tpl.algorithm, rows, ranks, bytes_, tuple(phases), tpl.est_s)
 
