@@ -183,15 +183,15 @@ def route(
     dst = np.asarray(dst, dtype=np.int64)
     n = src.size
     spread = ROUTING_MODES.lookup(mode or topo.config.routing)
-    h = flow_hash(src, dst, np.broadcast_to(np.asarray(label, dtype=np.int64), src.shape))
     latency = np.zeros(n)
     ok = np.ones(n, dtype=bool)
     flows: list[np.ndarray] = []
     links: list[np.ndarray] = []
     coefs: list[np.ndarray] = []
 
-    intra = np.flatnonzero((topo.chip_domain[src] == topo.chip_domain[dst]) & (src != dst))
-    to_out = np.flatnonzero(topo.chip_domain[src] != topo.chip_domain[dst])
+    same = topo.chip_domain[src] == topo.chip_domain[dst]
+    intra = np.flatnonzero(same & (src != dst))
+    to_out = np.flatnonzero(~same)
     if intra.size:
         cands = _scaleup_candidates(topo, src[intra], dst[intra])
         chosen = np.full(intra.size, -1, dtype=np.int64)
@@ -212,8 +212,10 @@ def route(
             coefs.append(np.ones(lk.size))
             latency[intra[rows]] = np.bincount(r, weights=topo.link_latency_s[lk], minlength=rows.size)
         to_out = np.concatenate([to_out, intra[chosen < 0]])
-    if to_out.size:
-        ents, lat, ok_out = _scaleout(topo, src[to_out], dst[to_out], h[to_out], alive, spread)
+    if to_out.size:  # the ECMP key only for the flows that leave their domain
+        lab = np.broadcast_to(np.asarray(label, dtype=np.int64), src.shape)[to_out]
+        h = flow_hash(src[to_out], dst[to_out], lab)
+        ents, lat, ok_out = _scaleout(topo, src[to_out], dst[to_out], h, alive, spread)
         latency[to_out] = lat
         ok[to_out] = ok_out
         for fi, lk, cf in ents:
