@@ -38,6 +38,8 @@ import bench_grpc_stream as bare
 import bench_router as br
 from _table import print_rows
 
+from gigacluster.client import Client
+from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
 
 
@@ -99,19 +101,59 @@ def bare_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, Any
     return rows
 
 
+async def _deploy(st: Any, key: str, name: str, replicas: int, delete: str = "") -> None:
+    """A fresh deployment ``name`` (``delete`` first, to free its chips), READY."""
+    async with Client(st.endpoints, key) as c:
+        if delete:
+            await c.router.DeleteDeployment(router_pb2.DeleteDeploymentRequest(name=f"deployments/{delete}"),
+                                            metadata=c.md, timeout=60)
+        await c.router.DeployModel(router_pb2.DeployModelRequest(
+            deployment_id=name, model=common_pb2.ModelArchitecture(preset="llama3-8b"), chip="h100-sxm", tp=1,
+            replicas=replicas, max_batch=256, max_queue=256), metadata=c.md, timeout=60)
+        for _ in range(600):
+            d = (await c.router.GetDeployment(router_pb2.GetDeploymentRequest(name=f"deployments/{name}"),
+                                              metadata=c.md, timeout=10)).deployment
+            if d.state == router_pb2.Deployment.STATE_READY:
+                return
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"deployment {name} not ready")
+
+
+async def _modelled_e2e(st: Any, key: str, name: str) -> Any:
+    """The router's own summary of the modelled end-to-end latencies of ``name``'s requests."""
+    async with Client(st.endpoints, key) as c:
+        got = await c.router.GetStats(router_pb2.GetStatsRequest(deployment=f"deployments/{name}"), metadata=c.md,
+                                      timeout=30)
+    return got.deployments[0].e2e
+
+
 def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, Any]]:
+    """Each rate on a fresh deployment, so that the router's summary of its modelled end-to-end latencies
+    (``GetStats``) covers that phase alone: overhead p50 / p99 = h2load's p50 / p99 minus the modelled ones (a
+    difference of percentiles, the closest h2load, which reads no response, allows)."""
     async def run() -> list[dict[str, Any]]:
-        st, key = await br.start_stack(tmp / "state", {}, args.replicas, 256)
+        env = {"GIGACLUSTER_ROUTER_FRONTENDS": str(args.frontends)} if args.frontends else {}
+        st, key = await br.start_stack(tmp / "state", env, args.replicas, 256)
         rows = []
         try:
-            body = grpc_body(router_pb2.GenerateRequest(model=f"deployments/{br.DEPLOYMENT}",
-                                                        token_ids=router_pb2.TokenIds(ids=list(range(100, 132))),
-                                                        max_tokens=16))
-            router_pid = st.procs["router"].proc.pid
-            chip_pid = st.procs["chip"].proc.pid
+            router_pid = st.procs["router"].proc.pid  # type: ignore[union-attr]
+            chip_pid = st.procs["chip"].proc.pid  # type: ignore[union-attr]
             url = f"http://{st.endpoints.router}/gigacluster.router.v1.RouterService/Generate"
-            for rate in (float(r) for r in args.rates.split(",")):
-                s0, c0 = bare.cpu_s(router_pid), bare.cpu_s(chip_pid)
+            await asyncio.sleep(1.0 if args.frontends else 0.0)  # the front ends up and listening
+            family = br.family_pids(router_pid)  # the router and its front-end processes
+
+            def router_cpu_s() -> float:
+                return sum(bare.cpu_s(pid) for pid in family)
+
+            live = br.DEPLOYMENT
+            for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+                name = f"{br.DEPLOYMENT}-{i}"
+                await _deploy(st, key, name, args.replicas, delete=live)
+                live = name
+                body = grpc_body(router_pb2.GenerateRequest(model=f"deployments/{name}",
+                                                            token_ids=router_pb2.TokenIds(ids=list(range(100, 132))),
+                                                            max_tokens=16))
+                s0, c0 = router_cpu_s(), bare.cpu_s(chip_pid)
                 spy = None
                 if args.profile:  # py-spy's folded stacks of the router over the phase (flamegraph.pl reads them)
                     spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw", "-p",
@@ -119,11 +161,14 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                                             f"{args.profile}-{rate:g}.txt"], stdout=subprocess.DEVNULL)
                 r = await asyncio.to_thread(h2load, url, body, rate, args.seconds, args.clients,
                                             [f"authorization: Bearer {key}"], tmp)
-                r |= {"target": f"router, {args.replicas} replicas", "rate": rate,
-                      "server_ms": 1e3 * (bare.cpu_s(router_pid) - s0) / max(1, r["done"]),
+                fe = f", {args.frontends} front ends" if args.frontends else ""
+                r |= {"target": f"router, {args.replicas} replicas{fe}", "rate": rate,
+                      "server_ms": 1e3 * (router_cpu_s() - s0) / max(1, r["done"]),
                       "chip_core": (bare.cpu_s(chip_pid) - c0) / args.seconds}
                 if spy is not None:
                     await asyncio.to_thread(spy.wait)
+                e2e = await _modelled_e2e(st, key, name)
+                r |= {"modelled": int(e2e.count), "model_p50": 1e3 * e2e.p50_s, "model_p99": 1e3 * e2e.p99_s}
                 rows.append(r)
                 await asyncio.sleep(2)
         finally:
@@ -142,6 +187,7 @@ def main() -> None:
     ap.add_argument("--stream-ms", type=float, default=0.0,
                     help="bare: spread a call's messages over this many ms (times are then reported past the spread)")
     ap.add_argument("--replicas", type=int, default=4, help="router: replicas of the deployment")
+    ap.add_argument("--frontends", type=int, default=0, help="router: front-end processes (router.frontends)")
     ap.add_argument("--profile", default="", help="router: write py-spy folded stacks to PREFIX-RATE.txt per phase")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -152,6 +198,10 @@ def main() -> None:
             ("done", lambda r: f"{r['done']:,} of {r['sent']:,}"),
             ("end-to-end p50 ms", lambda r: f"{r['p50']:.1f}"), ("p90 ms", lambda r: f"{r['p90']:.1f}"),
             ("p99 ms", lambda r: f"{r['p99']:.1f}"),
+            ("modelled p50 / p99 ms", lambda r: f"{r['model_p50']:.1f} / {r['model_p99']:.1f}" if "model_p50" in r
+             else "-"),
+            ("overhead p50 / p99 ms", lambda r: f"{r['p50'] - r['model_p50']:.1f} / {r['p99'] - r['model_p99']:.1f}"
+             if "model_p50" in r else "-"),
             ("server CPU ms/call", lambda r: f"{r['server_ms']:.2f}"),
             ("server cores", lambda r: f"{r['server_ms'] * r['rate'] / 1e3:.2f}"),
             ("h2load cores", lambda r: f"{r['client_cpu_s'] / args.seconds:.2f}")]
