@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
 
 import numpy as np
 
@@ -97,7 +96,8 @@ class ReplicaEngine:
         self._held_kv: dict[str, tuple[list[int], int]] = {}
         self._shed: deque[tuple[Request, AdmissionError]] = deque(maxlen=max(1, cfg.max_queue))
         self._inflight: Iteration | None = None
-        self._iter_seq = self._order_seq = 0
+        self._iter_seq = self._order_seq = self._version = 0  # _version: bumped by every call that changes stats()
+        self._stats: tuple[int, ReplicaStats] | None = None  # stats() at a _version (routing reads them per request)
         self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
         self._preemptions = self._rejected = self._shed_count = self._finished = 0
         self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
@@ -113,6 +113,7 @@ class ReplicaEngine:
         bound how many arrive.
         """
         cfg = self.cfg
+        self._version += 1
         if req.id in self._by_id or req.id in self._held_kv:
             raise SpecError("id", f"request {req.id!r} is already on this replica")
         if (req.handoff is not None) != (cfg.role == "decode"):
@@ -183,17 +184,12 @@ class ReplicaEngine:
             return math.inf
         return t
 
-    @property
-    def busy(self) -> bool:
-        """True while an iteration is in flight (between next_iteration and complete)."""
-        return self._inflight is not None
-
     def next_iteration(self, now_s: float) -> Iteration | None:
         """Schedule the next batch, or None when there is nothing to run."""
         if self._inflight is not None:
             raise EngineStateError("an iteration is already in flight; call complete() first")
-        chunked = self.cfg.chunked_prefill
-        sched = self._schedule_chunked(now_s) if chunked else self._schedule_plain(now_s)
+        self._version += 1
+        sched = self._schedule_chunked(now_s) if self.cfg.chunked_prefill else self._schedule_plain(now_s)
         if not sched:
             return None
         slots = np.fromiter(sched.keys(), dtype=np.int64, count=len(sched))
@@ -398,7 +394,7 @@ class ReplicaEngine:
         """
         if self._inflight is None or it is not self._inflight:
             raise EngineStateError("complete() must be given the iteration in flight")
-        self._inflight = None
+        self._inflight, self._version = None, self._version + 1
         valid = self._epoch[it.slots] == it.epochs  # a cancelled or preempted slot is skipped
         slots, new = it.slots[valid], it.new_tokens[valid]
         total_new = int(it.new_tokens.sum())
@@ -453,6 +449,7 @@ class ReplicaEngine:
         held = self._held_kv.pop(request_id, None)
         if held is None:
             return False
+        self._version += 1
         self._pool.release(*held)
         return True
 
@@ -468,6 +465,7 @@ class ReplicaEngine:
         seq = self._by_id.pop(request_id, None)
         if seq is None:
             return False
+        self._version += 1
         slot = self._slot_of.get(request_id)
         if slot is not None:
             self._release_slot(slot)
@@ -481,11 +479,14 @@ class ReplicaEngine:
         return self._pool.used / self._pool.total_blocks
 
     def stats(self) -> ReplicaStats:
+        """The replica's counters now (cached between two calls that change them)."""
+        if self._stats is not None and self._stats[0] == self._version:
+            return self._stats[1]
         act = self._active
         running = self.cfg.max_batch - len(self._free_slots)
         out_tok = int(((self._length - self._computed) + (self._max - self._gen))[act].sum())
         pool = self._pool
-        return ReplicaStats(
+        st = ReplicaStats(
             queue_depth=self._queue.count, running=running, kv_used_frac=pool.used / pool.total_blocks,
             kv_blocks_total=pool.total_blocks, kv_blocks_used=pool.used, kv_blocks_cached=pool.cached,
             prefix_hit_tokens=pool.hit_tokens, prefix_lookup_tokens=pool.lookup_tokens,
@@ -494,7 +495,5 @@ class ReplicaEngine:
             preemptions=self._preemptions, rejected=self._rejected, shed=self._shed_count,
             finished=self._finished, iterations=self._iter_seq,
         )
-
-    def describe(self) -> dict[str, Any]:
-        """Static facts of the replica, for logs and the estimate command."""
-        return self.cfg.describe()
+        self._stats = (self._version, st)
+        return st

@@ -217,6 +217,7 @@ class Replica:
         self._timing: deque[tuple[float, float]] = deque(maxlen=SLOW_WINDOW)
         self._reported_memory = -1  # bytes per device last sent with SetMemoryInUse
         self._idle_report: asyncio.Future[None] | None = None
+        self._view: tuple[Any, ReplicaView] | None = None  # (the stats it was built from, the view)
         self.reporter = WorkReporter(self._report_target, self._on_reported, self.wake.set,
                                      max_batch=report_max_iterations, tag=lambda: self.instance,
                                      interval_s=report_interval_s)
@@ -451,7 +452,11 @@ class Replica:
         return sum(a for a, _ in self._timing) / predicted if predicted > 0 else 1.0
 
     def view(self) -> ReplicaView:
-        return ReplicaView.from_stats(self.index, self.engine.stats(), self.engine.cfg.block_size)
+        """What routing sees of this replica (rebuilt only when the engine's stats changed)."""
+        st = self.engine.stats()
+        if self._view is None or self._view[0] is not st:
+            self._view = (st, ReplicaView.from_stats(self.index, st, self.engine.cfg.block_size))
+        return self._view[1]
 
     async def close(self) -> None:
         if self.task is not None:
