@@ -85,6 +85,40 @@ class Outbox:
             self.write(self.frame(items[i:i + FRAME_ITEMS]))
 
 
+class EventOutbox(Outbox):
+    """The core's outbox: each event is built in place in the next ``LinkDown`` frame (:meth:`event`), so no
+    message is copied between the replica's tokens and the bytes on the link."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        super().__init__(writer, lambda evs: frontend_pb2.LinkDown(events=evs).SerializeToString())
+        self._down = frontend_pb2.LinkDown()
+        self._n = 0
+
+    def event(self, stream: int) -> frontend_pb2.LinkEvent:
+        """A new event of ``stream`` in the next frame, for the caller to fill now."""
+        if self._n >= FRAME_ITEMS:
+            self._write_down()
+        ev = self._down.events.add()
+        ev.stream = stream
+        self._n += 1
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+        return ev
+
+    def push(self, item: Any) -> None:
+        self.event(item.stream).CopyFrom(item)
+
+    def _write_down(self) -> None:
+        if self._n:
+            self.write(self._down.SerializeToString())
+            self._down, self._n = frontend_pb2.LinkDown(), 0
+
+    def flush(self) -> None:
+        self._scheduled = False
+        self._write_down()
+
+
 def error_event(stream: int, exc: DomainError) -> frontend_pb2.LinkEvent:
     """A request's domain error as the front end needs it to answer exactly as the core would."""
     ev = frontend_pb2.LinkEvent(stream=stream, error_code=exc.code, error_message=exc.message,
@@ -124,7 +158,7 @@ class _Sink(TokenBox):
 class _Served:
     """One front end's requests in the core: their events gathered per pass, sent as one frame."""
 
-    def __init__(self, out: Outbox) -> None:
+    def __init__(self, out: EventOutbox) -> None:
         self.out = out
         self.gens: dict[int, Generation] = {}
         self._pending: dict[int, list[Any]] = {}
@@ -154,17 +188,23 @@ class _Served:
                 continue  # cancelled meanwhile
             first = not gen.generated
             try:
-                ev = frontend_pb2.LinkEvent(stream=stream, chunk=generate_response(gen.take(batch)))
+                chunk = gen.take(batch)
             except DomainError as exc:
-                ev = error_event(stream, exc)
+                self.drop(stream)
+                self.out.push(error_event(stream, exc))
+                continue
             except Exception as exc:  # a bug: the client still gets an answer (INTERNAL), never a stream left open
                 log.exception("router link: request failed", stream=stream)
-                ev = error_event(stream, DomainError(f"internal error ({type(exc).__name__}); see the router log"))
-            if first and not ev.error_code:
-                ev.prompt_tokens = gen.prompt_tokens
-            if gen.done or ev.error_code:
                 self.drop(stream)
-            self.out.push(ev)
+                self.out.push(error_event(stream, DomainError(f"internal error ({type(exc).__name__}); "
+                                                              "see the router log")))
+                continue
+            ev = self.out.event(stream)
+            generate_response(chunk, into=ev.chunk)
+            if first:
+                ev.prompt_tokens = gen.prompt_tokens
+            if gen.done:
+                self.drop(stream)
         self.out.flush()
 
     def drop(self, stream: int) -> None:
@@ -203,7 +243,7 @@ class CoreLink:
             log.warning("router link refused: wrong secret")
             writer.close()
             return
-        out = Outbox(writer, lambda evs: frontend_pb2.LinkDown(events=evs).SerializeToString())
+        out = EventOutbox(writer)
         served = _Served(out)
         self.links.add(out)
         out.write(self.state().SerializeToString())

@@ -145,18 +145,27 @@ def latency_summary(d: dict[str, float]) -> common_pb2.LatencySummary:
 
 
 
-def generate_response(c: Chunk) -> router_pb2.GenerateResponse:
-    """One chunk of tokens as a GenerateResponse, with the request's usage on the last."""
-    resp = router_pb2.GenerateResponse(request_id=c.request_id, index=c.index, token_ids=c.token_ids,
-                                       text=c.text, time_s=c.time_s, replica=c.replica,
-                                       finish_reason=c.finish_reason, token_times_s=c.token_times_s)
+def generate_response(c: Chunk, into: router_pb2.GenerateResponse | None = None) -> router_pb2.GenerateResponse:
+    """One chunk of tokens as a GenerateResponse, with the request's usage on the last; filled in place when
+    ``into`` is given (the core builds its link frames' chunks where they will be sent, with no copy)."""
+    resp = router_pb2.GenerateResponse() if into is None else into
+    resp.request_id = c.request_id
+    resp.index = c.index
+    resp.token_ids.extend(c.token_ids)
+    resp.text = c.text
+    resp.time_s = c.time_s
+    resp.replica = c.replica
+    if c.finish_reason:
+        resp.finish_reason = c.finish_reason
+    if c.token_times_s:
+        resp.token_times_s.extend(c.token_times_s)
     s = c.summary
     if s is not None:
-        resp.usage.CopyFrom(router_pb2.GenerateUsage(
-            prompt_tokens=s.prompt_tokens, completion_tokens=s.output_tokens,
-            cached_prompt_tokens=s.cached_tokens, queue_s=s.queue_s, ttft_s=s.ttft_s, e2e_s=s.e2e_s,
-            kv_transfer_s=s.kv_transfer_s, kv_transfer_bytes=c.kv_transfer_bytes,
-            prefill_replica=c.prefill_replica, energy_j=s.energy_j))
+        u = resp.usage
+        u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens = s.prompt_tokens, s.output_tokens, s.cached_tokens
+        u.queue_s, u.ttft_s, u.e2e_s, u.energy_j = s.queue_s, s.ttft_s, s.e2e_s, s.energy_j
+        u.kv_transfer_s, u.kv_transfer_bytes = s.kv_transfer_s, c.kv_transfer_bytes
+        u.prefill_replica = c.prefill_replica
     return resp
 
 
