@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import pathlib
 import resource
@@ -50,8 +51,11 @@ def grpc_body(req: router_pb2.GenerateRequest) -> bytes:
 
 
 def h2load(url: str, body: bytes, rate: float, seconds: float, clients: int, headers: list[str],
-           tmp: pathlib.Path) -> dict[str, Any]:
-    """Run h2load open-loop at ``rate`` calls/s for ``seconds``; per-call end-to-end times and its own CPU."""
+           tmp: pathlib.Path, *, h1: bool = False) -> dict[str, Any]:
+    """Run h2load open-loop at ``rate`` calls/s for ``seconds``; per-call end-to-end times and its own CPU.
+
+    ``h1``: HTTP/1.1 (the router's OpenAI API), one request at a time per connection, so ``clients`` must
+    exceed the calls in flight; then ``ok`` counts the 200s (a refusal is a 429)."""
     exe = shutil.which("h2load")
     if exe is None:
         raise SystemExit("h2load not found: apt-get install nghttp2-client")
@@ -60,15 +64,18 @@ def h2load(url: str, body: bytes, rate: float, seconds: float, clients: int, hea
     log.unlink(missing_ok=True)
     n = int(rate * seconds)
     argv = [exe, "-c", str(clients), "-m", "4000", "-n", str(n), "--rps", str(rate / clients), f"--log-file={log}",
-            "-d", str(tmp / "body.bin"), "-T", "60", "-H", "content-type: application/grpc", "-H", "te: trailers"]
+            "-d", str(tmp / "body.bin"), "-T", "60"]
+    argv += (["--h1", "-H", "content-type: application/json"] if h1 else
+             ["-H", "content-type: application/grpc", "-H", "te: trailers"])
     for h in headers:
         argv += ["-H", h]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([*argv, url], capture_output=True, text=True, check=True).stdout
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ms = np.array([int(line.split()[2]) for line in log.read_text().splitlines() if line.strip()]) / 1e3
+    rows = [line.split() for line in log.read_text().splitlines() if line.strip()]  # start_us status duration_us
+    ms = np.array([int(r[2]) for r in rows]) / 1e3
     done = next((line for line in out.splitlines() if line.startswith("requests:")), "")
-    return {"sent": n, "done": len(ms), "summary": done.strip(),
+    return {"sent": n, "done": len(ms), "summary": done.strip(), "http_ok": sum(r[1] == "200" for r in rows),
             "client_cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
             "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
             "p99": float(np.percentile(ms, 99))}
@@ -150,22 +157,32 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                 name = f"{br.DEPLOYMENT}-{i}"
                 await _deploy(st, key, name, args.replicas, delete=live)
                 live = name
-                body = grpc_body(router_pb2.GenerateRequest(model=f"deployments/{name}",
-                                                            token_ids=router_pb2.TokenIds(ids=list(range(100, 132))),
-                                                            max_tokens=16))
-                s0, c0 = router_cpu_s(), bare.cpu_s(chip_pid)
-                spy = None
-                if args.profile:  # py-spy's folded stacks of the router over the phase (flamegraph.pl reads them)
-                    spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw", "-p",
-                                            str(router_pid), "-d", str(int(args.seconds)), "-o",
-                                            f"{args.profile}-{rate:g}.txt"], stdout=subprocess.DEVNULL)
-                r = await asyncio.to_thread(h2load, url, body, rate, args.seconds, args.clients,
-                                            [f"authorization: Bearer {key}"], tmp)
+                h1 = args.protocol == "http"
+                if h1:  # the OpenAI completions API, streamed (server-sent events)
+                    url = f"http://127.0.0.1:{st.http_port}/v1/completions"
+                    body = json.dumps({"model": name, "prompt": list(range(100, 132)), "max_tokens": 16,
+                                       "stream": True}).encode()
+                else:
+                    body = grpc_body(router_pb2.GenerateRequest(
+                        model=f"deployments/{name}", token_ids=router_pb2.TokenIds(ids=list(range(100, 132))),
+                        max_tokens=16))
+                s0, c0, k0 = router_cpu_s(), bare.cpu_s(chip_pid), bare.cpu_s(router_pid)
+                spies = []
+                if args.profile:  # py-spy's folded stacks of the router (and each front end) over the phase
+                    for k, pid in enumerate(family):
+                        out = f"{args.profile}-{rate:g}{f'-fe{k}' if k else ''}.txt"
+                        spies.append(subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw",
+                                                       "-p", str(pid), "-d", str(int(args.seconds)), "-o", out],
+                                                      stdout=subprocess.DEVNULL))
+                r = await asyncio.to_thread(h2load, url, body, rate, args.seconds,
+                                            max(args.clients, int(rate)) if h1 else args.clients,
+                                            [f"authorization: Bearer {key}"], tmp, h1=h1)
                 fe = f", {args.frontends} front ends" if args.frontends else ""
-                r |= {"target": f"router, {args.replicas} replicas{fe}", "rate": rate,
+                r |= {"target": f"router {args.protocol}, {args.replicas} replicas{fe}", "rate": rate,
                       "server_ms": 1e3 * (router_cpu_s() - s0) / max(1, r["done"]),
+                      "core_ms": 1e3 * (bare.cpu_s(router_pid) - k0) / max(1, r["done"]),
                       "chip_core": (bare.cpu_s(chip_pid) - c0) / args.seconds}
-                if spy is not None:
+                for spy in spies:
                     await asyncio.to_thread(spy.wait)
                 e2e = await _modelled_e2e(st, key, name)
                 r |= {"modelled": int(e2e.count), "model_p50": 1e3 * e2e.p50_s, "model_p99": 1e3 * e2e.p99_s}
@@ -186,6 +203,9 @@ def main() -> None:
     ap.add_argument("--messages", default="16", help="bare: messages per call, comma-separated")
     ap.add_argument("--stream-ms", type=float, default=0.0,
                     help="bare: spread a call's messages over this many ms (times are then reported past the spread)")
+    ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc",
+                    help="router: gRPC Generate, or the OpenAI completions API over HTTP/1.1 (one connection per "
+                         "call in flight: as many connections as calls a second)")
     ap.add_argument("--replicas", type=int, default=4, help="router: replicas of the deployment")
     ap.add_argument("--frontends", type=int, default=0, help="router: front-end processes (router.frontends)")
     ap.add_argument("--profile", default="", help="router: write py-spy folded stacks to PREFIX-RATE.txt per phase")
@@ -196,6 +216,9 @@ def main() -> None:
         rows = bare_rows(args, tmp) if args.target == "bare" else router_rows(args, tmp)
     cols = [("target", lambda r: r["target"]), ("offered req/s", lambda r: f"{r['rate']:,.0f}"),
             ("done", lambda r: f"{r['done']:,} of {r['sent']:,}"),
+            # h2load counts a call answered with a gRPC error (its status is in the trailers, HTTP 200) as done;
+            # the requests the deployment finished are the router's own count of modelled end-to-end times.
+            ("served", lambda r: f"{r['modelled']:,}" if "modelled" in r else "-"),
             ("end-to-end p50 ms", lambda r: f"{r['p50']:.1f}"), ("p90 ms", lambda r: f"{r['p90']:.1f}"),
             ("p99 ms", lambda r: f"{r['p99']:.1f}"),
             ("modelled p50 / p99 ms", lambda r: f"{r['model_p50']:.1f} / {r['model_p99']:.1f}" if "model_p50" in r
@@ -203,6 +226,7 @@ def main() -> None:
             ("overhead p50 / p99 ms", lambda r: f"{r['p50'] - r['model_p50']:.1f} / {r['p99'] - r['model_p99']:.1f}"
              if "model_p50" in r else "-"),
             ("server CPU ms/call", lambda r: f"{r['server_ms']:.2f}"),
+            ("of which router core", lambda r: f"{r['core_ms']:.2f}" if "core_ms" in r else "-"),
             ("server cores", lambda r: f"{r['server_ms'] * r['rate'] / 1e3:.2f}"),
             ("h2load cores", lambda r: f"{r['client_cpu_s'] / args.seconds:.2f}")]
     print_rows(rows, cols, markdown=args.markdown)

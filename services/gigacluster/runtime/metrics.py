@@ -66,6 +66,8 @@ class BucketHistogram:
     def observe(self, values: float | Iterable[float]) -> None:
         if isinstance(values, float | int):
             self._pending.append(values)
+        elif isinstance(values, list):
+            self._pending.extend(values)
         else:
             self._pending.extend(np.asarray(values, dtype=float).ravel().tolist())
         if len(self._pending) >= self.FOLD_VALUES:
