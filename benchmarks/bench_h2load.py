@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import pathlib
 import resource
 import shutil
@@ -75,6 +76,8 @@ def h2load(url: str, body: bytes, rate: float, seconds: float, clients: int, hea
     rows = [line.split() for line in log.read_text().splitlines() if line.strip()]  # start_us status duration_us
     ms = np.array([int(r[2]) for r in rows]) / 1e3
     done = next((line for line in out.splitlines() if line.startswith("requests:")), "")
+    if os.environ.get("BENCH_H2LOAD_VERBOSE"):
+        print(out, file=sys.stderr)
     return {"sent": n, "done": len(ms), "summary": done.strip(), "http_ok": sum(r[1] == "200" for r in rows),
             "client_cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
             "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
@@ -171,7 +174,8 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                 if args.profile:  # py-spy's folded stacks of the router (and each front end) over the phase
                     for k, pid in enumerate(family):
                         out = f"{args.profile}-{rate:g}{f'-fe{k}' if k else ''}.txt"
-                        spies.append(subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw",
+                        native = ["--native"] if os.environ.get("BENCH_PYSPY_NATIVE") else []
+                        spies.append(subprocess.Popen(["py-spy", "record", *native, "--nonblocking", "-r", "200", "-f", "raw",
                                                        "-p", str(pid), "-d", str(int(args.seconds)), "-o", out],
                                                       stdout=subprocess.DEVNULL))
                 r = await asyncio.to_thread(h2load, url, body, rate, args.seconds,

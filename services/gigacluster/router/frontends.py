@@ -92,9 +92,12 @@ class FrontendPool:
 
     def settings(self, index: int, core_address: str) -> str:
         """What front end ``index`` runs with: the router's config on the public ports (no telemetry, metrics
-        or clock of its own: the core keeps those), the link and the core's gRPC address for the unary calls."""
+        or clock of its own: the core keeps those), the link and the core's gRPC address for the unary calls.
+        Its stream-message budget is its share of the router's (``stream_messages_per_s`` is what the router
+        as a whole aims to send; each front end paces only its own streams)."""
         cfg = dataclasses.replace(self.config, port=self.port, http_port=self.http_port, frontends=0, mqtt="",
-                                  metrics_port=-1, clock="wall", clock_coordinator="")
+                                  metrics_port=-1, clock="wall", clock_coordinator="",
+                                  stream_messages_per_s=self.config.stream_messages_per_s / self.config.frontends)
         return json.dumps({"config": dataclasses.asdict(cfg), "link": self.path, "secret": self.link.secret,
                            "index": index, "core": core_address, "core_pid": os.getpid()})
 
