@@ -174,8 +174,7 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                 if args.profile:  # py-spy's folded stacks of the router (and each front end) over the phase
                     for k, pid in enumerate(family):
                         out = f"{args.profile}-{rate:g}{f'-fe{k}' if k else ''}.txt"
-                        native = ["--native"] if os.environ.get("BENCH_PYSPY_NATIVE") else []
-                        spies.append(subprocess.Popen(["py-spy", "record", *native, "--nonblocking", "-r", "200", "-f", "raw",
+                        spies.append(subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw",
                                                        "-p", str(pid), "-d", str(int(args.seconds)), "-o", out],
                                                       stdout=subprocess.DEVNULL))
                 r = await asyncio.to_thread(h2load, url, body, rate, args.seconds,
