@@ -53,7 +53,12 @@ async def _serve(port_q: Any, messages: int, stream_s: float) -> None:
             yield _response(i)
             await asyncio.sleep(gap if i < messages - 1 else 0)  # as a router yields to its loop between tokens
 
-    server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 20000), *OPTIONS])
+    interceptors: list[Any] = []
+    if os.environ.get("BENCH_GRPC_INTERCEPTORS"):  # the interceptors every service of ours runs (runtime/server.py)
+        from gigacluster.runtime.server import DecodeErrorInterceptor, RequestIdInterceptor
+        interceptors = [RequestIdInterceptor(), DecodeErrorInterceptor()]
+    server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 20000), *OPTIONS],
+                             interceptors=interceptors)
     handler = grpc.unary_stream_rpc_method_handler(generate, request_deserializer=router_pb2.GenerateRequest.FromString,
                                                    response_serializer=router_pb2.GenerateResponse.SerializeToString)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Stream", {"Generate": handler})])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -338,3 +339,41 @@ def test_tp_decode_all_reduces_pay_the_fabrics_per_call_cost() -> None:
     per_call = collective_estimate_s("all_reduce", ar / calls, "h100-sxm", 8)
     assert comm_s == pytest.approx(calls * per_call)
     assert per_call > 5e-6  # latency-bound: far above 16 KB / 370 GB/s
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_cached_stats_equal_fresh_ones_after_every_call(chunked: bool) -> None:
+    """stats() is cached between calls that change the engine (routing reads it per request); after every
+    admission, refusal, iteration, completion and cancellation, under preemption and a full queue, the cached
+    value equals one computed afresh."""
+    cfg = ReplicaConfig(LLAMA8B, "a100-40gb", max_batch=8, max_queue=6, chunked_prefill=chunked,
+                        max_prefill_tokens=512, kv_fraction=0.42)
+    eng = ReplicaEngine(cfg)
+    rng = np.random.default_rng(7)
+
+    def check() -> None:
+        cached = eng.stats()
+        eng._stats = None  # forget it: the next call computes afresh
+        assert eng.stats() == cached
+
+    t, k, preempted = 0.0, 0, 0
+    for _ in range(1500):
+        op = rng.random()
+        if op < 0.3:
+            with contextlib.suppress(AdmissionError):  # a full queue refuses or sheds: both are calls to check
+                eng.admit(make_req(f"r{k}", int(rng.integers(16, 3000)), int(rng.integers(1, 400)), seed=k,
+                                   priority=int(rng.integers(0, 3))), t)
+            eng.drain_shed()
+            k += 1
+        elif op < 0.97:
+            it = eng.next_iteration(t)
+            check()
+            if it is not None:
+                t += it.predicted_s
+                eng.complete(it, t)
+        elif k:
+            eng.cancel(f"r{int(rng.integers(0, k))}")
+        check()
+        preempted = eng.stats().preemptions
+    st = eng.stats()
+    assert preempted > 0 and st.rejected + st.shed > 0, st  # the hard paths were taken
