@@ -101,6 +101,11 @@ class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
     handler's deserializer is wrapped to return a sentinel, and the behaviour aborts on it.
     """
 
+    def __init__(self) -> None:
+        # method -> (the handler, its wrapped one): a method's handler is one object, so it is wrapped once, not
+        # on every call (closures, a new handler and two inspections each time, on the router's hot path).
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -110,6 +115,16 @@ class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or handler.request_streaming or handler.request_deserializer is None:
             return handler
         method = handler_call_details.method
+        got = self._wrapped.get(method)
+        if got is not None and got[0] is handler:
+            return got[1]
+        wrapped = self._wrap(method, handler)
+        if len(self._wrapped) < 4096:  # methods are few; a flood of unknown names never gets here (handler None)
+            self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    @staticmethod
+    def _wrap(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             unary = handler.unary_unary
