@@ -156,7 +156,8 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                 return sum(bare.cpu_s(pid) for pid in family)
 
             live = br.DEPLOYMENT
-            for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+            rates = [float(r) for r in args.rates.split(",")] * args.repeat  # repeats interleaved: drift spreads
+            for i, rate in enumerate(rates):
                 name = f"{br.DEPLOYMENT}-{i}"
                 await _deploy(st, key, name, args.replicas, delete=live)
                 live = name
@@ -173,7 +174,8 @@ def router_rows(args: argparse.Namespace, tmp: pathlib.Path) -> list[dict[str, A
                 spies = []
                 if args.profile:  # py-spy's folded stacks of the router (and each front end) over the phase
                     for k, pid in enumerate(family):
-                        out = f"{args.profile}-{rate:g}{f'-fe{k}' if k else ''}.txt"
+                        run = f"-phase{i}" if args.repeat > 1 else ""
+                        out = f"{args.profile}-{rate:g}{run}{f'-fe{k}' if k else ''}.txt"
                         spies.append(subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-f", "raw",
                                                        "-p", str(pid), "-d", str(int(args.seconds)), "-o", out],
                                                       stdout=subprocess.DEVNULL))
@@ -211,6 +213,8 @@ def main() -> None:
                          "call in flight: as many connections as calls a second)")
     ap.add_argument("--replicas", type=int, default=4, help="router: replicas of the deployment")
     ap.add_argument("--frontends", type=int, default=0, help="router: front-end processes (router.frontends)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="router: run the list of rates this many times (phases of equal rates differ by 10-15%%)")
     ap.add_argument("--profile", default="", help="router: write py-spy folded stacks to PREFIX-RATE.txt per phase")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -222,6 +226,7 @@ def main() -> None:
             # h2load counts a call answered with a gRPC error (its status is in the trailers, HTTP 200) as done;
             # the requests the deployment finished are the router's own count of modelled end-to-end times.
             ("served", lambda r: f"{r['modelled']:,}" if "modelled" in r else "-"),
+            ("served req/s", lambda r: f"{r['modelled'] / args.seconds:,.0f}" if "modelled" in r else "-"),
             ("end-to-end p50 ms", lambda r: f"{r['p50']:.1f}"), ("p90 ms", lambda r: f"{r['p90']:.1f}"),
             ("p99 ms", lambda r: f"{r['p99']:.1f}"),
             ("modelled p50 / p99 ms", lambda r: f"{r['model_p50']:.1f} / {r['model_p99']:.1f}" if "model_p50" in r
@@ -230,6 +235,8 @@ def main() -> None:
              if "model_p50" in r else "-"),
             ("server CPU ms/call", lambda r: f"{r['server_ms']:.2f}"),
             ("of which router core", lambda r: f"{r['core_ms']:.2f}" if "core_ms" in r else "-"),
+            ("router CPU ms a request served", lambda r: f"{r['server_ms'] * r['done'] / r['modelled']:.2f}"
+             if r.get("modelled") else "-"),
             ("server cores", lambda r: f"{r['server_ms'] * r['rate'] / 1e3:.2f}"),
             ("h2load cores", lambda r: f"{r['client_cpu_s'] / args.seconds:.2f}")]
     print_rows(rows, cols, markdown=args.markdown)
