@@ -59,24 +59,38 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
         return None
 
 
-class Outbox:
-    """Messages gathered during one event-loop pass, written as one frame at its end."""
+class _Frames:
+    """A link's writing end: length-prefixed frames, a flush scheduled once per event-loop pass."""
 
-    def __init__(self, writer: asyncio.StreamWriter, frame: Callable[[list[Any]], bytes]) -> None:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
-        self.frame = frame
-        self.items: list[Any] = []
         self._scheduled = False
-
-    def push(self, item: Any) -> None:
-        self.items.append(item)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
 
     def write(self, body: bytes) -> None:
         if not self.writer.is_closing():
             self.writer.write(_LEN.pack(len(body)) + body)
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class Outbox(_Frames):
+    """Messages gathered during one event-loop pass, written as one frame at its end (``frame`` serialises a
+    list of them)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, frame: Callable[[list[Any]], bytes]) -> None:
+        super().__init__(writer)
+        self.frame = frame
+        self.items: list[Any] = []
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+        self._schedule()
 
     def flush(self) -> None:
         self._scheduled = False
@@ -85,28 +99,27 @@ class Outbox:
             self.write(self.frame(items[i:i + FRAME_ITEMS]))
 
 
-class EventOutbox(Outbox):
+class EventOutbox(_Frames):
     """The core's outbox: each event is built in place in the next ``LinkDown`` frame (:meth:`event`), so no
     message is copied between the replica's tokens and the bytes on the link."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
-        super().__init__(writer, lambda evs: frontend_pb2.LinkDown(events=evs).SerializeToString())
+        super().__init__(writer)
         self._down = frontend_pb2.LinkDown()
         self._n = 0
 
     def event(self, stream: int) -> frontend_pb2.LinkEvent:
         """A new event of ``stream`` in the next frame, for the caller to fill now."""
-        if self._n >= FRAME_ITEMS:
+        if self._n >= FRAME_ITEMS:  # bounded frames: at most FRAME_ITEMS chunks
             self._write_down()
         ev = self._down.events.add()
         ev.stream = stream
         self._n += 1
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        self._schedule()
         return ev
 
-    def push(self, item: Any) -> None:
+    def push(self, item: frontend_pb2.LinkEvent) -> None:
+        """A whole event (an error) into the next frame."""
         self.event(item.stream).CopyFrom(item)
 
     def _write_down(self) -> None:
@@ -232,7 +245,7 @@ class CoreLink:
         self.generate = generate
         self.state = state
         self._last_state = b""
-        self.links: set[Outbox] = set()
+        self.links: set[EventOutbox] = set()
         self.calls = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
