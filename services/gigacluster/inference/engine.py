@@ -97,7 +97,7 @@ class ReplicaEngine:
         self._shed: deque[tuple[Request, AdmissionError]] = deque(maxlen=max(1, cfg.max_queue))
         self._inflight: Iteration | None = None
         self._iter_seq = self._order_seq = self._version = 0  # _version: bumped by every call that changes stats()
-        self._stats: tuple[int, ReplicaStats] | None = None  # stats() at a _version (routing reads them per request)
+        self._stats: tuple[int, ReplicaStats] | None = None  # routing_stats() at a _version
         self._retry_cache: tuple[tuple[int, int, int] | None, float] = (None, 0.0)
         self._preemptions = self._rejected = self._shed_count = self._finished = 0
         self._tok_high = max(FIRST_WORD_TOKEN + 1, cfg.arch.vocab)
@@ -478,15 +478,17 @@ class ReplicaEngine:
         """Share of KV blocks held by running sequences (cached-but-free blocks count as free)."""
         return self._pool.used / self._pool.total_blocks
 
+    def routing_stats(self) -> ReplicaStats:
+        """:meth:`stats`, cached until a call changes the engine: for the driving thread (not a metrics scrape)."""
+        if self._stats is None or self._stats[0] != self._version:
+            self._stats = (self._version, self.stats())
+        return self._stats[1]
+
     def stats(self) -> ReplicaStats:
-        """The replica's counters now (cached between two calls that change them)."""
-        if self._stats is not None and self._stats[0] == self._version:
-            return self._stats[1]
-        act = self._active
-        running = self.cfg.max_batch - len(self._free_slots)
+        act, running = self._active, self.cfg.max_batch - len(self._free_slots)
         out_tok = int(((self._length - self._computed) + (self._max - self._gen))[act].sum())
         pool = self._pool
-        st = ReplicaStats(
+        return ReplicaStats(
             queue_depth=self._queue.count, running=running, kv_used_frac=pool.used / pool.total_blocks,
             kv_blocks_total=pool.total_blocks, kv_blocks_used=pool.used, kv_blocks_cached=pool.cached,
             prefix_hit_tokens=pool.hit_tokens, prefix_lookup_tokens=pool.lookup_tokens,
@@ -495,5 +497,3 @@ class ReplicaEngine:
             preemptions=self._preemptions, rejected=self._rejected, shed=self._shed_count,
             finished=self._finished, iterations=self._iter_seq,
         )
-        self._stats = (self._version, st)
-        return st

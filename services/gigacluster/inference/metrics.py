@@ -8,6 +8,7 @@ however many requests are recorded and no list is ever sorted.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ class LatencyHistogram:
         self._scalars: list[float] = []  # values recorded one by one, not yet in the histogram
         self._arrays: list[np.ndarray] = []  # arrays recorded, not yet in the histogram
         self._buffered = 0
+        self._lock = threading.Lock()
 
     @staticmethod
     def _to_us(value_s: float) -> int:
@@ -57,31 +59,40 @@ class LatencyHistogram:
         if value_s != value_s:  # NaN
             return
         if count == 1:
-            self._scalars.append(value_s)
-            self._buffered += 1
-            if self._buffered >= self.FLUSH_VALUES:
+            with self._lock:
+                self._scalars.append(value_s)
+                self._buffered += 1
+                full = self._buffered >= self.FLUSH_VALUES
+            if full:
                 self._flush()
             return
         self._flush()
-        self._h.record_value(self._to_us(value_s), count)
-        self._sum_s += value_s * count
-        self._max_s = max(self._max_s, value_s)
+        with self._lock:
+            self._h.record_value(self._to_us(value_s), count)
+            self._sum_s += value_s * count
+            self._max_s = max(self._max_s, value_s)
 
     def record_many(self, values_s: np.ndarray | Sequence[float]) -> None:
         """Record an array at once (NaN values are skipped)."""
         arr = np.asarray(values_s, dtype=np.float64)
         if arr.size == 0:
             return
-        self._arrays.append(arr.ravel())
-        self._buffered += arr.size
-        if self._buffered >= self.FLUSH_VALUES:
+        with self._lock:
+            self._arrays.append(arr.ravel())
+            self._buffered += arr.size
+            full = self._buffered >= self.FLUSH_VALUES
+        if full:
             self._flush()
 
     def _flush(self) -> None:
         """Enter the buffered values into the histogram: their HDR bucket indices computed as arrays (hdrh's own
-        ``_counts_index_for``, vectorised), the counts added in place."""
-        if not self._buffered:
-            return
+        ``_counts_index_for``, vectorised), the counts added in place. Under the lock: a reader on another
+        thread (a metrics scrape) may flush what the event loop records."""
+        with self._lock:
+            if self._buffered:
+                self._enter()
+
+    def _enter(self) -> None:
         parts = self._arrays
         if self._scalars:
             parts = [*parts, np.asarray(self._scalars, dtype=np.float64)]

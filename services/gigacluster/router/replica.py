@@ -453,7 +453,7 @@ class Replica:
 
     def view(self) -> ReplicaView:
         """What routing sees of this replica (rebuilt only when the engine's stats changed)."""
-        st = self.engine.stats()
+        st = self.engine.routing_stats()
         if self._view is None or self._view[0] is not st:
             self._view = (st, ReplicaView.from_stats(self.index, st, self.engine.cfg.block_size))
         return self._view[1]

@@ -62,19 +62,24 @@ class BucketHistogram:
         self._counts = np.zeros(self.bounds.size + 1, dtype=np.int64)  # last bucket: +Inf
         self._sum = 0.0
         self._pending: list[float] = []
+        self._lock = threading.Lock()  # a scrape (its own thread) folds what the event loop observes
 
     def observe(self, values: float | Iterable[float]) -> None:
-        if isinstance(values, float | int):
-            self._pending.append(values)
-        elif isinstance(values, list):
-            self._pending.extend(values)
-        else:
-            self._pending.extend(np.asarray(values, dtype=float).ravel().tolist())
-        if len(self._pending) >= self.FOLD_VALUES:
+        if not isinstance(values, float | int | list):
+            values = np.asarray(values, dtype=float).ravel().tolist()
+        with self._lock:
+            if isinstance(values, list):
+                self._pending.extend(values)
+            else:
+                self._pending.append(values)
+            full = len(self._pending) >= self.FOLD_VALUES
+        if full:
             self._fold()
 
     def _fold(self) -> None:
-        if self._pending:
+        with self._lock:
+            if not self._pending:
+                return
             v = np.asarray(self._pending, dtype=float)
             self._pending = []
             self._counts += np.bincount(np.searchsorted(self.bounds, v, side="left"), minlength=self._counts.size)
