@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.chip.faultstore import FaultStore
 from gigacluster.chip.shard import ChipShard
 from gigacluster.chip.v1 import chip_pb2, chip_pb2_grpc
@@ -404,7 +405,7 @@ class ChipServicer(chip_pb2_grpc.ChipServiceServicer):
         # (however far) is cancelled, and the scrub runs before the next tenant's work (modelled time).
         seen = self._instance_devices.pop(iid, None)
         held = self._local_of(seen) if seen is not None else np.empty(0, np.int64)
-        idx = np.unique(np.concatenate([named, with_memory, held]))
+        idx = distinct(np.concatenate([named, with_memory, held]))
         self._cut(idx, self.svc.clock.now(), "the instance was released")
         self.shard.reset_timing(idx, self.svc.clock.now(), scrub_s)
         self.shard.release_memory(idx)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.errors import WINDOW_NOT_STEADY, FailedPrecondition, InvalidArgument, NotFound
 from gigacluster.hw.catalog import Chip, System
 from gigacluster.model import power, thermal
@@ -167,7 +168,7 @@ class ChipShard:
                     f"(it hosts {self.offset}..{self.end - 1})",
                 )
             parts.append(np.arange(start - self.offset, end - self.offset))
-        return np.unique(np.concatenate(parts))
+        return distinct(np.concatenate(parts))
 
     @property
     def clock(self) -> np.ndarray:
@@ -187,7 +188,7 @@ class ChipShard:
             return thermal.temperature_at(self.thermal, self._th_temp0_c[idx], self._th_t0_s[idx],
                                           self._runs.get(rid), self.chip.idle_w, t_s)
         out = np.empty(idx.size)
-        for rid in np.unique(runs):
+        for rid in distinct(runs):
             m = runs == rid
             sel = idx[m]
             out[m] = thermal.temperature_at(self.thermal, self._th_temp0_c[sel], self._th_t0_s[sel],

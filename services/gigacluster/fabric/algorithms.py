@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gigacluster.arrays import count_distinct
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.topology import Topology
@@ -323,7 +324,7 @@ class HalvingDoubling(Algorithm):
 
 def _in_one_full_mesh(ranks: np.ndarray, topo: Topology) -> bool:
     """Whether every rank sits in the same full-mesh scale-up domain (a direct link to each peer)."""
-    return topo.scaleup == "full_mesh" and np.unique(topo.chip_domain[ranks]).size == 1
+    return topo.scaleup == "full_mesh" and count_distinct(topo.chip_domain[ranks]) == 1
 
 
 def _pairs(ranks: np.ndarray, bytes_: float) -> Phase:
@@ -445,7 +446,7 @@ def _torus_positions(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
         return None
     dom = nx * ny * inst
     local = ranks % dom
-    if np.unique(ranks // dom).size != 1 or np.unique(local // (nx * ny)).size != 1:
+    if count_distinct(ranks // dom) != 1 or count_distinct(local // (nx * ny)) != 1:
         return None
     return local % (nx * ny)  # distinct ranks of one instance: every position once
 
@@ -520,7 +521,7 @@ class NVLS(Algorithm):
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
         return (super().supports(op, ranks, topo) and nvls_runs(topo.config.chip, topo.scaleup, ranks.size)
-                and np.unique(topo.chip_domain[ranks]).size == 1)
+                and count_distinct(topo.chip_domain[ranks]) == 1)
 
     def size_breaks(self, op: str, ranks: np.ndarray, topo: Topology) -> tuple[float, ...]:
         return nvls_size_breaks(ranks.size)

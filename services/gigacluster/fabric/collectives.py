@@ -64,6 +64,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gigacluster.arrays import all_distinct
 from gigacluster.fabric.algorithms import ALGORITHMS, Algorithm, CollectivePlan, Phase
 from gigacluster.fabric.protocols import DEFAULT_PROTOCOL, get_protocol, protocols_for
 from gigacluster.fabric.routing import route
@@ -392,7 +393,7 @@ def check_request(op: str, ranks: Sequence[int] | np.ndarray, bytes_: float, top
     hi = int(r.max()) if top is None else top
     if r.min() < 0 or hi >= topo.n_chips:
         raise SpecError("ranks", f"chip ids must be in [0, {topo.n_chips}), got {r.min()}..{hi}")
-    if np.unique(r).size != r.size:
+    if not all_distinct(r):
         raise SpecError("ranks", "ranks must be distinct chips")
     if not (isinstance(bytes_, int | float | np.number) and np.isfinite(bytes_) and bytes_ >= 0):
         raise SpecError("bytes", f"must be a finite number >= 0, got {bytes_!r}")

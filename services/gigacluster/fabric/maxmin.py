@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.fabric import maxmin_kernel
 
 _REL_TOL = 1e-9
@@ -109,7 +110,7 @@ def _fill_level(
         sat = np.flatnonzero(level <= t * (1.0 + _REL_TOL))
         level[sat] = np.inf
         cand = lk_flow[_ranges(l_ptr[sat], l_ptr[sat + 1] - l_ptr[sat])]
-        flows = np.unique(cand[~frozen[cand]])
+        flows = distinct(cand[~frozen[cand]])
         if flows.size == 0:
             continue
         frozen[flows] = True
@@ -162,7 +163,7 @@ def maxmin_rates(
         fill(n_flows, e_flow, e_link, coef, rem, w, rate)
         return rate
     prio = np.asarray(priority)
-    for level in np.unique(prio)[::-1]:
+    for level in distinct(prio)[::-1]:
         m = prio[e_flow] == level
         fill(n_flows, e_flow[m], e_link[m], coef[m], rem, w, rate)
     return rate

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.fabric import FlowCancelledError, NoPathError, UnknownFlowGroupError
 from gigacluster.fabric.collectives import (
     DEFAULT_POLICY,
@@ -434,7 +435,7 @@ class FlowSim:
                 lt = self.topo.link_tier[used]
                 util = np.divide(self._pool.used_rates(), self._cap[used], out=np.zeros(used.size),
                                  where=self._cap[used] > 0)
-                for t in np.unique(lt).tolist():  # a few tiers: masks, not np.maximum.at over every busy link
+                for t in distinct(lt).tolist():  # a few tiers: masks, not np.maximum.at over every busy link
                     peak[t] = util[lt == t].max()
             self._tier_rate = (gen, busy, byt, peak)
         return self._tier_rate
@@ -599,7 +600,7 @@ class FlowSim:
         if self.reserved is not None and r.e_link.size:
             hit = r.e_link[self.reserved[r.e_link]]
             if hit.size:
-                self.reserved_hits.append((t, g.id, np.unique(hit)))
+                self.reserved_hits.append((t, g.id, distinct(hit)))
         base_s, step_s = collective_constants(ph.proto) if g.overhead else (0.0, 0.0)
         sys_s = system_step_s(self.topo) if g.overhead else 0.0
         lat = ph.steps * step_latency_s(float(r.latency_s.max()) if k else 0.0, step_s,
@@ -676,7 +677,7 @@ class FlowSim:
         hit = np.isin(pool.e_link, dead)
         if not hit.any():
             return []
-        pos = np.unique(pool.e_pos[hit])
+        pos = distinct(pool.e_pos[hit])
         affected = np.zeros(pool.size, dtype=bool)
         affected[pos] = True
         subs = np.flatnonzero(affected[pool.s_pos])

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gigacluster.arrays import count_distinct
 from gigacluster.registry import Registry
 
 
@@ -82,7 +83,7 @@ class Layout:
         dom = int(topo.chips_per_domain)  # type: ignore[attr-defined]
         first = np.arange(0, int(topo.n_chips), dom)  # type: ignore[attr-defined]
         leaves = np.asarray(topo.chip_leaf)  # type: ignore[attr-defined]
-        rails = max(1, np.unique(leaves[:dom]).size)
+        rails = max(1, count_distinct(leaves[:dom]))
         group_of_leaf = leaves[first] // rails
         _, group = np.unique(group_of_leaf, return_inverse=True)
         pod_of_group = np.zeros(int(group.max()) + 1 if group.size else 0, dtype=np.int64)
@@ -347,5 +348,5 @@ def placement_stats(layout: Layout, devices: np.ndarray, *, tp: int, cp: int, dp
     g = grp.reshape(pp, dp * cp, tp)
     s = np.sort(g, axis=1)
     spans = 1 + (np.diff(s, axis=1) != 0).sum(axis=1)
-    return PlacementStats(domains=int(np.unique(dom).size), leaf_groups=int(np.unique(grp).size),
+    return PlacementStats(domains=count_distinct(dom), leaf_groups=count_distinct(grp),
                           dp_spine_crossings=int((spans - 1).sum()))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.hw import catalog
 from gigacluster.security import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from gigacluster.security.capability import DeviceSet, check_name
@@ -99,7 +100,7 @@ class DeviceAllocator:
             start = stop
         self.domain_size_of = np.bincount(self.domain_of)
         self._chip_mask = [self.chip_of == c for c in range(len(self.chip_types))]
-        self._max_domain = [int(self.domain_size_of[np.unique(self.domain_of[m])].max()) for m in self._chip_mask]
+        self._max_domain = [int(self.domain_size_of[distinct(self.domain_of[m])].max()) for m in self._chip_mask]
         self.owner = np.full(n, FREE, dtype=np.int32)  # tenant index per device
         self.instance_of = np.full(n, FREE, dtype=np.int32)  # instance index per device
         self._tenants: list[str] = []

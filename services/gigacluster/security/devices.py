@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gigacluster.arrays import distinct
 from gigacluster.security import InvalidArgument
 
 #: Largest device id a DeviceSet accepts (2**40): far above any cluster, small enough for int64 sums.
@@ -103,7 +104,7 @@ class DeviceSet:
     @classmethod
     def from_ids(cls, ids: np.ndarray | Iterable[int]) -> DeviceSet:
         """The set of the given ids (any order, duplicates allowed), merged into ranges."""
-        arr = np.unique(np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64))
+        arr = distinct(np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64))
         if arr.size == 0:
             return cls.empty()
         breaks = np.flatnonzero(np.diff(arr) != 1) + 1

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gigacluster.arrays import all_distinct
 from gigacluster.errors import InvalidArgument, NotFound, ResourceExhausted
 from gigacluster.fabric.topology import TIER_NAMES, Topology
 from gigacluster.runtime.config import FabricConfig
@@ -106,7 +107,7 @@ def collective_ranks(rs: list[tuple[int, int]], groups: int, stride: int, cfg: F
     if top >= n_chips:
         raise NotFound(f"devices/{top}", f"ranks: device {top} is not in the topology (0..{n_chips - 1})")
     ranks = np.concatenate([np.arange(a, b) for a, b in rs])
-    if np.unique(ranks).size != ranks.size:
+    if not all_distinct(ranks):
         raise InvalidArgument("ranks", "ranks must be distinct")
     return ranks, groups, (stride if groups > 1 else 0)
 
