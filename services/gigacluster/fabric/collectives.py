@@ -129,15 +129,14 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     base = algo.phases(op, ranks, bytes_, topo)
     terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
     sys_s = system_step_s(topo)
-    best: tuple[list[Phase], list[float]] | None = None
-    for proto in algo.protocols or protocols_for(topo.config.chip):
-        phases = with_protocol(base, proto)
-        est = [_phase_cost(p, t, first=(i == 0), system_s=sys_s)
-               for i, (p, t) in enumerate(zip(phases, terms, strict=True))]
+    best: tuple[str, list[float]] | None = None
+    for proto in algo.protocols or protocols_for(topo.config.chip):  # costed as with_protocol's phases would be
+        est = [_phase_cost(p, t, first=(i == 0), system_s=sys_s, proto=proto)
+               for i, (p, t) in enumerate(zip(base, terms, strict=True))]
         if best is None or sum(est) < sum(best[1]):
-            best = (phases, est)
+            best = (proto, est)
     assert best is not None
-    return best
+    return with_protocol(base, best[0]), best[1]
 
 
 def linear_costs(name: str, op: str, ranks: np.ndarray,
@@ -271,18 +270,25 @@ def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = Non
     return float(rate_f.min()), path_s
 
 
-def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system_s: float = 0.0) -> float:
+def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system_s: float = 0.0,
+                proto: str | None = None) -> float:
     """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost);
-    ``system_s`` is the system's own per-hop step latency (:func:`system_step_s`)."""
+    ``system_s`` is the system's own per-hop step latency (:func:`system_step_s`). ``proto``: the time of
+    ``with_protocol([phase], proto)[0]`` (the same arithmetic), without building that phase."""
     rate, path_s = terms
-    base_s, step_s = collective_constants(phase.proto)
+    bytes_per_hop = phase.bytes_per_hop
+    if proto is None:
+        proto = phase.proto
+    else:
+        bytes_per_hop = bytes_per_hop / get_protocol(proto).wire_efficiency
+    base_s, step_s = collective_constants(proto)
     lat = (base_s if phase.call_s is None else phase.call_s) if first else 0.0
     if phase.n_subflows == 0:
         return lat
     if rate == 0.0:
         return float("inf")
     lat += phase.steps * step_latency_s(path_s, step_s, max(system_s, phase.step_s))
-    return lat if phase.bytes_per_hop == 0 else lat + phase.bytes_per_hop / rate
+    return lat if bytes_per_hop == 0 else lat + bytes_per_hop / rate
 
 
 def phase_estimate_s(
