@@ -51,6 +51,29 @@ def test_incremental_rates_equal_a_full_solve(seed: int, topo_name: str, request
         np.testing.assert_allclose(pool.link_rate, want, rtol=1e-6, atol=1e-3)
 
 
+def test_capacities_changed_in_place_reach_the_next_solves(two_groups: Topology) -> None:
+    """The pool keeps each local link's capacity between solves (gathering only the links met since): a change of
+    capacities (in place, then :meth:`FlowPool.invalidate`, as the simulator's faults do) reaches the next solve
+    and the incremental ones after it; a new capacity array is gathered afresh."""
+    rng = np.random.default_rng(11)
+    cap = two_groups.link_capacity_Bps.copy()
+    pool = FlowPool(two_groups.n_links)
+    _add_random(pool, two_groups, rng, 150, 0)
+    pool.solve(cap, 0.0)
+    for step in range(6):
+        pool.flush()
+        if step == 1:  # degrade the busiest links in place, as FlowSim.degrade_link does
+            cap[np.argsort(pool.link_rate)[-40:]] *= 0.25
+            pool.invalidate()
+        if step == 4:  # another array altogether
+            cap = cap * 0.5
+            pool.invalidate()
+        _add_random(pool, two_groups, rng, 3, 10_000 * (step + 1))
+        pool.solve(cap, 0.0)
+        np.testing.assert_allclose(pool.rate, _full(pool, cap), rtol=1e-9)
+        assert pool.tracked >= 0 or step in (1, 4)  # the starts after a change replay incrementally
+
+
 def test_incremental_and_full_simulations_end_at_the_same_times(two_groups: Topology) -> None:
     """The same collectives and transfers through FlowSim with and without incremental solves end at equal times."""
     ends = []
