@@ -74,6 +74,29 @@ def test_capacities_changed_in_place_reach_the_next_solves(two_groups: Topology)
         assert pool.tracked >= 0 or step in (1, 4)  # the starts after a change replay incrementally
 
 
+def test_flow_index_follows_the_pool_through_starts_and_finishes(two_groups: Topology) -> None:
+    """The flow-major view kept across solves (extended on starts, compacted on finishes) is, after every solve,
+    each flow's entries in order: what a stable sort of the whole incidence by flow gives."""
+    rng = np.random.default_rng(5)
+    cap = two_groups.link_capacity_Bps.copy()
+    pool = FlowPool(two_groups.n_links)
+    _add_random(pool, two_groups, rng, 120, 0)
+    pool.solve(cap, 0.0)
+    replays = 0
+    for step in range(10):
+        _add_random(pool, two_groups, rng, int(rng.integers(1, 4)), 10_000 * (step + 1))
+        pool.flush()
+        if step % 3 == 1:
+            pool.remove(rng.random(pool.size) < 0.1)
+        pool.solve(cap, 0.0)
+        replays += pool.tracked >= 0
+        assert pool._fix is not None
+        ptr, order = pool._fix.view(pool.e_pos, pool.size)
+        assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(pool.e_pos, minlength=pool.size))])
+        assert np.array_equal(order, np.argsort(pool.e_pos, kind="stable"))
+    assert replays >= 8
+
+
 def test_incremental_and_full_simulations_end_at_the_same_times(two_groups: Topology) -> None:
     """The same collectives and transfers through FlowSim with and without incremental solves end at equal times."""
     ends = []

@@ -71,6 +71,7 @@ class FlowPool:
         self._full = True  # next solve from scratch (capacities or routes changed)
         self._scratch: tuple[np.ndarray, ...] | None = None  # the replay's per-link work arrays (allocated once)
         self._lix: maxmin_incr.LinkIndex | None = None  # link-major incidence for incremental solves
+        self._fix: maxmin_incr.FlowIndex | None = None  # flow-major incidence for incremental solves
         self.tracked = -1  # flows the last incremental solve re-solved (-1: the last solve was from scratch)
         self._skip = 0  # solves from scratch to run before trying a replay again
         self._backoff = 1
@@ -121,7 +122,7 @@ class FlowPool:
         self.n_local = 0
         self._lr[:] = 0.0
         self._lvl[:] = np.inf
-        self._used, self._lix, self._seeds, self._full = None, None, [], True
+        self._used, self._lix, self._fix, self._seeds, self._full = None, None, None, [], True
 
     def flush(self) -> None:
         """Append the flows added since the last flush. Each array is a prefix view of a buffer with room to
@@ -184,6 +185,8 @@ class FlowPool:
             self._seeds.append((self.e_loc[gone], self.rate[pos] / self.w[pos]))
         if self._lix is not None:
             self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
+        if self._fix is not None:
+            self._fix.drop(keep, ek)
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
         self.e_pos = newpos[self.e_pos[ek]]
@@ -204,7 +207,7 @@ class FlowPool:
         """Capacities or routes changed: the next solve starts from scratch."""
         self.dirty = True
         self._full = True
-        self._lix = None
+        self._lix = self._fix = None
 
     def solve(self, capacity_Bps: np.ndarray, t_ref: float) -> None:
         """Max-min rates of every flow, per-link carried rate, and drain times from ``t_ref``."""
@@ -224,6 +227,7 @@ class FlowPool:
                 maxmin_incr.link_levels(self.e_pos, self.e_loc, rate / self.w, self._lr, cap, _FULL_REL, self._lvl)
                 if self._skip == 0 and self._backoff == 1:  # the next start skips the sort
                     self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_loc, self.e_coef, cap.size)
+                    self._fix = maxmin_incr.FlowIndex(self.e_pos, n)
         else:
             rate = self.rate
         self.new[:] = False
@@ -282,9 +286,12 @@ class FlowPool:
         if self._lix is None or 4 * (self.e_pos.size - self._lix.n_base) > self.e_pos.size:
             self._lix = maxmin_incr.LinkIndex(self.e_pos, self.e_loc, self.e_coef, self.n_local)
         lix = self._lix.view(self.e_pos, self.e_loc, self.e_coef, self.n_local)
+        if self._fix is None:
+            self._fix = maxmin_incr.FlowIndex(self.e_pos, n)
+        fix = self._fix.view(self.e_pos, n)
         if self._scratch is None:
             self._scratch = maxmin_incr.scratch(self._l2g.size)
-        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_loc, self.e_coef, lix, self._scratch, self.w,
+        self.tracked = maxmin_incr.replay(n, self.e_pos, self.e_loc, self.e_coef, lix, fix, self._scratch, self.w,
                                           self.rate, self.new, cap, self._lvl, self._lr, links[order],
                                           levels[order], _REL_TOL, _EQ_REL,
                                           max(self.e_pos.size // _BUDGET_DIV, _BUDGET_MIN))
