@@ -23,6 +23,16 @@ def _add_random(pool: FlowPool, topo: Topology, rng: np.random.Generator, n: int
         pool.add(i, 1, 1e9, float(rng.choice([1.0, 4.0])), 0, np.zeros(src.size, dtype=np.int64), r, src, dst, labels)
 
 
+def _solved_pool(topo: Topology, seed: int, n: int) -> tuple[np.random.Generator, np.ndarray, FlowPool]:
+    """(rng, capacities, pool of ``n`` random flows solved from scratch)."""
+    rng = np.random.default_rng(seed)
+    cap = topo.link_capacity_Bps.copy()
+    pool = FlowPool(topo.n_links)
+    _add_random(pool, topo, rng, n, 0)
+    pool.solve(cap, 0.0)
+    return rng, cap, pool
+
+
 def _full(pool: FlowPool, cap: np.ndarray) -> np.ndarray:
     return maxmin_rates(pool.size, pool.e_pos, pool.e_link, pool.e_coef, cap, weight=pool.w)
 
@@ -32,11 +42,7 @@ def _full(pool: FlowPool, cap: np.ndarray) -> np.ndarray:
 def test_incremental_rates_equal_a_full_solve(seed: int, topo_name: str, request: pytest.FixtureRequest) -> None:
     """Random starts and finishes (ECMP and sprayed routes, weights 1 and 4): rates equal a full solve to 1e-9."""
     topo: Topology = request.getfixturevalue(topo_name)
-    rng = np.random.default_rng(seed)
-    cap = topo.link_capacity_Bps.copy()
-    pool = FlowPool(topo.n_links)
-    _add_random(pool, topo, rng, 200, 0)
-    pool.solve(cap, 0.0)
+    rng, cap, pool = _solved_pool(topo, seed, 200)
     for step in range(12):
         pool.flush()
         if step % 3 != 2:
@@ -55,11 +61,7 @@ def test_capacities_changed_in_place_reach_the_next_solves(two_groups: Topology)
     """The pool keeps each local link's capacity between solves (gathering only the links met since): a change of
     capacities (in place, then :meth:`FlowPool.invalidate`, as the simulator's faults do) reaches the next solve
     and the incremental ones after it; a new capacity array is gathered afresh."""
-    rng = np.random.default_rng(11)
-    cap = two_groups.link_capacity_Bps.copy()
-    pool = FlowPool(two_groups.n_links)
-    _add_random(pool, two_groups, rng, 150, 0)
-    pool.solve(cap, 0.0)
+    rng, cap, pool = _solved_pool(two_groups, 11, 150)
     for step in range(6):
         pool.flush()
         if step == 1:  # degrade the busiest links in place, as FlowSim.degrade_link does
@@ -77,11 +79,7 @@ def test_capacities_changed_in_place_reach_the_next_solves(two_groups: Topology)
 def test_flow_index_follows_the_pool_through_starts_and_finishes(two_groups: Topology) -> None:
     """The flow-major view kept across solves (extended on starts, compacted on finishes) is, after every solve,
     each flow's entries in order: what a stable sort of the whole incidence by flow gives."""
-    rng = np.random.default_rng(5)
-    cap = two_groups.link_capacity_Bps.copy()
-    pool = FlowPool(two_groups.n_links)
-    _add_random(pool, two_groups, rng, 120, 0)
-    pool.solve(cap, 0.0)
+    rng, cap, pool = _solved_pool(two_groups, 5, 120)
     replays = 0
     for step in range(10):
         _add_random(pool, two_groups, rng, int(rng.integers(1, 4)), 10_000 * (step + 1))
