@@ -77,8 +77,8 @@ def test_capacities_changed_in_place_reach_the_next_solves(two_groups: Topology)
 
 
 def test_flow_index_follows_the_pool_through_starts_and_finishes(two_groups: Topology) -> None:
-    """The flow-major view kept across solves (extended on starts, compacted on finishes) is, after every solve,
-    each flow's entries in order: what a stable sort of the whole incidence by flow gives."""
+    """The flow-major view kept across solves (extended on starts, built again after finishes) is, after every
+    solve, each flow's entries in order: what a stable sort of the whole incidence by flow gives."""
     rng, cap, pool = _solved_pool(two_groups, 5, 120)
     replays = 0
     for step in range(10):

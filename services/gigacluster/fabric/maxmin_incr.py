@@ -272,24 +272,6 @@ def _flow_extend(e_pos: np.ndarray, ne0: int, nf0: int, n_flows: int, ptr: np.nd
 
 
 @maxmin_kernel.jit
-def _flow_keep(ptr: np.ndarray, order: np.ndarray, n_flows: int, keep: np.ndarray, emap: np.ndarray) -> int:
-    """Compact a flow-major view in place to the flows kept (entries renumbered by ``emap``); returns the flows
-    left. A flow's entries go with it, and both keep their order, so every write lands at or before its read."""
-    k = 0
-    g = 0
-    for f in range(n_flows):
-        lo, hi = ptr[f], ptr[f + 1]
-        ptr[g] = k
-        if keep[f]:
-            for j in range(lo, hi):
-                order[k] = emap[order[j]]
-                k += 1
-            g += 1
-    ptr[g] = k
-    return g
-
-
-@maxmin_kernel.jit
 def _link_index(e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray,
                 n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     l_ptr, l_ord = _csr(e_link, n_links)
@@ -322,11 +304,12 @@ def scratch(n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class FlowIndex:
-    """Flow-major view of a pool's incidence (each flow's entries), kept across solves as :class:`LinkIndex` is:
-    built once (a counting sort over every entry), extended by the entries of the flows added since (a counting
-    sort of theirs only) and compacted in place when flows go; a replay sorted the whole incidence by flow before
-    (1.7 ms of a start among 100k flows). Entries appended after the build belong to flows added after it, as
-    :meth:`FlowPool.add` appends them (otherwise the view sorts every entry again)."""
+    """Flow-major view of a pool's incidence (each flow's entries), kept across solves: built with a solve from
+    scratch or at the first replay after flows went (a counting sort over every entry), then extended by the
+    entries of the flows added since (a counting sort of theirs only); a replay sorted the whole incidence by flow
+    every time before (1.7 ms of a start among 100k flows). Entries appended after the build belong to flows added
+    after it, as :meth:`FlowPool.add` appends them (otherwise the view sorts every entry again). A finish drops
+    it: compacting it on every finish cost a 100k-chip training step more than the sorts it saved."""
 
     def __init__(self, e_pos: np.ndarray, n_flows: int) -> None:
         # with headroom, as the pool's own arrays (FlowPool.flush): the next starts extend it in place
@@ -351,12 +334,6 @@ class FlowIndex:
             _flow_extend(e_pos, self.n_e, self.n_flows, n_flows, self.ptr, self.order)
             self.n_flows, self.n_e = n_flows, int(e_pos.size)
         return self.ptr[:n_flows + 1], self.order[:e_pos.size]
-
-    def drop(self, keep: np.ndarray, kept_entry: np.ndarray) -> None:
-        """Flows were removed (``keep``: per old flow; ``kept_entry``: per old entry, its flow kept)."""
-        emap = np.cumsum(kept_entry) - 1
-        self.n_flows = _flow_keep(self.ptr, self.order, self.n_flows, keep, emap)
-        self.n_e = int(self.ptr[self.n_flows])
 
 
 class LinkIndex:
@@ -419,7 +396,6 @@ def warm_up() -> None:
     lix = LinkIndex(one, one, np.ones(1), 1)
     lix.drop(np.zeros(1, dtype=np.int64), 1)
     fix = FlowIndex(one, 1)
-    fix.drop(np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_))
     replay(1, one, one, np.ones(1), lix.view(one, one, np.ones(1), 1), fix.view(one, 1), scratch(1), np.ones(1),
            np.zeros(1),
            np.ones(1, dtype=np.bool_), np.ones(1), lvl,

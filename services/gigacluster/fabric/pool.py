@@ -185,8 +185,7 @@ class FlowPool:
             self._seeds.append((self.e_loc[gone], self.rate[pos] / self.w[pos]))
         if self._lix is not None:
             self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
-        if self._fix is not None:
-            self._fix.drop(keep, ek)
+        self._fix = None  # flows renumbered: the next replay sorts the incidence by flow again (FlowIndex)
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
         self.e_pos = newpos[self.e_pos[ek]]
