@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gigacluster.fabric.maxmin import maxmin_rates, progressive_filling_py
-from gigacluster.fabric.pool import FlowPool
+from gigacluster.fabric.pool import FlowPool, _compact, _kept_ranges
 from gigacluster.fabric.routing import route
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import Topology
@@ -93,6 +93,24 @@ def test_flow_index_follows_the_pool_through_starts_and_finishes(two_groups: Top
         assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(pool.e_pos, minlength=pool.size))])
         assert np.array_equal(order, np.argsort(pool.e_pos, kind="stable"))
     assert replays >= 8
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compaction_by_ranges_equals_masking(seed: int) -> None:
+    """A finish copies the pool's arrays around the runs that go (few runs) or masks them (many): both give
+    ``arr[mask]`` exactly, for blocks at either end, in the middle, scattered, none and all."""
+    rng = np.random.default_rng(seed)
+    n = 1000
+    arr = rng.integers(0, 10**9, n)
+    masks = [np.ones(n, dtype=bool), np.zeros(n, dtype=bool), rng.random(n) < 0.5, rng.random(n) < 0.99]
+    for a, b in ((0, 10), (990, 1000), (400, 650), (0, 1000)):
+        m = np.ones(n, dtype=bool)
+        m[a:b] = False
+        masks.append(m)
+    for m in masks:
+        ranges = _kept_ranges(np.flatnonzero(~m), n)
+        assert np.array_equal(_compact(arr, ranges, m), arr[m])
+        assert np.array_equal(_compact(arr, _kept_ranges(np.flatnonzero(~m), n, max_runs=1), m), arr[m])
 
 
 def test_incremental_and_full_simulations_end_at_the_same_times(two_groups: Topology) -> None:

@@ -25,6 +25,29 @@ _FULL_REL = 1e-8  # a link carrying this close to its capacity after a solve fro
 _ALL = (*_FLOW_FIELDS, "e_pos", "e_link", "e_loc", "e_coef", "s_pos", "s_src", "s_dst", "s_label", "s_w")
 
 
+def _kept_ranges(gone: np.ndarray, n: int, max_runs: int = 64) -> list[tuple[int, int]] | None:
+    """The ranges ``[a, b)`` of ``0..n-1`` left when the sorted indices ``gone`` are taken out, or None when those
+    form more than ``max_runs`` runs (then a mask is cheaper)."""
+    if gone.size == 0:
+        return [(0, n)]
+    brk = np.flatnonzero(np.diff(gone) != 1)
+    if brk.size >= max_runs:
+        return None
+    lo = np.r_[0, gone[brk] + 1, gone[-1] + 1]  # each kept range starts after a run that goes ...
+    hi = np.r_[gone[0], gone[brk + 1], n]  # ... and ends where the next run starts
+    return [(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
+
+
+def _compact(arr: np.ndarray, ranges: list[tuple[int, int]] | None, mask: np.ndarray) -> np.ndarray:
+    """``arr[mask]`` (a new array), copied as a few slices when ``ranges`` (:func:`_kept_ranges`) holds them: a
+    finished group's entries are a block of the pool's, and copying around it is 3-4x faster than masking."""
+    if ranges is None:
+        return arr[mask]
+    if not ranges:
+        return arr[:0].copy()
+    return np.concatenate([arr[a:b] for a, b in ranges])
+
+
 class FlowPool:
     """Active flows (``gseq``: owning group, ``rem``/``bytes_``: bytes left/at start, ``w``, ``prio``),
     their incidence (``e_pos``, ``e_link``, ``e_coef``) and sub-flows (``s_pos``, ``s_src``, ``s_dst``,
@@ -178,20 +201,24 @@ class FlowPool:
         newpos = np.cumsum(keep) - 1
         ek = keep[self.e_pos]
         sk = keep[self.s_pos]
+        out = np.flatnonzero(~ek)  # the entries that go: a finished group's are one run, or a few
+        er, sr = _kept_ranges(out, ek.size), _kept_ranges(np.flatnonzero(~sk), sk.size)
         solved = remove & ~self.new
         if solved.any() and not self._full:
-            gone = ~ek & solved[self.e_pos]
+            gone = out[solved[self.e_pos[out]]] if (remove & self.new).any() else out
             pos = self.e_pos[gone]
             self._seeds.append((self.e_loc[gone], self.rate[pos] / self.w[pos]))
         if self._lix is not None:
-            self._lix.drop(np.where(keep, newpos, -1), int(ek[:self._lix.n_base].sum()))
+            n_base = self._lix.n_base
+            self._lix.drop(np.where(keep, newpos, -1), n_base - int(np.searchsorted(out, n_base)))
         self._fix = None  # flows renumbered: the next replay sorts the incidence by flow again (FlowIndex)
         for name in _FLOW_FIELDS:
             setattr(self, name, getattr(self, name)[keep])
-        self.e_pos = newpos[self.e_pos[ek]]
-        self.e_link, self.e_loc, self.e_coef = self.e_link[ek], self.e_loc[ek], self.e_coef[ek]
-        self.s_pos = newpos[self.s_pos[sk]]
-        self.s_src, self.s_dst, self.s_label, self.s_w = self.s_src[sk], self.s_dst[sk], self.s_label[sk], self.s_w[sk]
+        self.e_pos = newpos[_compact(self.e_pos, er, ek)]
+        self.e_link, self.e_loc, self.e_coef = (_compact(a, er, ek) for a in (self.e_link, self.e_loc, self.e_coef))
+        self.s_pos = newpos[_compact(self.s_pos, sr, sk)]
+        self.s_src, self.s_dst, self.s_label, self.s_w = (_compact(a, sr, sk)
+                                                           for a in (self.s_src, self.s_dst, self.s_label, self.s_w))
         self.dirty = True
 
     def replace_incidence(self, keep_e: np.ndarray, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray) -> None:
