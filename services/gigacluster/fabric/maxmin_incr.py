@@ -281,20 +281,22 @@ def _link_index(e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray,
 @maxmin_kernel.jit
 def _drop_flows(l_ptr: np.ndarray, l_flow: np.ndarray, l_coef: np.ndarray,
                 newpos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ptr = np.empty_like(l_ptr)
-    flow = np.empty_like(l_flow)
-    coef = np.empty_like(l_coef)
+    """The link-major view without the flows that went (``newpos`` -1), renumbered; compacted in place (every write
+    lands at or before its read), so a finish allocates and faults in no new arrays of the incidence's size."""
     k = 0
-    ptr[0] = 0
+    lo = l_ptr[0]
     for lk in range(l_ptr.size - 1):
-        for j in range(l_ptr[lk], l_ptr[lk + 1]):
+        hi = l_ptr[lk + 1]
+        l_ptr[lk] = k
+        for j in range(lo, hi):
             p = newpos[l_flow[j]]
             if p >= 0:
-                flow[k] = p
-                coef[k] = l_coef[j]
+                l_flow[k] = p
+                l_coef[k] = l_coef[j]
                 k += 1
-        ptr[lk + 1] = k
-    return ptr, flow[:k], coef[:k]
+        lo = hi
+    l_ptr[l_ptr.size - 1] = k
+    return l_ptr, l_flow[:k], l_coef[:k]
 
 
 def scratch(n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
