@@ -64,6 +64,14 @@ def test_a_copy_past_the_topology_is_refused_before_planning(two_groups: Topolog
     assert exc.value.field == "ranks"
 
 
+def test_a_group_naming_a_chip_twice_is_refused(two_groups: Topology) -> None:
+    """Ranks 0-7 with chip 5 twice: the fabric refuses the group (its check sorts the ranks: gigacluster.arrays)."""
+    with pytest.raises(SpecError, match="distinct") as exc:
+        FlowSim(two_groups).start_collectives("all_reduce", np.array([0, 1, 2, 3, 4, 5, 6, 5]), 8, 4, 1e6,
+                                              start_s=0.0)
+    assert exc.value.field == "ranks"
+
+
 def _driver(topo: Topology, monkeypatch: pytest.MonkeyPatch) -> SimDriver:
     monkeypatch.setattr(driver_module, "INLINE_PLAN_MAX_RANKS", 0)  # these small requests go to the thread too
     sim = FlowSim(topo)
