@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from gigacluster.fabric import maxmin_kernel
-from gigacluster.fabric.maxmin_kernel import _csr, _pop, _push
+from gigacluster.fabric.maxmin_kernel import _csr, _csr_append, _pop, _push
 
 _LINK, _CAP, _DIVERGE = 0, 1, 2  # event kinds, in the low 2 bits of a heap value
 # flow float state columns: old level, clean bound c_f, new rate; flow int state: 0 untouched, 1 tracked, 2 frozen
@@ -255,23 +255,6 @@ def replay(n_flows: int, e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarr
 
 
 @maxmin_kernel.jit
-def _flow_extend(e_pos: np.ndarray, ne0: int, nf0: int, n_flows: int, ptr: np.ndarray, order: np.ndarray) -> None:
-    """Append entries ``ne0..`` (of flows ``nf0..n_flows-1``) to a flow-major view whose first ``nf0`` flows hold
-    the first ``ne0`` entries: a stable counting sort of the new entries only."""
-    for f in range(nf0 + 1, n_flows + 1):
-        ptr[f] = 0
-    for i in range(ne0, e_pos.size):
-        ptr[e_pos[i] + 1] += 1
-    for f in range(nf0, n_flows):
-        ptr[f + 1] += ptr[f]
-    fill = ptr[nf0:n_flows].copy()
-    for i in range(ne0, e_pos.size):
-        k = e_pos[i] - nf0
-        order[fill[k]] = i
-        fill[k] += 1
-
-
-@maxmin_kernel.jit
 def _link_index(e_pos: np.ndarray, e_link: np.ndarray, e_coef: np.ndarray,
                 n_links: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     l_ptr, l_ord = _csr(e_link, n_links)
@@ -333,7 +316,7 @@ class FlowIndex:
             if self.order.size < e_pos.size:
                 self.order = np.concatenate([self.order[:self.n_e],
                                              np.empty(max(e_pos.size, 2 * self.order.size) - self.n_e, dtype=np.int64)])
-            _flow_extend(e_pos, self.n_e, self.n_flows, n_flows, self.ptr, self.order)
+            _csr_append(e_pos, self.n_e, self.n_flows, n_flows, self.ptr, self.order)
             self.n_flows, self.n_e = n_flows, int(e_pos.size)
         return self.ptr[:n_flows + 1], self.order[:e_pos.size]
 

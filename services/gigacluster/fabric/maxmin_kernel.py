@@ -82,19 +82,28 @@ def _pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
 
 
 @jit
+def _csr_append(keys: np.ndarray, i0: int, k0: int, n: int, ptr: np.ndarray, order: np.ndarray) -> None:
+    """A stable counting sort of entries ``i0..`` (keys ``k0..n-1``) appended to a view whose keys below ``k0``
+    hold the entries below ``i0``: fills ``ptr[k0+1..n]`` and ``order[i0..]`` (entry indices)."""
+    for k in range(k0 + 1, n + 1):
+        ptr[k] = 0
+    for i in range(i0, keys.size):
+        ptr[keys[i] + 1] += 1
+    for k in range(k0, n):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[k0:n].copy()
+    for i in range(i0, keys.size):
+        k = keys[i] - k0
+        order[fill[k]] = i
+        fill[k] += 1
+
+
+@jit
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, order): entries ``order[ptr[k]:ptr[k+1]]`` have key k (a stable counting sort)."""
     ptr = np.zeros(n + 1, dtype=np.int64)
-    for k in keys:
-        ptr[k + 1] += 1
-    for k in range(n):
-        ptr[k + 1] += ptr[k]
-    fill = ptr[:-1].copy()
     order = np.empty(keys.size, dtype=np.int64)
-    for i in range(keys.size):
-        k = keys[i]
-        order[fill[k]] = i
-        fill[k] += 1
+    _csr_append(keys, 0, 0, n, ptr, order)
     return ptr, order
 
 
