@@ -10,6 +10,9 @@ ranks each). It measures, in process, what the fabric does for them:
 * ``commit``: booking the groups in the simulator for a later start (the part on the loop);
 * ``first phase``: routing every sub-flow of the first phases when they start, and one max-min solve.
 
+The process sets glibc's allocator as a fabric service process does (``runtime/allocator.py``);
+``--malloc default`` leaves glibc's defaults, to show what that saves.
+
 Times are CPU seconds of the benchmark process (``time.process_time``), best of N, so that other
 work on a shared machine inflates them less than wall time would.
 
@@ -33,6 +36,7 @@ import numpy as np
 from gigacluster.fabric.collectives import clear_terms_cache, plan_collective
 from gigacluster.fabric.sim import FlowSim
 from gigacluster.fabric.topology import TopologyConfig, build_topology
+from gigacluster.runtime import allocator
 from gigacluster.scheduler.core import rank_groups
 from gigacluster.scheduler.runner import arithmetic_runs
 
@@ -124,7 +128,11 @@ def main() -> None:
     ap.add_argument("--million", action="store_true", help="add H100 at 1,048,576 chips (Tomahawk 6, 3 tiers)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for the first step")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--malloc", choices=("service", "default"), default="service",
+                    help="service: glibc's thresholds as `gigacluster serve` sets them (default); default: glibc's own")
     args = ap.parse_args()
+    if args.malloc == "service":
+        print("allocator:", allocator.tune() or "glibc defaults (not glibc, or the environment sets them)", flush=True)
     rows = [
         bench("H100, 3 tiers", TopologyConfig(chip="h100-sxm", count=131072, tiers=3), 8, 16, 800, args.repeat),
         bench("Trainium3, 3 tiers", TopologyConfig(chip="trainium3", count=131072, tiers=3), 8, 16, 800, args.repeat),

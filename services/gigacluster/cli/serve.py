@@ -7,8 +7,8 @@ import importlib
 import sys
 from typing import Any
 
+from gigacluster.runtime import allocator, eventloop
 from gigacluster.runtime import config as cfgmod
-from gigacluster.runtime import eventloop
 from gigacluster.runtime.logging import configure
 from gigacluster.runtime.server import serve
 
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gigacluster serve {args.service}: {exc}", file=sys.stderr)
         return 2
     configure(args.service, fmt=config.log_format, level=config.log_level)
+    allocator.tune()  # large arrays reuse the heap's pages instead of faulting fresh ones (runtime/allocator.py)
     service = service_class(args.service)(config)
     eventloop.run(serve(service))
     return 0
