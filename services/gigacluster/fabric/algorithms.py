@@ -193,10 +193,12 @@ class Hierarchical(Algorithm):
     def _grid(ranks: np.ndarray, topo: Topology) -> np.ndarray | None:
         dom = topo.chip_domain[ranks]
         order = np.argsort(dom, kind="stable")
-        doms, counts = np.unique(dom, return_counts=True)
-        if doms.size < 2 or counts.min() != counts.max():
-            return None
-        return ranks[order].reshape(doms.size, counts[0])
+        ds = dom[order]
+        starts = np.flatnonzero(ds[1:] != ds[:-1]) + 1  # where each domain's ranks begin, the first's aside
+        g = starts.size + 1
+        if g < 2 or ranks.size % g or (starts != np.arange(1, g) * (ranks.size // g)).any():
+            return None  # fewer than two domains, or domains holding different numbers of the ranks
+        return ranks[order].reshape(g, ranks.size // g)
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
         return super().supports(op, ranks, topo) and self._grid(ranks, topo) is not None

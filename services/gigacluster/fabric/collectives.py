@@ -128,6 +128,13 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
     algo = ALGORITHMS[name]
     base = algo.phases(op, ranks, bytes_, topo)
     terms = [phase_terms(p, topo, alive=alive, capacity_Bps=capacity_Bps) for p in base]
+    proto, est = _best_protocol(algo, base, terms, topo)
+    return with_protocol(base, proto), est
+
+
+def _best_protocol(algo: Algorithm, base: Sequence[Phase], terms: Sequence[tuple[float, float]],
+                   topo: Topology) -> tuple[str, list[float]]:
+    """(protocol, per-phase estimates) of the protocol that makes ``base`` fastest with routed ``terms``."""
     sys_s = system_step_s(topo)
     best: tuple[str, list[float]] | None = None
     for proto in algo.protocols or protocols_for(topo.config.chip):  # costed as with_protocol's phases would be
@@ -136,7 +143,7 @@ def plan_phases(name: str, op: str, ranks: np.ndarray, bytes_: float, topo: Topo
         if best is None or sum(est) < sum(best[1]):
             best = (proto, est)
     assert best is not None
-    return with_protocol(base, best[0]), best[1]
+    return best
 
 
 def linear_costs(name: str, op: str, ranks: np.ndarray,
@@ -270,6 +277,40 @@ def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = Non
     return float(rate_f.min()), path_s
 
 
+def _phase_bound(phase: Phase, topo: Topology, *, tight: bool = True) -> tuple[float, float]:
+    """Terms no routing of ``phase`` on the intact fabric can beat: (a rate at least its slowest flow's, a path latency
+    at most its longest), from each sub-flow's first hop alone, without routing it.
+
+    Every routed sub-flow's first link carries it with coefficient 1 (its weight, if the phase has weights): the chip's
+    scale-up port inside a switched domain, its NIC to leave the domain. So that link's load is at least the sub-flows
+    that start on it, and the phase's rate, the least of capacity over load across its links, is at most the least of
+    capacity over that count across first links; a sub-flow's latency is at least its first link's. Sub-flows whose
+    first link depends on the route taken (inside a full-mesh or torus domain) are left out, which only loosens it.
+    ``tight=False`` takes the count as 1 (no scatter over the links): looser, and cheaper."""
+    if phase.n_subflows == 0:
+        return float("inf"), 0.0
+    src, dst = phase.src, phase.dst
+    dom = topo.chip_domain
+    same = dom[src] == dom[dst]
+    if topo.scaleup == "switch":
+        first = np.where(same, topo.su_up[src], topo.nic_up[src])
+        moves = src != dst
+    else:
+        first = topo.nic_up[src]
+        moves = ~same
+    if not moves.all():
+        first = first[moves]
+    if first.size == 0:
+        return float("inf"), 0.0
+    if not tight:
+        return float(topo.link_capacity_Bps[first].min()), float(topo.link_latency_s[first].max())
+    load = _link_scratch(topo.n_links)
+    np.add.at(load, first, 1.0 if phase.weight is None else phase.weight[moves])
+    rate = float((topo.link_capacity_Bps[first] / load[first]).min())
+    load[first] = 0.0
+    return rate, float(topo.link_latency_s[first].max())
+
+
 def _phase_cost(phase: Phase, terms: tuple[float, float], *, first: bool, system_s: float = 0.0,
                 proto: str | None = None) -> float:
     """Time of ``phase`` from its routed terms: bandwidth + steps x step latency (+ the call's base cost);
@@ -322,6 +363,9 @@ class FastestPolicy(SelectionPolicy):
         "ring", "tree", "hierarchical", "rail_rings", "halving_doubling", "direct", "mesh_rings", "torus_rings",
         "one_shot", "nvls", "nvls_tree")
 
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, int], str] = {}  # (op, ranks) -> the last winner: costed first next time
+
     def choose(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> str:
         return self.best(op, ranks, bytes_, topo)[0]
 
@@ -329,17 +373,36 @@ class FastestPolicy(SelectionPolicy):
              topo: Topology) -> tuple[str, list[Phase] | None, list[float] | None]:
         """(name, phases, per-phase estimates on the intact fabric) of the fastest algorithm; ``("ring",
         None, None)`` when none applies."""
+        # Branch and bound, exact: the candidates are costed in any order, and one is routed only if a bound on its
+        # time (``_phase_bound``: no routing) could still beat the best so far; ties go to the earlier name, as when
+        # the names were costed in order. The last winner for the same operation and size goes first, so a losing
+        # algorithm (one ring of 800 ranks beside 8 rail-aligned rings) is usually bounded and never routed.
+        cands = [(i, name) for i, name in enumerate(self.names)
+                 if self.considers(name, op, bytes_) and ALGORITHMS[name].supports(op, ranks, topo)]
+        hint = self._last.get((op, ranks.size))
+        cands.sort(key=lambda c: c[1] != hint)
         best: tuple[str, list[Phase] | None, list[float] | None] = ("ring", None, None)
-        best_t = float("inf")
-        for name in self.names:
+        best_t, best_i = float("inf"), len(self.names)
+        for i, name in cands:
             algo = ALGORITHMS[name]
-            if not self.considers(name, op, bytes_) or not algo.supports(op, ranks, topo):
+            base = algo.phases(op, ranks, bytes_, topo)
+            if best_i < len(self.names) and any(
+                    self._beaten(algo, base, topo, tight, i, best_t, best_i) for tight in (False, True)):
                 continue
-            phases, est = plan_phases(name, op, ranks, bytes_, topo)
+            proto, est = _best_protocol(algo, base, [phase_terms(p, topo) for p in base], topo)
             t = sum(est)
-            if t < best_t:
-                best, best_t = (name, phases, est), t
+            if t < best_t or (t == best_t and i < best_i):
+                best, best_t, best_i = (name, with_protocol(base, proto), est), t, i
+        if best[1] is not None:
+            self._last[(op, ranks.size)] = best[0]
         return best
+
+    @staticmethod
+    def _beaten(algo: Algorithm, base: Sequence[Phase], topo: Topology, tight: bool, i: int, best_t: float,
+                best_i: int) -> bool:
+        """Whether ``base`` (the ``i``-th name's phases) cannot beat ``best_t`` of name ``best_i``, by a bound."""
+        bound = sum(_best_protocol(algo, base, [_phase_bound(p, topo, tight=tight) for p in base], topo)[1])
+        return bound > best_t or (bound == best_t and i > best_i)
 
     def considers(self, name: str, op: str, bytes_: float) -> bool:
         """Whether the policy weighs algorithm ``name`` for ``op`` of ``bytes_`` (all of ``names`` here)."""

@@ -109,9 +109,14 @@ def shapes(topo: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     key = parts[0] @ mult[:n]
     for i in range(1, len(parts)):
         key += parts[i] @ mult[i * n:(i + 1) * n]
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    inv = np.asarray(inv).ravel()
-    if not all((p == p[first[inv]]).all() for p in parts):  # a hash collision (never seen): sort exactly
+    if (key == key[0]).all():  # one shape (every copy of the request alike: the common case), no sort
+        first, inv = np.zeros(1, dtype=np.int64), np.zeros(key.size, dtype=np.int64)
+        exact = all((p == p[:1]).all() for p in parts)
+    else:
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        exact = all((p == p[first[inv]]).all() for p in parts)
+    if not exact:  # a hash collision (never seen): sort exactly
         _, first, inv = np.unique(np.concatenate(parts, axis=1), axis=0, return_index=True, return_inverse=True)
         inv = np.asarray(inv).ravel()
     order = np.argsort(first, kind="stable")  # shapes in order of their first copy

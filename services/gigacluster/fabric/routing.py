@@ -192,6 +192,17 @@ def route(
     same = topo.chip_domain[src] == topo.chip_domain[dst]
     intra = np.flatnonzero(same & (src != dst))
     to_out = np.flatnonzero(~same)
+    if intra.size and topo.scaleup == "switch":
+        # through the domain's switch: two hops; when every one is up the entries are the path matrix row by row
+        # (the general branch below gives the same entries, in the same order, with more work)
+        path = _scaleup_candidates(topo, src[intra], dst[intra])[0]
+        if (path >= 0).all() and (alive is None or alive[path].all()):
+            flows.append(np.repeat(intra, 2))
+            links.append(path.ravel())
+            coefs.append(np.ones(path.size))
+            lat2 = topo.link_latency_s[path]
+            latency[intra] = lat2[:, 0] + lat2[:, 1]
+            intra = intra[:0]
     if intra.size:
         cands = _scaleup_candidates(topo, src[intra], dst[intra])
         chosen = np.full(intra.size, -1, dtype=np.int64)
@@ -226,8 +237,9 @@ def route(
         e_flow = np.concatenate(flows)
         e_link = np.concatenate(links)
         e_coef = np.concatenate(coefs)
-        keep = ok[e_flow]
-        e_flow, e_link, e_coef = e_flow[keep], e_link[keep], e_coef[keep]
+        if not ok.all():
+            keep = ok[e_flow]
+            e_flow, e_link, e_coef = e_flow[keep], e_link[keep], e_coef[keep]
     else:
         e_flow = np.zeros(0, dtype=np.int64)
         e_link = np.zeros(0, dtype=np.int64)
