@@ -299,26 +299,22 @@ class OpenAIServer:
                                            "X-Request-Id": fmt.gen.request_id})
         await resp.prepare(request)
         # Events produced together go out in one write: the chat role with the first chunk, the last chunk
-        # with the usage event and [DONE]; tokens that piled up while the client was behind are already one
-        # chunk (Generation.chunks merges them).
+        # with the usage event, [DONE] and the end of the chunked body; tokens that piled up while the client was
+        # behind are already one chunk (Generation.chunks merges them).
         head = fmt.sse(fmt.chat_role()) if fmt.kind == "chat.completion" else b""
         try:
-            c: Chunk | None = first
-            while c is not None:
-                out = head + fmt.chunk_sse(c)
+            c = first
+            while not c.finish_reason:
+                await resp.write(head + fmt.chunk_sse(c))
                 head = b""
-                if c.finish_reason:
-                    if include_usage:
-                        out += fmt.sse(fmt.usage_chunk(c))
-                    out += b"data: [DONE]\n\n"
-                    c = None
-                await resp.write(out)
-                if c is not None:
-                    c = await chunks.__anext__()
+                c = await chunks.__anext__()
+            out = head + fmt.chunk_sse(c)
+            if include_usage:
+                out += fmt.sse(fmt.usage_chunk(c))
+            await resp.write_eof(out + b"data: [DONE]\n\n")  # one write with the chunked body's terminator
         except DomainError as exc:  # after the headers went out: an error event, then close
             err = json.loads(domain_error_response(exc).text or "{}")
-            await resp.write(head + fmt.sse(err))
-        await resp.write_eof()
+            await resp.write_eof(head + fmt.sse(err))
         return resp
 
 
