@@ -152,3 +152,19 @@ def test_shapes_one_and_several() -> None:
     mixed = np.vstack([alike, alike[:2] + dom - 4])  # two more copies straddling two domains
     reps, shape_of, _ = shapes(topo, mixed)
     assert reps.tolist() == [0, 6] and shape_of.tolist() == [0] * 6 + [1, 1]
+
+
+def test_the_winner_hints_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client asking for every group size cannot grow the policy's memory without bound: the hints are a cache."""
+    from gigacluster.fabric import collectives
+
+    topo = topo_of("switch")
+    pol = POLICIES.lookup("library")
+    pol._last.clear()  # type: ignore[attr-defined]
+    for size in range(2, 40):
+        pol.best("all_gather", np.arange(size), 1e6, topo)  # type: ignore[attr-defined]
+    assert len(pol._last) == 38  # type: ignore[attr-defined]
+    monkeypatch.setattr(collectives, "_HINTS_MAX", 10)
+    for size in range(2, 40):
+        pol.best("all_gather", np.arange(size), 1e6, topo)  # type: ignore[attr-defined]
+    assert len(pol._last) <= 10  # type: ignore[attr-defined]

@@ -355,6 +355,9 @@ class SelectionPolicy:
         raise NotImplementedError
 
 
+_HINTS_MAX = 4096  # (operation, group size) pairs whose last winner a policy remembers
+
+
 class FastestPolicy(SelectionPolicy):
     """Cost every supporting algorithm with the contention-free model; take the fastest."""
 
@@ -394,6 +397,8 @@ class FastestPolicy(SelectionPolicy):
             if t < best_t or (t == best_t and i < best_i):
                 best, best_t, best_i = (name, with_protocol(base, proto), est), t, i
         if best[1] is not None:
+            if len(self._last) >= _HINTS_MAX:  # a hint only: forgetting costs a routing, never a different choice
+                self._last.clear()
             self._last[(op, ranks.size)] = best[0]
         return best
 
