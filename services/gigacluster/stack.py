@@ -407,7 +407,7 @@ class Stack:
                 while True:
                     p = self.procs[name].proc
                     if p is not None and p.returncode is not None and not self.cfg.restart:
-                        raise RuntimeError(f"{name} exited with {p.returncode} during start-up")
+                        raise RuntimeError(f"{name} exited with {p.returncode} during start-up{self._log_tail(name)}")
                     try:
                         r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
                         if r.status == health_pb2.HealthCheckResponse.SERVING:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import socket
+import sys
+
+import pytest
 
 from gigacluster.stack import _LOW_PORT, Proc, Stack, StackConfig, _ephemeral_low, free_port
 
@@ -44,3 +48,19 @@ def test_a_start_up_timeout_quotes_the_service_log(tmp_path: pathlib.Path) -> No
     tail = st._log_tail("router")
     assert tail.endswith("OSError: [Errno 98] Address already in use")
     assert "line 39" in tail and "line 20" not in tail
+
+
+async def test_a_service_that_exits_at_start_up_is_named_with_its_log(tmp_path: pathlib.Path) -> None:
+    """A child that dies before it serves: the error names it, its exit status and the last lines of its log (a
+    2 GW benchmark run once failed with only "chip-7 exited with 1 during start-up", and nothing left to read)."""
+    st = Stack(StackConfig(cluster="t", chip="h100-sxm", chips=8, shards=1, state_dir=tmp_path, restart=False))
+    st.ports["router"] = free_port()
+    log = tmp_path / "router.log"
+    st.procs = {"router": Proc("router", [sys.executable, "-c", "import sys; print('ValueError: bad flag --x', "
+                                          "file=sys.stderr); sys.exit(3)"], dict(os.environ), log)}
+    await st.procs["router"].start()
+    await st.procs["router"].proc.wait()  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError) as err:
+        await st.wait_healthy(timeout_s=10)
+    msg = str(err.value)
+    assert msg.startswith("router exited with 3 during start-up") and msg.endswith("ValueError: bad flag --x"), msg
