@@ -254,6 +254,17 @@ def _link_scratch(n: int) -> np.ndarray:
     return buf
 
 
+def _capacity_over_load(cap: np.ndarray, links: np.ndarray, coef: np.ndarray | float) -> np.ndarray:
+    """Per entry, its link's capacity over the link's load (the entries' ``coef`` summed per link). The load is summed
+    into this thread's zeroed scratch array over all links and zeroed again after: O(entries), with no sort of the
+    entries (np.unique) and no allocation the size of the topology."""
+    load = _link_scratch(cap.size)
+    np.add.at(load, links, coef)
+    out: np.ndarray = cap[links] / load[links]
+    load[links] = 0.0
+    return out
+
+
 def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = None,
                  capacity_Bps: np.ndarray | None = None) -> tuple[float, float]:
     r = route(topo, phase.src, phase.dst, np.arange(phase.n_subflows), alive=alive)
@@ -263,13 +274,8 @@ def _phase_terms(phase: Phase, topo: Topology, *, alive: np.ndarray | None = Non
     if r.e_link.size == 0:
         return float("inf"), path_s
     cap = topo.link_capacity_Bps if capacity_Bps is None else capacity_Bps
-    # Each entry's link load, summed into this thread's zeroed scratch array over all links and zeroed again
-    # after: O(entries), with no sort of the entries (np.unique) and no allocation the size of the topology.
     coef = r.e_coef if phase.weight is None else r.e_coef * phase.weight[r.e_flow]
-    load = _link_scratch(cap.size)
-    np.add.at(load, r.e_link, coef)
-    per_entry = cap[r.e_link] / load[r.e_link]
-    load[r.e_link] = 0.0
+    per_entry = _capacity_over_load(cap, r.e_link, coef)
     if phase.lockstep:
         return float(per_entry.min()), path_s
     rate_f = np.full(phase.n_subflows, np.inf)
@@ -304,10 +310,8 @@ def _phase_bound(phase: Phase, topo: Topology, *, tight: bool = True) -> tuple[f
         return float("inf"), 0.0
     if not tight:
         return float(topo.link_capacity_Bps[first].min()), float(topo.link_latency_s[first].max())
-    load = _link_scratch(topo.n_links)
-    np.add.at(load, first, 1.0 if phase.weight is None else phase.weight[moves])
-    rate = float((topo.link_capacity_Bps[first] / load[first]).min())
-    load[first] = 0.0
+    coef = 1.0 if phase.weight is None else phase.weight[moves]
+    rate = float(_capacity_over_load(topo.link_capacity_Bps, first, coef).min())
     return rate, float(topo.link_latency_s[first].max())
 
 
