@@ -258,9 +258,10 @@ async def main() -> None:
                                                   "directory), alternating phases with this one: before/after")
     ap.add_argument("--frontends", default="0", help="comma-separated router front-end process counts to run "
                                                     "this tree with, side by side (0 = one router process)")
-    ap.add_argument("--event-loops", default="", help="comma-separated event loops (uvloop, asyncio) to run this "
+    ap.add_argument("--event-loops", default="", help="comma-separated event loops (uvloop, asyncio, or default: "
+                                                      "the variable unset, each process its own default) to run this "
                                                       "tree's services on, side by side (GIGACLUSTER_EVENT_LOOP; "
-                                                      "default: the environment's). The load clients run on the "
+                                                      "none given: the environment's). The load clients run on the "
                                                       "loop GIGACLUSTER_EVENT_LOOP names in this process's environment")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
@@ -270,12 +271,14 @@ async def main() -> None:
         builds["before"] = {**env, "PYTHONPATH": str(pathlib.Path(args.baseline) / "services")}
     loops = [x for x in args.event_loops.split(",") if x]
     for loop in loops:
-        eventloop.chosen(loop)  # an unknown name fails here, not in the services
+        if loop != "default":
+            eventloop.chosen(loop)  # an unknown name fails here, not in the services
     for n in (int(x) for x in args.frontends.split(",")):
         for loop in loops or [""]:
             name = (("after" if args.baseline else "this") + (f" {n} front ends" if n else "")
                     + (f" {loop}" if loop else ""))
-            builds[name] = {**env, "GIGACLUSTER_ROUTER_FRONTENDS": str(n), **({eventloop.ENV: loop} if loop else {})}
+            pick = {eventloop.ENV: loop} if loop not in ("", "default") else {}  # default: each process's own
+            builds[name] = {**env, "GIGACLUSTER_ROUTER_FRONTENDS": str(n), **pick}
     stacks: dict[str, tuple[Stack, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -23,6 +23,7 @@ import pytest_asyncio
 from gigacluster.client import Client
 from gigacluster.common.v1 import common_pb2
 from gigacluster.router.v1 import router_pb2
+from gigacluster.runtime import eventloop
 from gigacluster.stack import Stack
 
 from ..conftest import live_stack
@@ -95,6 +96,20 @@ async def _wait_frontends(st: Stack, n: int, not_in: frozenset[int] = frozenset(
             return pids
         await asyncio.sleep(0.05)
     raise AssertionError(f"front ends now {frontend_pids(st)}")
+
+
+def _on_uvloop(pid: int) -> bool:
+    """Whether process ``pid`` has uvloop's extension loaded (its event loop, since nothing else imports it)."""
+    return "/uvloop/loop." in pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+async def test_front_ends_run_on_uvloop_and_the_core_on_asyncio(env: tuple[Stack, str]) -> None:
+    """Unless GIGACLUSTER_EVENT_LOOP says otherwise, each front end runs on uvloop and the core on asyncio's loop
+    (runtime/eventloop.py; docs/performance.md "Router front ends on uvloop")."""
+    st, _ = env
+    pids = await _wait_frontends(st, 2)
+    assert [_on_uvloop(p) for p in pids] == [eventloop.chosen(prefer="uvloop") == "uvloop"] * 2
+    assert _on_uvloop(st.procs["router"].proc.pid) is (eventloop.chosen() == "uvloop")  # type: ignore[union-attr]
 
 
 async def test_requests_through_front_ends_over_grpc_and_http(env: tuple[Stack, str]) -> None:

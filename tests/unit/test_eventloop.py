@@ -40,6 +40,30 @@ def test_default_is_the_standard_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert eventloop.run(_loop_type()) is not uvloop.Loop
 
 
+def test_a_preference_for_uvloop_applies_when_the_variable_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prefer="uvloop"`` (the router's front ends) runs on uvloop when the variable is unset or empty."""
+    monkeypatch.delenv(eventloop.ENV, raising=False)
+    assert eventloop.run(_loop_type(), prefer="uvloop") is uvloop.Loop
+    monkeypatch.setenv(eventloop.ENV, " ")
+    assert eventloop.chosen(prefer="uvloop") == "uvloop"
+
+
+def test_the_variable_wins_over_a_preference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIGACLUSTER_EVENT_LOOP=asyncio puts even a process that prefers uvloop on asyncio's loop."""
+    monkeypatch.setenv(eventloop.ENV, "asyncio")
+    assert eventloop.run(_loop_type(), prefer="uvloop") is not uvloop.Loop
+
+
+def test_a_preference_falls_back_when_uvloop_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preferred uvloop that does not import is asyncio's loop, not an error (only an explicit choice fails);
+    an unknown preference is a programming error."""
+    monkeypatch.delenv(eventloop.ENV, raising=False)
+    monkeypatch.setattr(eventloop, "_uvloop_factory", lambda: None)
+    assert eventloop.chosen(prefer="uvloop") == "asyncio"
+    with pytest.raises(ValueError, match="prefer must be one of"):
+        eventloop.chosen(prefer="trio")
+
+
 def test_unknown_value_fails_naming_the_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown loop name is a ConfigError that names the variable and both allowed values."""
     monkeypatch.setenv(eventloop.ENV, "trio")

@@ -293,7 +293,8 @@ def main() -> None:
         return  # the core is gone already
     configure("router-frontend", fmt=settings["config"]["log_format"], level=settings["config"]["log_level"])
     with contextlib.suppress(KeyboardInterrupt):
-        eventloop.run(run(settings))
+        # uvloop unless GIGACLUSTER_EVENT_LOOP says otherwise (runtime/eventloop.py, docs/performance.md)
+        eventloop.run(run(settings), prefer="uvloop")
 
 
 if __name__ == "__main__":
