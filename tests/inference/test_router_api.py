@@ -3,6 +3,7 @@ creation times in the store, and the HTTP app driven with raw requests (no proce
 
 from __future__ import annotations
 
+import asyncio.selector_events as _se
 import csv
 import io
 import math
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gigacluster.errors import NotFound
@@ -22,7 +24,7 @@ from gigacluster.inference.outputs import EOS_LOG_MU, EOS_LOG_SIGMA, eos_after, 
 from gigacluster.inference.tokenizer import Tokenizer
 from gigacluster.model.arch import preset
 from gigacluster.model.power import host_overhead_w
-from gigacluster.router.http import OpenAIServer, check_fields, error_type
+from gigacluster.router.http import EventStream, OpenAIServer, check_fields, error_type
 from gigacluster.router.store import SCHEMA, DeploymentStore, StoredDeployment
 from gigacluster.runtime.auth import Principal
 from tests.inference.conftest import make_req
@@ -170,6 +172,51 @@ async def http() -> AsyncIterator[tuple[TestClient[Any, Any], Any]]:
     finally:
         await client.close()
         await svc.auth.close()
+
+
+_TRANSPORT_WRITE = (_se._SelectorSocketTransport.write, _se._SelectorSocketTransport.writelines)
+
+
+async def _server_writes(monkeypatch: pytest.MonkeyPatch, response: type[web.StreamResponse]) -> list[bytes]:
+    """The socket writes of one streamed response of type ``response`` (two events, then the end), as sent."""
+    sent: dict[int, list[bytes]] = {}
+    write, writelines = _TRANSPORT_WRITE  # the unpatched methods, whatever an earlier call patched
+
+    def count(t: Any, data: Any) -> None:
+        sent.setdefault(id(t), []).append(bytes(data))
+        write(t, data)
+
+    def count_lines(t: Any, lines: Any) -> None:
+        lines = list(lines)
+        sent.setdefault(id(t), []).append(b"".join(bytes(x) for x in lines))
+        writelines(t, lines)
+
+    monkeypatch.setattr(_se._SelectorSocketTransport, "write", count)
+    monkeypatch.setattr(_se._SelectorSocketTransport, "writelines", count_lines)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = response(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"data: 1\n\n")
+        await resp.write_eof(b"data: 2\n\ndata: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/s", handler)
+    async with TestClient(TestServer(app)) as client:
+        r = await client.post("/s", json={})
+        assert (await r.read()) == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+    [server] = [w for w in sent.values() if w[0].startswith(b"HTTP/1.1 200")]
+    return server
+
+
+async def test_a_streams_headers_go_out_with_its_first_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EventStream sends the headers and the first event in one write (two writes for two events and the end),
+    where aiohttp's StreamResponse writes the headers alone first: one sendmsg fewer a streamed request."""
+    ours = await _server_writes(monkeypatch, EventStream)
+    assert len(ours) == 2 and ours[0].startswith(b"HTTP/1.1 200") and b"data: 1" in ours[0]
+    theirs = await _server_writes(monkeypatch, web.StreamResponse)
+    assert len(theirs) == 3 and b"data: 1" not in theirs[0]
 
 
 async def test_health_and_ping_follow_the_routers_readiness(http: tuple[TestClient[Any, Any], Any]) -> None:

@@ -295,8 +295,8 @@ class OpenAIServer:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         fmt.continuous = bool(opts.get("continuous_usage_stats"))  # vLLM's: usage so far on every chunk
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Request-Id": fmt.gen.request_id})
+        resp = EventStream(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                    "X-Request-Id": fmt.gen.request_id})
         await resp.prepare(request)
         # Events produced together go out in one write: the chat role with the first chunk, the last chunk
         # with the usage event, [DONE] and the end of the chunked body; tokens that piled up while the client was
@@ -316,6 +316,18 @@ class OpenAIServer:
             err = json.loads(domain_error_response(exc).text or "{}")
             await resp.write_eof(head + fmt.sse(err))
         return resp
+
+
+class EventStream(web.StreamResponse):
+    """A server-sent-event response whose headers go out with its first event, in one write.
+
+    aiohttp sends a streamed response's headers as soon as it is prepared; its ``Response`` instead buffers them into
+    the first body write, through the class attribute below. The router prepares a stream only once its first chunk
+    is there, so nothing waits for the headers, and a request costs one ``sendmsg`` fewer (of about six at 16 tokens).
+    Should aiohttp drop the attribute, the headers simply go out first again (tests/inference/test_router_api.py
+    counts the writes)."""
+
+    _send_headers_immediately = False
 
 
 class _Format:
