@@ -191,8 +191,22 @@ class FrontendService(Service[RouterConfig]):
                     gen.queue.put_nowait(ev)
             if down.has_state:
                 await self._state(down)
-        log.error("router core link closed; stopping this front end", frontend=self.index)
+        log.error("router core link closed; stopping this front end", frontend=self.index, open=len(self.streams))
+        await self._unlinked()
         os.kill(os.getpid(), signal.SIGTERM)
+
+    async def _unlinked(self) -> None:
+        """The core is gone (killed or restarting): no token of an open request will come. End each at once with
+        UNAVAILABLE (retryable), refuse new ones the same way, and stop listening for HTTP, so that no client waits
+        on this process while it stops (a gRPC call's grace, an HTTP handler's shutdown timeout: minutes)."""
+        self._out = None  # generate() refuses from now on
+        await set_router_health(self, health_pb2.HealthCheckResponse.NOT_SERVING)
+        for stream, gen in list(self.streams.items()):
+            gen.queue.put_nowait(frontend_pb2.LinkEvent(
+                stream=stream, error_code=Unavailable.code, error_reason="ROUTER_RESTARTING",
+                error_message="the router's core went away before this request finished; retry it"))
+        if self.http is not None:
+            await self.http.close_listener()
 
     async def _state(self, down: frontend_pb2.LinkDown) -> None:
         self.deployments = {DeploymentStore.key(d.tenant, d.deployment_id): RemoteDeployment(
@@ -217,7 +231,8 @@ class FrontendService(Service[RouterConfig]):
                  stop: Sequence[str] = (), ignore_eos: bool = False, open_to_context: bool = False) -> RemoteGeneration:
         """Refuse at once when this front end is overloaded; else send the request to the core."""
         if self._out is None:
-            raise Unavailable("this router front end is not linked to the core yet; retry")
+            raise Unavailable("this router front end has no link to the router's core (starting, or the core "
+                              "restarted); retry")
         if token_ids is not None and any(not 0 <= int(t) < 2**32 for t in token_ids):
             raise InvalidArgument("token_ids", "ids must be integers in [0, the model's vocab)")
         release = self.overload.admit()  # before any work on the prompt

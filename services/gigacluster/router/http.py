@@ -162,6 +162,13 @@ class OpenAIServer:
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         return self.port
 
+    async def close_listener(self) -> None:
+        """Stop accepting connections (new ones go to another front end sharing the port, or are refused); the
+        requests in progress go on until :meth:`stop`."""
+        if self.runner is not None:
+            for site in list(self.runner.sites):
+                await site.stop()
+
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
