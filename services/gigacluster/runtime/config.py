@@ -309,7 +309,9 @@ class RouterConfig(CommonConfig):
                                               "aims to send: a stream's tokens after its first wait up to "
                                               "open streams / this after its last message, to leave together "
                                               "(0 = every token its own message); first and last never wait")
-    stream_max_hold_s: float = _f(0.05, "longest a stream message waits for more tokens under that budget")
+    stream_max_hold_s: float = _f(0.2, "longest a stream message waits for more tokens under that budget (binds "
+                                       "past budget x this open streams: 800 at the defaults; docs/performance.md "
+                                       "'Router: a longer hold under load')")
     report_max_iterations: int = _f(1024, "batch iterations a replica books on its chips per ReportWork call "
                                           "(at most the shards' max_report_iterations)")
     report_interval_s: float = _f(0.05, "wall seconds between a replica's ReportWork calls at the most: under load "
