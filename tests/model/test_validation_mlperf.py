@@ -1,5 +1,5 @@
-"""MLPerf Training closed-division LLM pre-training: measured step times, 64 to 11,616 GPUs, H100 / B200 / GB200,
-2023-2025 software, 21 rows (never used to set a constant).
+"""MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
+MI355X, 2023-2025 software, 30 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -12,6 +12,13 @@ the submission (docs/validation.md section 1c gives every source line):
 * prishajain1/training_results_v5.0 (a fork of mlcommons/training_results_v5.0), ``llama31_405b``: Llama 3.1 405B,
   sequence 8,192; per-step ``train_step_time`` (the median of a run's steps where a few outliers of about twice the
   step sit in it) and the block summaries' mean.
+* mlcommons/training_results_v5.1 (Nov 2025), ``llama31_8b``: Llama 3.1 8B, sequence 8,192, TP 1 / PP 1 everywhere.
+  AMD's MI355X submission and its partners' (Dell, Supermicro) log ``tracked_stats`` throughput in samples/s per
+  12,288-sample block (``config_MI355X_1x8x1_8b.sh``: global batch 32, micro-batch 2, ``FP8_PARAMS=1``, no
+  recompute set); a row is global batch / the median throughput of the blocks after the first (warm-up). NVIDIA's
+  NeMo implementation as run on B200 by the University of Florida (FP8: no FP4 config is sourced) and by Nebius and
+  Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute) logs a
+  block-mean ``train_step_time``.
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -37,6 +44,7 @@ from gigacluster.planning import estimate_train
 
 GPT3 = {"preset": "gpt3-175b", "vocab": 51200}
 L405 = {"preset": "llama3-405b", "seq_len": 8192}
+L8 = {"preset": "llama3-8b", "seq_len": 8192}
 TP_OVERLAP = 1.0 - 2 * (1 / 4) / 10  # as tests/model/test_validation_nemo.py: userbuffers hide 0.95
 
 # (id, model, chip, GPUs, global batch, micro-batch, layout, recompute, grad dtype, published s/step)
@@ -80,7 +88,19 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
      "selective", "fp32", 11.20),
     ("v5.0-llama31-405b-h100-8192", L405, "h100-sxm", 8192, 1536, 1, {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8},
      "selective", "fp32", 5.273),
+    # v5.1 Llama 3.1 8B: s/step = global batch / samples a second (AMD-style logs) or the logged block mean (NeMo)
+    ("v5.1-llama31-8b-mi355x-8-amd", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 30.70),
+    ("v5.1-llama31-8b-mi355x-8-dell", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 29.30),
+    ("v5.1-llama31-8b-mi355x-8-supermicro", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 29.70),
+    ("v5.1-llama31-8b-b200-8-uf", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.5389),
+    ("v5.1-llama31-8b-b200-64-uf", L8, "b200", 64, 32, 1, {"cp": 2}, "none", "fp32", 0.18710),
+    ("v5.1-llama31-8b-b200-256-uf", L8, "b200", 256, 128, 1, {"cp": 2}, "none", "fp32", 0.22002),
+    ("v5.1-llama31-8b-b200-8-nebius-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.45271),
+    ("v5.1-llama31-8b-b200-16-nebius-nvfp4", L8, "b200", 16, 32, 2, {}, "none", "fp32", 0.49299),
+    ("v5.1-llama31-8b-b200-8-oracle-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.45163),
 ]
+# Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8)
+PRECISION = {r[0]: "nvfp4" for r in ROWS if r[0].endswith("-nvfp4")}
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
     "v3.0-gpt3-h100-512": 0.111, "v3.0-gpt3-h100-768": 0.116, "v3.1-gpt3-h100-512": 0.071,
@@ -90,8 +110,14 @@ DOCUMENTED = {
     "v3.1-gpt3-h100-6144": 0.127, "v3.1-gpt3-h100-8192": 0.128, "v3.1-gpt3-h100-10240": 0.155,
     "v4.1-gpt3-h100-512": -0.074, "v5.0-llama31-405b-gb200-256": 0.060, "v5.0-llama31-405b-h100-512": -0.026,
     "v5.0-llama31-405b-h100-2048": -0.028, "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
+    "v5.1-llama31-8b-mi355x-8-amd": -0.079, "v5.1-llama31-8b-mi355x-8-dell": -0.035,
+    "v5.1-llama31-8b-mi355x-8-supermicro": -0.048, "v5.1-llama31-8b-b200-8-uf": -0.017,
+    "v5.1-llama31-8b-b200-64-uf": 0.316, "v5.1-llama31-8b-b200-256-uf": 0.548,
+    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.299, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.424,
+    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.296,
 }
-MISSED = "outside 10%: the software era, and too little loss from 512 to 10k GPUs (docs/validation.md 1c)"
+MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
+          "alone (docs/validation.md 1c)")
 
 
 def _spec(row: tuple, recompute: str) -> TrainSpec:
@@ -104,7 +130,7 @@ def _spec(row: tuple, recompute: str) -> TrainSpec:
     return TrainSpec.from_dict({
         "model": model, "batch": {"global_batch": gbs},
         "parallelism": {"microbatch_size": mbs, "recompute": recompute, "grad_reduce_dtype": gdt, **par, **overlap},
-        "hardware": {"chip": chip, "count": gpus}, "precision": "fp8",
+        "hardware": {"chip": chip, "count": gpus}, "precision": PRECISION.get(row[0], "fp8"),
     })
 
 
@@ -133,11 +159,51 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 21 rows as docs/validation.md 1c states them (the issue's 5% / 10% are not
-    met by this family: it is kept as found)."""
+    """Median and max |error| over the 30 rows as docs/validation.md 1c states them, 18 within 10% (the issue's
+    5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.074, abs=0.01)
-    assert max(errs) == pytest.approx(0.160, abs=0.02)
+    assert statistics.median(errs) == pytest.approx(0.080, abs=0.01)
+    assert max(errs) == pytest.approx(0.548, abs=0.03)
+    assert sum(e <= 0.10 for e in errs) == 18
+
+
+def _row(key: str) -> tuple:
+    return next(r for r in ROWS if r[0] == key)
+
+
+def test_nvfp4_saved_less_than_half_the_time_the_model_gives_it() -> None:
+    """The NVFP4 misses, in the published figures alone: the same 8 B200, batch 16 x micro-batch 2, no recompute,
+    took 0.5389 s a step in FP8 (University of Florida) and 0.4516-0.4527 s in NVFP4 (Oracle, Nebius), 16% less.
+    The model, whose NVFP4 GEMMs run at the FP8 GEMMs' share of twice the peak and whose casts cost what FP8's do,
+    takes 36% off: what NVIDIA's NVFP4 recipe adds beyond its GEMMs (random Hadamard transforms of the weight-gradient
+    operands, 2D weight scaling, stochastic rounding of the gradients) is not priced, and no published per-kernel
+    time was found to price it with."""
+    fp8, fp4 = _row("v5.1-llama31-8b-b200-8-uf"), _row("v5.1-llama31-8b-b200-8-oracle-nvfp4")
+    assert 1.0 - fp4[9] / fp8[9] == pytest.approx(0.162, abs=0.01)
+    model = 1.0 - estimate_train(_spec(fp4, "none")).step_time_s / estimate_train(_spec(fp8, "none")).step_time_s
+    assert model == pytest.approx(0.364, abs=0.02)
+    assert abs(mlperf_error(fp8)) < 0.05 < 0.25 < mlperf_error(fp4)
+
+
+def test_b200_steps_grow_with_the_data_parallel_size_where_the_models_stay_flat() -> None:
+    """The scale misses, in the published figures alone: at one sequence per context-parallel pair (batch = GPUs /
+    2, CP 2) each B200 does the same work at 64 and at 256 GPUs, and the step grew 18% (0.1871 -> 0.2200 s); per
+    token each ran 39% slower at 64 than the 8-GPU run at 2 sequences a GPU. The model's step is within 0.1% at both
+    sizes: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute, and it prices no
+    time a step loses to its slowest of 256 GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
+    n1, n8, n32 = (_row(f"v5.1-llama31-8b-b200-{n}-uf") for n in (8, 64, 256))
+    assert n32[9] / n8[9] - 1.0 == pytest.approx(0.176, abs=0.01)
+    assert (n8[9] * 4) / n1[9] - 1.0 == pytest.approx(0.389, abs=0.01)
+    steps = [estimate_train(_spec(r, "none")).step_time_s for r in (n8, n32)]
+    assert steps[1] / steps[0] - 1.0 == pytest.approx(0.0, abs=0.002)
+
+
+def test_three_submitters_of_the_same_mi355x_node_spread_by_5_percent() -> None:
+    """AMD, Dell and Supermicro ran AMD's MI355X recipe (8 GPUs, batch 32, micro-batch 2, FP8): 30.70, 29.70 and
+    29.30 samples a second, a spread of 4.8% the one set of constants cannot follow; all three within 10%."""
+    rows = [_row(f"v5.1-llama31-8b-mi355x-8-{s}") for s in ("amd", "dell", "supermicro")]
+    assert max(r[9] for r in rows) / min(r[9] for r in rows) - 1.0 == pytest.approx(0.048, abs=0.002)
+    assert all(-0.10 <= mlperf_error(r) < 0 for r in rows)
 
 
 def test_the_same_h100s_ran_14_percent_faster_per_sequence_a_year_later() -> None:
