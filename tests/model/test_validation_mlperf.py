@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
-MI355X, 2023-2025 software, 30 rows (never used to set a constant).
+MI350X / MI355X, 2023-2025 software, 32 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -13,9 +13,10 @@ the submission (docs/validation.md section 1c gives every source line):
   sequence 8,192; per-step ``train_step_time`` (the median of a run's steps where a few outliers of about twice the
   step sit in it) and the block summaries' mean.
 * mlcommons/training_results_v5.1 (Nov 2025), ``llama31_8b``: Llama 3.1 8B, sequence 8,192, TP 1 / PP 1 everywhere.
-  AMD's MI355X submission and its partners' (Dell, Supermicro) log ``tracked_stats`` throughput in samples/s per
-  12,288-sample block (``config_MI355X_1x8x1_8b.sh``: global batch 32, micro-batch 2, ``FP8_PARAMS=1``, no
-  recompute set); a row is global batch / the median throughput of the blocks after the first (warm-up). NVIDIA's
+  AMD's MI355X and MI350X submissions and their partners' (Dell, Supermicro; Cisco) log ``tracked_stats``
+  throughput in samples/s per 12,288-sample block (``config_MI355X_1x8x1_8b.sh``: global batch 32, micro-batch 2,
+  ``FP8_PARAMS=1``, no recompute set); a row is global batch / the median throughput of the blocks after the first
+  (warm-up). NVIDIA's
   NeMo implementation as run on B200 by the University of Florida (FP8: no FP4 config is sourced) and by Nebius and
   Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute) logs a
   block-mean ``train_step_time``.
@@ -92,6 +93,8 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v5.1-llama31-8b-mi355x-8-amd", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 30.70),
     ("v5.1-llama31-8b-mi355x-8-dell", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 29.30),
     ("v5.1-llama31-8b-mi355x-8-supermicro", L8, "mi355x", 8, 32, 2, {}, "none", "fp32", 32 / 29.70),
+    ("v5.1-llama31-8b-mi350x-8-amd", L8, "mi350x", 8, 32, 2, {}, "none", "fp32", 32 / 24.96),
+    ("v5.1-llama31-8b-mi350x-8-cisco", L8, "mi350x", 8, 32, 2, {}, "none", "fp32", 32 / 24.14),
     ("v5.1-llama31-8b-b200-8-uf", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.5389),
     ("v5.1-llama31-8b-b200-64-uf", L8, "b200", 64, 32, 1, {"cp": 2}, "none", "fp32", 0.18710),
     ("v5.1-llama31-8b-b200-256-uf", L8, "b200", 256, 128, 1, {"cp": 2}, "none", "fp32", 0.22002),
@@ -111,7 +114,8 @@ DOCUMENTED = {
     "v4.1-gpt3-h100-512": -0.074, "v5.0-llama31-405b-gb200-256": 0.060, "v5.0-llama31-405b-h100-512": -0.026,
     "v5.0-llama31-405b-h100-2048": -0.028, "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
     "v5.1-llama31-8b-mi355x-8-amd": -0.079, "v5.1-llama31-8b-mi355x-8-dell": -0.035,
-    "v5.1-llama31-8b-mi355x-8-supermicro": -0.048, "v5.1-llama31-8b-b200-8-uf": -0.017,
+    "v5.1-llama31-8b-mi355x-8-supermicro": -0.048, "v5.1-llama31-8b-mi350x-8-amd": 0.055,
+    "v5.1-llama31-8b-mi350x-8-cisco": 0.091, "v5.1-llama31-8b-b200-8-uf": -0.017,
     "v5.1-llama31-8b-b200-64-uf": 0.316, "v5.1-llama31-8b-b200-256-uf": 0.548,
     "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.299, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.424,
     "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.296,
@@ -159,12 +163,12 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 30 rows as docs/validation.md 1c states them, 18 within 10% (the issue's
+    """Median and max |error| over the 32 rows as docs/validation.md 1c states them, 20 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
     assert statistics.median(errs) == pytest.approx(0.080, abs=0.01)
     assert max(errs) == pytest.approx(0.548, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 18
+    assert sum(e <= 0.10 for e in errs) == 20
 
 
 def _row(key: str) -> tuple:
@@ -213,3 +217,15 @@ def test_the_same_h100s_ran_14_percent_faster_per_sequence_a_year_later() -> Non
     per_seq_31, per_seq_40 = v31[9] / v31[4], v40[9] / v40[4]
     assert per_seq_31 / per_seq_40 - 1.0 == pytest.approx(0.14, abs=0.01)
     assert mlperf_error(v31) > 0 > mlperf_error(v40)
+
+
+def test_the_1_kw_mi350x_ran_23_percent_slower_than_the_mi355x_where_the_model_gives_7() -> None:
+    """AMD's one recipe on both 8-GPU nodes: 24.96 samples a second on MI350X (1,000 W, air, 2.2 GHz) against 30.70 on
+    MI355X (1,400 W, liquid, 2.4 GHz), 23% slower for 8% less peak. The model, whose MI350X draws about 810 W in this
+    step (below its 1,000 W, so its clocks hold), gives 7%: both within 10% of their rows, from opposite sides."""
+    mi350, mi355 = _row("v5.1-llama31-8b-mi350x-8-amd"), _row("v5.1-llama31-8b-mi355x-8-amd")
+    assert mi350[9] / mi355[9] - 1.0 == pytest.approx(0.230, abs=0.005)
+    e350, e355 = (estimate_train(_spec(r, "none")) for r in (mi350, mi355))
+    assert e350.step_time_s / e355.step_time_s - 1.0 == pytest.approx(0.073, abs=0.01)
+    assert e350.clock_factor == 1.0 and e350.chip_power_w < 1000
+    assert mlperf_error(mi350) > 0 > mlperf_error(mi355)
