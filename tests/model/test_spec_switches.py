@@ -83,9 +83,11 @@ def test_dp_comm_overlap_off_exposes_the_gradient_and_parameter_collectives() ->
     assert spec.dp_comm_overlap is True
     comm = {d.name: 0.0 for d in plan_step(spec).collectives}
     comm.update(dp_grad=1e-3, dp_param=5e-4)
-    hidden = compose_step(plan_step(spec), 10.0, comm)
+    plan = plan_step(spec)
+    hidden = compose_step(plan, 10.0, comm)
     exposed = compose_step(plan_step(spec.with_(dp_comm_overlap=False)), 10.0, comm)
-    assert hidden.exposed_comm_s == 0.0
+    buckets = next(d for d in plan.collectives if d.name == "dp_grad").buckets
+    assert hidden.exposed_comm_s == pytest.approx(1.5e-3 / buckets)  # the last / first bucket only
     assert exposed.exposed_comm_s == pytest.approx(1.5e-3)
     with pytest.raises(SpecError) as err:
         _spec(parallelism={"dp_comm_overlap": "no"})
@@ -98,3 +100,28 @@ def test_fp16_gradient_reduction_halves_the_dp_bytes() -> None:
     fp16 = next(d for d in plan_step(_spec(parallelism={"grad_reduce_dtype": "fp16"})).collectives
                 if d.name == "dp_grad")
     assert fp16.bytes_ == pytest.approx(fp32.bytes_ / 2)
+
+
+def test_dp_buckets_follow_megatron_and_expose_the_last_one() -> None:
+    """The overlapped DP reduction runs in buckets of ``dp_bucket_params`` parameters (Megatron core's default
+    when unset: max(40M, 1M x DP x CP), megatron/core/distributed/distributed_data_parallel_config.py,
+    ``bucket_size``); the last gradient bucket and the first parameter bucket are exposed, the rest hides while it
+    fits its window; one bucket as large as the rank's parameters exposes the whole reduction."""
+    from gigacluster.model.step import dp_bucket_params
+    small = _spec(parallelism={"pp": 2})
+    assert dp_bucket_params(small) == 40_000_000
+    big = TrainSpec.from_dict({"model": {"preset": "llama3-8b"}, "batch": {"global_batch": 512},
+                               "parallelism": {"cp": 2}, "hardware": {"chip": "h100-sxm", "count": 256},
+                               "precision": "bf16"})
+    assert dp_bucket_params(big) == 1_000_000 * 128 * 2
+    assert dp_bucket_params(big.with_(dp_bucket_params=768_000_000)) == 768_000_000
+    grad = next(d for d in plan_step(big.with_(dp_bucket_params=768_000_000)).collectives if d.name == "dp_grad")
+    assert grad.buckets == pytest.approx(big.arch.params / 768e6, rel=0.02)
+    one = big.with_(dp_bucket_params=10 ** 12)
+    plan = plan_step(one)
+    comm = {d.name: 0.0 for d in plan.collectives}
+    comm.update(dp_grad=1e-3, dp_param=5e-4)
+    assert compose_step(plan, 10.0, comm).exposed_comm_s == pytest.approx(1.5e-3)
+    with pytest.raises(SpecError) as err:
+        _spec(parallelism={"dp_bucket_params": -5})
+    assert err.value.field == "parallelism.dp_bucket_params"

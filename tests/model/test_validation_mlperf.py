@@ -104,21 +104,25 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
 ]
 # Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8)
 PRECISION = {r[0]: "nvfp4" for r in ROWS if r[0].endswith("-nvfp4")}
+# The DP reduction's bucket where a run states it: v5.1's NeMo Llama 3.1 8B (``BUCKET_SIZE=768000000`` in its
+# ``config_common_8b.sh``; the Nebius and Oracle logs print ``ddp_bucket_size`` 768000000 in the resolved config);
+# elsewhere Megatron core's default
+BUCKET = {r[0]: 768_000_000 for r in ROWS if r[0].startswith("v5.1-llama31-8b-b200")}
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
     "v3.0-gpt3-h100-512": 0.111, "v3.0-gpt3-h100-768": 0.116, "v3.1-gpt3-h100-512": 0.071,
-    "v3.1-gpt3-h100-4096": 0.122, "v3.1-gpt3-h100-10752": 0.160, "v4.0-gpt3-h100-512": -0.061,
-    "v4.0-gpt3-h100-10752": 0.081, "v4.0-gpt3-h100-11616": 0.083, "v4.1-gpt3-b200-64": -0.063,
+    "v3.1-gpt3-h100-4096": 0.120, "v3.1-gpt3-h100-10752": 0.149, "v4.0-gpt3-h100-512": -0.061,
+    "v4.0-gpt3-h100-10752": 0.068, "v4.0-gpt3-h100-11616": 0.069, "v4.1-gpt3-b200-64": -0.063,
     "v4.1-gpt3-h100-256": -0.096, "v5.0-llama31-405b-gb200-512": 0.063, "v5.0-llama31-405b-h100-8192": -0.008,
-    "v3.1-gpt3-h100-6144": 0.127, "v3.1-gpt3-h100-8192": 0.128, "v3.1-gpt3-h100-10240": 0.155,
+    "v3.1-gpt3-h100-6144": 0.123, "v3.1-gpt3-h100-8192": 0.124, "v3.1-gpt3-h100-10240": 0.145,
     "v4.1-gpt3-h100-512": -0.074, "v5.0-llama31-405b-gb200-256": 0.060, "v5.0-llama31-405b-h100-512": -0.026,
     "v5.0-llama31-405b-h100-2048": -0.028, "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
     "v5.1-llama31-8b-mi355x-8-amd": -0.079, "v5.1-llama31-8b-mi355x-8-dell": -0.035,
     "v5.1-llama31-8b-mi355x-8-supermicro": -0.048, "v5.1-llama31-8b-mi350x-8-amd": 0.055,
-    "v5.1-llama31-8b-mi350x-8-cisco": 0.091, "v5.1-llama31-8b-b200-8-uf": -0.017,
-    "v5.1-llama31-8b-b200-64-uf": 0.316, "v5.1-llama31-8b-b200-256-uf": 0.548,
-    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.299, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.424,
-    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.296,
+    "v5.1-llama31-8b-mi350x-8-cisco": 0.091, "v5.1-llama31-8b-b200-8-uf": -0.027,
+    "v5.1-llama31-8b-b200-64-uf": 0.210, "v5.1-llama31-8b-b200-256-uf": 0.422,
+    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.279, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.377,
+    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.276,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
           "alone (docs/validation.md 1c)")
@@ -133,7 +137,8 @@ def _spec(row: tuple, recompute: str) -> TrainSpec:
         overlap["pp_comm_overlap"] = 1.0
     return TrainSpec.from_dict({
         "model": model, "batch": {"global_batch": gbs},
-        "parallelism": {"microbatch_size": mbs, "recompute": recompute, "grad_reduce_dtype": gdt, **par, **overlap},
+        "parallelism": {"microbatch_size": mbs, "recompute": recompute, "grad_reduce_dtype": gdt,
+                        "dp_bucket_params": BUCKET.get(row[0], 0), **par, **overlap},
         "hardware": {"chip": chip, "count": gpus}, "precision": PRECISION.get(row[0], "fp8"),
     })
 
@@ -166,8 +171,8 @@ def test_mlperf_family_figures() -> None:
     """Median and max |error| over the 32 rows as docs/validation.md 1c states them, 20 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.080, abs=0.01)
-    assert max(errs) == pytest.approx(0.548, abs=0.03)
+    assert statistics.median(errs) == pytest.approx(0.073, abs=0.01)
+    assert max(errs) == pytest.approx(0.422, abs=0.03)
     assert sum(e <= 0.10 for e in errs) == 20
 
 
@@ -193,8 +198,9 @@ def test_b200_steps_grow_with_the_data_parallel_size_where_the_models_stay_flat(
     """The scale misses, in the published figures alone: at one sequence per context-parallel pair (batch = GPUs /
     2, CP 2) each B200 does the same work at 64 and at 256 GPUs, and the step grew 18% (0.1871 -> 0.2200 s); per
     token each ran 39% slower at 64 than the 8-GPU run at 2 sequences a GPU. The model's step is within 0.1% at both
-    sizes: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute, and it prices no
-    time a step loses to its slowest of 256 GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
+    sizes: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute but for their last
+    and first buckets (768M of the 8B parameters, 12 ms), and it prices no time a step loses to its slowest of 256
+    GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
     n1, n8, n32 = (_row(f"v5.1-llama31-8b-b200-{n}-uf") for n in (8, 64, 256))
     assert n32[9] / n8[9] - 1.0 == pytest.approx(0.176, abs=0.01)
     assert (n8[9] * 4) / n1[9] - 1.0 == pytest.approx(0.389, abs=0.01)

@@ -149,6 +149,10 @@ def test_estimate_only_fields_are_refused_with_a_hint() -> None:
     with pytest.raises(InvalidArgument) as err:  # a live job runs on the cluster's own fabric
         spec_to_proto({**SPEC, "network": {"routing": "spray"}})
     assert err.value.field == "spec.network" and "remove it to submit" in str(err.value)
+    for key, value in (("dp_bucket_params", 768_000_000), ("dp_comm_overlap", False)):  # a live job: Megatron's own
+        with pytest.raises(InvalidArgument) as err:
+            spec_to_proto({**SPEC, "parallelism": {**SPEC.get("parallelism", {}), key: value}})
+        assert err.value.field == f"spec.parallelism.{key}" and "remove it to submit" in str(err.value)
 
 
 def test_a_job_carries_every_parallelism_field_of_the_estimate() -> None:

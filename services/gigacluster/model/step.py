@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 
 from gigacluster.hw.catalog import Chip, _raw, get_chip, get_system
@@ -65,6 +66,9 @@ class CollectiveDemand:
     # call per layer and microbatch, the next layer's prefetched behind the current layer's forward / backward)
     window: str = "inline"
     hbm_touches: float = 0.0  # mean HBM accesses per rank per chunk of a ring step (0: no HBM floor)
+    # grad / param windows: the buckets the reduction is split into (Megatron DDP); the last gradient bucket and the
+    # first parameter bucket have nothing to hide behind (inf: no bucket exposed)
+    buckets: float = math.inf
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.bytes_ < 0:
@@ -362,14 +366,24 @@ def _moe_demands(spec: TrainSpec, moe_l: int, experts: float) -> list[Collective
     return demands
 
 
+def dp_bucket_params(spec: TrainSpec) -> int:
+    """Parameters per bucket of the overlapped data-parallel reduction: the spec's, else Megatron core's default
+    (``DistributedDataParallelConfig.bucket_size``: "If unspecified, MCore uses a default value of max(40000000,
+    1000000 * dp_size) parameters", dp_size being the data-parallel x context-parallel group)."""
+    return spec.dp_bucket_params or max(40_000_000, 1_000_000 * spec.dp * spec.cp)
+
+
 def _grad_demands(spec: TrainSpec, prefix: str, params: float, lay: GroupLayout) -> list[CollectiveDemand]:
     """Gradient reduce-scatter and parameter all-gather (distributed optimizer) or one all-reduce of
-    ``params`` over a data-parallel group: ``dp`` for replicated weights, ``ep`` for routed experts."""
+    ``params`` over a data-parallel group: ``dp`` for replicated weights, ``ep`` for routed experts; split into
+    buckets of :func:`dp_bucket_params` (at least one)."""
     gbytes = GRAD_DTYPES[spec.grad_reduce_dtype] * params
+    buckets = max(1.0, params / dp_bucket_params(spec))
     if spec.distributed_optimizer:
-        return [CollectiveDemand(f"{prefix}_grad", "reduce_scatter", gbytes, lay, 1, window="grad"),
-                CollectiveDemand(f"{prefix}_param", "all_gather", 2.0 * params, lay, 1, window="param")]
-    return [CollectiveDemand(f"{prefix}_grad", "all_reduce", gbytes, lay, 1, window="grad")]
+        return [CollectiveDemand(f"{prefix}_grad", "reduce_scatter", gbytes, lay, 1, window="grad", buckets=buckets),
+                CollectiveDemand(f"{prefix}_param", "all_gather", 2.0 * params, lay, 1, window="param",
+                                 buckets=buckets)]
+    return [CollectiveDemand(f"{prefix}_grad", "all_reduce", gbytes, lay, 1, window="grad", buckets=buckets)]
 
 
 def _fsdp_demands(spec: TrainSpec, params: float, units: int) -> list[CollectiveDemand]:
@@ -541,10 +555,12 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
     for d in plan.collectives:
         if d.window in ("grad", "param") and not plan.dp_overlap:
             windowed += comm_s[d.name]  # after the pipeline flush (gradients) or before the first forward
-        elif d.window == "grad":
-            windowed += max(0.0, comm_s[d.name] - (plan.bwd_fraction * pipe / m + bubble / 2))
-        elif d.window == "param":
-            windowed += max(0.0, comm_s[d.name] - (plan.fwd_fraction * pipe / m + bubble / 2))
+        elif d.window in ("grad", "param"):
+            # Bucket by bucket behind the last backward (the first forward): what does not fit is exposed, and so is
+            # the last gradient bucket (the first parameter bucket), with no compute left (yet) to hide behind.
+            share = plan.bwd_fraction if d.window == "grad" else plan.fwd_fraction
+            a, w = comm_s[d.name], share * pipe / m + bubble / 2
+            windowed += max(0.0, a - w) + min(a, w) / d.buckets
     exposed = inline + windowed
     return StepBreakdown(compute_s + exposed + bubble, compute_s, exposed, bubble)
 

@@ -40,7 +40,7 @@ _PAR_KEYS = (
     "tp", "pp", "dp", "cp", "microbatch_size", "recompute", "virtual_stages", "tp_comm_overlap",
     "cp_comm_overlap", "pp_comm_overlap", "distributed_optimizer", "grad_reduce_dtype", "ep", "capacity_factor",
     "moe_overlap", "pipeline_schedule", "sequence_parallel", "dp_comm_overlap", "fsdp", "fsdp_shard",
-    "fsdp_reshard_after_forward", "recompute_layers",
+    "fsdp_reshard_after_forward", "recompute_layers", "dp_bucket_params",
 )
 
 ATTENTION_IMPLS = ("flash", "materialized", "flash_triton")
@@ -149,6 +149,10 @@ class TrainSpec:
     fsdp_shard: int = 0  # ranks a parameter is sharded over; 0: all dp x cp ranks; fewer: HSDP (replicas all-reduce)
     fsdp_reshard_after_forward: bool = True  # False: gathered parameters kept to the backward (no second gather)
     recompute_layers: int = 0  # with recompute full: layers per pipeline rank re-run (0: all of them)
+    # Parameters per bucket of the overlapped data-parallel reduction (Megatron DDP ``bucket_size``); 0: Megatron
+    # core's default, max(40M, 1M x the data-parallel x context-parallel size). The last gradient bucket (and the
+    # first parameter bucket) have no compute left to hide behind.
+    dp_bucket_params: int = 0
     steps: int | None = None
     tokens: int | None = None
     pue: float = 1.1
@@ -370,6 +374,7 @@ class TrainSpec:
             fsdp_reshard_after_forward=_bool(par, "fsdp_reshard_after_forward",
                                              "parallelism.fsdp_reshard_after_forward", True),
             recompute_layers=_int0(par, "recompute_layers", "parallelism.recompute_layers"),
+            dp_bucket_params=_int0(par, "dp_bucket_params", "parallelism.dp_bucket_params"),
             steps=_int(d, "steps", "steps", None),
             tokens=_int(d, "tokens", "tokens", None),
             pue=pue,

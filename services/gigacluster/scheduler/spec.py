@@ -36,6 +36,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
 ESTIMATE_ONLY: dict[str, tuple[str, ...]] = {
     "": ("cost", "network"),  # network: a live job runs on the cluster's own fabric (set by `up`)
     "model": ("name",),
+    # how the data-parallel reduction overlaps: a live job runs Megatron's defaults (overlapped, default buckets)
+    "parallelism": ("dp_comm_overlap", "dp_bucket_params"),
 }
 OVERLAPS = ("tp_comm_overlap", "cp_comm_overlap", "pp_comm_overlap", "moe_overlap")
 PAR_INTS = ("tp", "pp", "dp", "cp", "microbatch_size", "virtual_stages", "ep", "fsdp_shard", "recompute_layers")
