@@ -99,6 +99,34 @@ def test_rail_rings_use_every_nic_of_a_node() -> None:
     assert 330 < rings.busbw_GBps < 8 * 46
 
 
+def test_rail_rings_span_racks_holding_different_numbers_of_the_ranks() -> None:
+    """A group that fills one GB200 NVL72 rack and 8 GPUs of a second (a job of 80 GPUs, or 512 on 7 racks and a
+    bit) ran a single ring, which crossed each rack boundary on one NIC: the reduce-scatter went at one NIC's
+    speed. Rail rings now take it: as many rings as the fuller rack holds ranks, each entering a rack at its own
+    local rank (modulo the rack's count), every rank visited once per ring; the thinner rack's 8 NICs carry all
+    72 rings and pace the collective, so it runs at least 6x the single ring and no faster than two full racks."""
+    topo = build_topology(TopologyConfig(chip="gb200", count=144, system="gb200-nvl72"))
+    ranks = np.concatenate([np.arange(72), np.arange(72, 80)])
+    plan = plan_collective("reduce_scatter", ranks, 2**31, topo, algo="rail_rings")
+    ph = plan.phases[0]
+    assert ph.n_flows == 72
+    for c in range(72):  # each ring visits every rank once (a hand-over aside) and leaves each rack once
+        mine = ph.flow_of == c
+        assert set(ph.src[mine].tolist()) == set(ranks.tolist())
+        assert (topo.chip_domain[ph.src[mine]] != topo.chip_domain[ph.dst[mine]]).sum() == 2
+    assert (ph.src != ph.dst).all()
+    uneven = estimate_collective("reduce_scatter", 2**31, "gb200", 80, system="gb200-nvl72")
+    one = estimate_collective("reduce_scatter", 2**31, "gb200", 80, system="gb200-nvl72",
+                              algo="ring")
+    even = estimate_collective("reduce_scatter", 2**31, "gb200", 144, system="gb200-nvl72")
+    assert uneven.algorithm.startswith("rail_rings")
+    assert uneven.time_s * 6 < one.time_s
+    assert uneven.time_s > even.time_s
+    with pytest.raises(SpecError):  # equal racks keep the grid; full-mesh domains keep their own paths
+        plan_collective("reduce_scatter", np.concatenate([np.arange(8), np.arange(8, 10)]), 2**20,
+                        build_topology(TopologyConfig(chip="mi300x", count=16)), algo="rail_rings")
+
+
 def test_walecki_paths_split_the_complete_graph() -> None:
     """The m/2 zigzag paths of an even m are Hamiltonian and share no link; together they are the whole mesh."""
     for m in (2, 4, 6, 8):

@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
-MI350X / MI355X, 2023-2025 software, 32 rows (never used to set a constant).
+MI350X / MI355X, 2023-2025 software, 41 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -18,8 +18,9 @@ the submission (docs/validation.md section 1c gives every source line):
   ``FP8_PARAMS=1``, no recompute set); a row is global batch / the median throughput of the blocks after the first
   (warm-up). NVIDIA's
   NeMo implementation as run on B200 by the University of Florida (FP8: no FP4 config is sourced) and by Nebius and
-  Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute) logs a
-  block-mean ``train_step_time``.
+  Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute), Dell,
+  Supermicro and NVIDIA's own GB200 NVL72 (``tyche_ngpu8`` in NVFP4, ``tyche_ngpu72`` in FP8, by their configs'
+  names) logs a block-mean ``train_step_time``.
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -101,13 +102,23 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v5.1-llama31-8b-b200-8-nebius-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.45271),
     ("v5.1-llama31-8b-b200-16-nebius-nvfp4", L8, "b200", 16, 32, 2, {}, "none", "fp32", 0.49299),
     ("v5.1-llama31-8b-b200-8-oracle-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.45163),
+    ("v5.1-llama31-8b-b200-8-supermicro-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.44877),
+    ("v5.1-llama31-8b-b200-16-uf", L8, "b200", 16, 32, 2, {}, "none", "fp32", 0.56576),
+    ("v5.1-llama31-8b-b200-16-dell", L8, "b200", 16, 32, 2, {}, "none", "fp32", 0.58812),
+    ("v5.1-llama31-8b-b200-32-uf", L8, "b200", 32, 16, 1, {"cp": 2}, "none", "fp32", 0.18777),
+    ("v5.1-llama31-8b-b200-32-nebius-nvfp4", L8, "b200", 32, 32, 1, {}, "none", "fp32", 0.26698),
+    ("v5.1-llama31-8b-b200-64-oracle", L8, "b200", 64, 32, 1, {"cp": 2}, "none", "fp32", 0.18794),
+    ("v5.1-llama31-8b-b200-128-uf", L8, "b200", 128, 64, 1, {"cp": 2}, "none", "fp32", 0.19073),
+    ("v5.1-llama31-8b-gb200-8-nvidia-nvfp4", L8, "gb200", 8, 16, 2, {}, "none", "fp32", 0.40506),
+    ("v5.1-llama31-8b-gb200-72-nvidia", L8, "gb200", 72, 36, 1, {"cp": 2}, "none", "fp32", 0.16769),
 ]
 # Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8)
 PRECISION = {r[0]: "nvfp4" for r in ROWS if r[0].endswith("-nvfp4")}
 # The DP reduction's bucket where a run states it: v5.1's NeMo Llama 3.1 8B (``BUCKET_SIZE=768000000`` in its
 # ``config_common_8b.sh``; the Nebius and Oracle logs print ``ddp_bucket_size`` 768000000 in the resolved config);
 # elsewhere Megatron core's default
-BUCKET = {r[0]: 768_000_000 for r in ROWS if r[0].startswith("v5.1-llama31-8b-b200")}
+BUCKET = {r[0]: 768_000_000 for r in ROWS if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200"))}
+# (AMD's MI355X and MI350X implementation states no bucket: Megatron core's default.)
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
     "v3.0-gpt3-h100-512": 0.111, "v3.0-gpt3-h100-768": 0.116, "v3.1-gpt3-h100-512": 0.071,
@@ -122,7 +133,11 @@ DOCUMENTED = {
     "v5.1-llama31-8b-mi350x-8-cisco": 0.091, "v5.1-llama31-8b-b200-8-uf": -0.027,
     "v5.1-llama31-8b-b200-64-uf": 0.210, "v5.1-llama31-8b-b200-256-uf": 0.422,
     "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.279, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.377,
-    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.276,
+    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.276, "v5.1-llama31-8b-b200-8-supermicro-nvfp4": 0.268,
+    "v5.1-llama31-8b-b200-16-uf": 0.015, "v5.1-llama31-8b-b200-16-dell": 0.055, "v5.1-llama31-8b-b200-32-uf": 0.212,
+    "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.431, "v5.1-llama31-8b-b200-64-oracle": 0.216,
+    "v5.1-llama31-8b-b200-128-uf": 0.235, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.234,
+    "v5.1-llama31-8b-gb200-72-nvidia": 0.225,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
           "alone (docs/validation.md 1c)")
@@ -168,12 +183,12 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 32 rows as docs/validation.md 1c states them, 20 within 10% (the issue's
+    """Median and max |error| over the 41 rows as docs/validation.md 1c states them, 22 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.073, abs=0.01)
-    assert max(errs) == pytest.approx(0.422, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 20
+    assert statistics.median(errs) == pytest.approx(0.091, abs=0.01)
+    assert max(errs) == pytest.approx(0.431, abs=0.03)
+    assert sum(e <= 0.10 for e in errs) == 22
 
 
 def _row(key: str) -> tuple:
@@ -194,18 +209,21 @@ def test_nvfp4_saved_less_than_half_the_time_the_model_gives_it() -> None:
     assert abs(mlperf_error(fp8)) < 0.05 < 0.25 < mlperf_error(fp4)
 
 
-def test_b200_steps_grow_with_the_data_parallel_size_where_the_models_stay_flat() -> None:
-    """The scale misses, in the published figures alone: at one sequence per context-parallel pair (batch = GPUs /
-    2, CP 2) each B200 does the same work at 64 and at 256 GPUs, and the step grew 18% (0.1871 -> 0.2200 s); per
-    token each ran 39% slower at 64 than the 8-GPU run at 2 sequences a GPU. The model's step is within 0.1% at both
-    sizes: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute but for their last
-    and first buckets (768M of the 8B parameters, 12 ms), and it prices no time a step loses to its slowest of 256
-    GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
-    n1, n8, n32 = (_row(f"v5.1-llama31-8b-b200-{n}-uf") for n in (8, 64, 256))
-    assert n32[9] / n8[9] - 1.0 == pytest.approx(0.176, abs=0.01)
+def test_b200_steps_at_one_sequence_per_cp_pair_miss_by_a_constant_then_grow() -> None:
+    """The scale misses, in the published figures alone: at one sequence per context-parallel pair (CP 2) each B200
+    does the same work at every size, and the step held within 2% from 32 to 128 GPUs (0.1878, 0.1871, 0.1907 s;
+    Oracle's 64: 0.1879) and grew 15% to 256 (0.2200); per token the 64-GPU run is 39% slower than one node at two
+    sequences a GPU. The model's step is the same at every size (0.155 s), 21-24% short up to 128 GPUs and 42% at
+    256: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute but for their last
+    and first buckets (768M of the 8B parameters, 12 ms), and it prices no time a step loses to a short step's
+    fixed costs or to its slowest of 256 GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
+    n1, n4, n8, n16, n32 = (_row(f"v5.1-llama31-8b-b200-{n}-uf") for n in (8, 32, 64, 128, 256))
+    assert max(r[9] for r in (n4, n8, n16)) / min(r[9] for r in (n4, n8, n16)) - 1.0 < 0.02
+    assert n32[9] / n16[9] - 1.0 == pytest.approx(0.153, abs=0.01)
     assert (n8[9] * 4) / n1[9] - 1.0 == pytest.approx(0.389, abs=0.01)
-    steps = [estimate_train(_spec(r, "none")).step_time_s for r in (n8, n32)]
-    assert steps[1] / steps[0] - 1.0 == pytest.approx(0.0, abs=0.002)
+    steps = [estimate_train(_spec(r, "none")).step_time_s for r in (n4, n8, n16, n32)]
+    assert max(steps) / min(steps) - 1.0 < 0.01
+    assert all(0.20 < mlperf_error(r) < 0.25 for r in (n4, n8, n16)) and mlperf_error(n32) > 0.40
 
 
 def test_three_submitters_of_the_same_mi355x_node_spread_by_5_percent() -> None:

@@ -266,20 +266,48 @@ class RailRings(Algorithm):
     (:func:`_mesh_rail_rings`), as RCCL lays its ring channels over every xGMI link: the chain above
     would put seven of the eight rings on the same link between neighbouring local ranks (48 GB/s busbw on
     2 x 8 MI300X, where rccl-tests measure 356). Needs >= 2 domains holding the same number (>= 2) of
-    the ranks.
+    the ranks, or, on switched domains, >= 2 domains holding different numbers of them (at most one rank in
+    none, at least two in one): a job of 512 GPUs on NVL72 racks fills seven and 8 GPUs of an eighth. Then
+    there are as many rings as the fullest domain holds ranks, ring c entering and leaving each domain at its
+    local rank c modulo the domain's count, so a domain with fewer ranks carries several rings on one NIC: the
+    thinnest domain paces the collective, as it does NCCL's channels (a single ring instead crossed every
+    domain boundary on one NIC, and 256 ranks on 7 racks and a bit reduce-scattered at one NIC's speed).
     """
 
     name = "rail_rings"
     ops = ("all_reduce", "reduce_scatter", "all_gather")
 
     def supports(self, op: str, ranks: np.ndarray, topo: Topology) -> bool:
-        grid = Hierarchical._grid(ranks, topo) if super().supports(op, ranks, topo) else None
-        return grid is not None and grid.shape[1] >= 2
+        if not super().supports(op, ranks, topo):
+            return False
+        grid = Hierarchical._grid(ranks, topo)
+        if grid is not None:
+            return grid.shape[1] >= 2
+        return self._ragged(ranks, topo) is not None
+
+    @staticmethod
+    def _ragged(ranks: np.ndarray, topo: Topology) -> list[np.ndarray] | None:
+        """The ranks of each domain in domain order, when >= 2 switched domains hold different numbers of them (at
+        least two in the fullest); None otherwise (equal domains take the grid)."""
+        if topo.scaleup == "full_mesh":
+            return None
+        dom = topo.chip_domain[ranks]
+        order = np.argsort(dom, kind="stable")
+        ds = dom[order]
+        starts = np.flatnonzero(ds[1:] != ds[:-1]) + 1
+        parts = np.split(ranks[order], starts)
+        if len(parts) < 2 or max(p.size for p in parts) < 2 or len({p.size for p in parts}) == 1:
+            return None
+        return parts
 
     def phases(self, op: str, ranks: np.ndarray, bytes_: float, topo: Topology) -> list[Phase]:
         grid = Hierarchical._grid(ranks, topo)
         if grid is None or grid.shape[1] < 2:
-            raise SpecError("algo", "rail_rings needs >= 2 domains holding the same number (>= 2) of ranks")
+            parts = self._ragged(ranks, topo) if grid is None else None
+            if parts is None:
+                raise SpecError("algo", "rail_rings needs >= 2 domains holding the same number (>= 2) of ranks, "
+                                        "or switched domains holding different numbers of them")
+            return [self._ragged_phase(op, parts, bytes_)]
         g, m = grid.shape
         n = g * m
         factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
@@ -295,6 +323,27 @@ class RailRings(Algorithm):
         dst = np.concatenate([d_in, head, np.roll(head, -1, axis=1)], axis=1)
         return [Phase(src.ravel(), dst.ravel(), factor * bytes_ / m, steps,
                       flow_of=np.repeat(np.arange(m, dtype=np.int64), src.shape[1]))]
+
+    @staticmethod
+    def _ragged_phase(op: str, parts: list[np.ndarray], bytes_: float) -> Phase:
+        """The rings over domains holding different numbers of the ranks (see the class docstring): ring c runs
+        each domain's ranks from local c mod its count, hands over to that local rank (PXN), and goes on from
+        it to the next domain's."""
+        n = sum(p.size for p in parts)
+        m = max(p.size for p in parts)
+        factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+        srcs, dsts, rings = [], [], []
+        for c in range(m):
+            chains = [np.roll(p, -(c % p.size)) for p in parts]
+            heads = np.array([ch[0] for ch in chains])
+            s = np.concatenate([*(ch[:-1] for ch in chains), [ch[-1] for ch in chains], heads])
+            d = np.concatenate([*(ch[1:] for ch in chains), heads, np.roll(heads, -1)])
+            keep = s != d  # a domain of one rank: no hand-over to itself
+            srcs.append(s[keep])
+            dsts.append(d[keep])
+            rings.append(np.full(int(keep.sum()), c, dtype=np.int64))
+        return Phase(np.concatenate(srcs), np.concatenate(dsts), factor * bytes_ / m, steps,
+                     flow_of=np.concatenate(rings))
 
 
 class HalvingDoubling(Algorithm):
