@@ -292,6 +292,8 @@ class RailRings(Algorithm):
         if topo.scaleup == "full_mesh":
             return None
         dom = topo.chip_domain[ranks]
+        if dom.min() == dom.max():  # one domain (most tensor- and context-parallel groups): nothing to sort
+            return None
         order = np.argsort(dom, kind="stable")
         ds = dom[order]
         starts = np.flatnonzero(ds[1:] != ds[:-1]) + 1
