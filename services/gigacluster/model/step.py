@@ -559,8 +559,7 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
             # Bucket by bucket behind the last backward (the first forward): what does not fit is exposed, and so is
             # the last gradient bucket (the first parameter bucket), with no compute left (yet) to hide behind.
             share = plan.bwd_fraction if d.window == "grad" else plan.fwd_fraction
-            a, w = comm_s[d.name], share * pipe / m + bubble / 2
-            windowed += max(0.0, a - w) + min(a, w) / d.buckets
+            windowed += overlapped_exposed_s(comm_s[d.name], share * pipe / m + bubble / 2, d.buckets)
     exposed = inline + windowed
     return StepBreakdown(compute_s + exposed + bubble, compute_s, exposed, bubble)
 
@@ -579,9 +578,15 @@ def _layer_exposed_s(plan: StepPlan, pipe: float, comm_s: Mapping[str, float]) -
         a = sum(comm_s[d.name] for d in plan.collectives if d.window == window) / m
         if a <= 0.0:
             continue
-        c = share * pipe / m
-        out += m * (max(a, c) + min(a, c) / units - c)
+        out += m * overlapped_exposed_s(a, share * pipe / m, units)
     return out
+
+
+def overlapped_exposed_s(comm_s: float, compute_s: float, pieces: float) -> float:
+    """Exposed seconds of ``comm_s`` of communication split into ``pieces`` and overlapped piece by piece with
+    ``compute_s`` of compute (FSDP's units, the DP reduction's buckets): what does not fit, and the one piece with
+    nothing to hide behind (the first gather, the last reduction). A pass takes ``max(A, C) + min(A, C) / U``."""
+    return max(0.0, comm_s - compute_s) + min(comm_s, compute_s) / pieces
 
 
 def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str, float]:
