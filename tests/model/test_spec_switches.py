@@ -87,7 +87,9 @@ def test_dp_comm_overlap_off_exposes_the_gradient_and_parameter_collectives() ->
     hidden = compose_step(plan, 10.0, comm)
     exposed = compose_step(plan_step(spec.with_(dp_comm_overlap=False)), 10.0, comm)
     buckets = next(d for d in plan.collectives if d.name == "dp_grad").buckets
-    assert hidden.exposed_comm_s == pytest.approx(1.5e-3 / buckets)  # the last / first bucket only
+    # the last / first bucket, and the compute the other buckets' kernels take from the step while they run beside it
+    assert hidden.exposed_comm_s == pytest.approx(1.5e-3 / buckets + 1.5e-3 * (1 - 1 / buckets)
+                                                  * plan.comm_compute_share)
     assert exposed.exposed_comm_s == pytest.approx(1.5e-3)
     with pytest.raises(SpecError) as err:
         _spec(parallelism={"dp_comm_overlap": "no"})
@@ -125,3 +127,31 @@ def test_dp_buckets_follow_megatron_and_expose_the_last_one() -> None:
     with pytest.raises(SpecError) as err:
         _spec(parallelism={"dp_bucket_params": -5})
     assert err.value.field == "parallelism.dp_bucket_params"
+
+
+def test_collectives_beside_compute_take_their_share_of_the_compute_units() -> None:
+    """While an overlapped DP bucket (or FSDP unit) runs, its NCCL kernels hold thread blocks on the chip, so the
+    compute beside it loses that share of its rate: ``B x share`` for the ``B`` seconds of communication that run
+    beside compute, absorbed by the compute's slack when the communication is the longer of the two.
+
+    The share is the catalog's one ``overlap_compute_share``: 20 of the H800's 132 SMs (DeepSeek-V3 report, arXiv
+    2412.19437, section 3.2.2). MLPerf Training v5.1's NeMo Llama 3.1 8B config (mlcommons/training_results_v5.1,
+    NVIDIA ``config_common.sh``: ``NCCL_MIN_CTAS=16``, ``NCCL_MAX_CTAS=32``) brackets it on B200's 148 SMs
+    (0.108-0.216); Lee et al. 2025 (arXiv 2507.03114) measure compute overlapped with communication 18.9% slower on
+    average, where a share of 0.1515 leaves 1 / (1 - 0.1515) = 1.179."""
+    from gigacluster.model.step import overlapped_exposed_s
+    # A < C: the last piece exposed, and the compute lost beside the other pieces
+    assert overlapped_exposed_s(1.0, 4.0, 4, 0.15) == pytest.approx(0.25 + 0.75 * 0.15)
+    assert overlapped_exposed_s(1.0, 4.0, 4) == pytest.approx(0.25)  # no share: the plain pass
+    # A > C: the links bound the pass; the compute's slack (A - C = 2 s) absorbs the 0.75 x 0.15 s it loses
+    assert overlapped_exposed_s(4.0, 2.0, 4, 0.15) == pytest.approx(2.0 + 0.5)
+    # A slightly above C: the slack (0.05 s) absorbs only part of the loss
+    assert overlapped_exposed_s(2.05, 2.0, 4, 0.15) == pytest.approx(0.05 + 0.5 + (1.5 * 0.15 - 0.05))
+    # in a step: the default DP buckets of an H100 job beside 10 s of compute
+    spec = _spec(parallelism={"pp": 2})
+    plan = plan_step(spec)
+    assert plan.comm_compute_share == pytest.approx(0.1515)
+    comm = {d.name: 0.0 for d in plan.collectives}
+    comm.update(dp_grad=0.2)
+    u = next(d for d in plan.collectives if d.name == "dp_grad").buckets
+    assert compose_step(plan, 10.0, comm).exposed_comm_s == pytest.approx(0.2 / u + 0.2 * (1 - 1 / u) * 0.1515)

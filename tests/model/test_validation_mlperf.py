@@ -121,23 +121,23 @@ BUCKET = {r[0]: 768_000_000 for r in ROWS if r[0].startswith(("v5.1-llama31-8b-b
 # (AMD's MI355X and MI350X implementation states no bucket: Megatron core's default.)
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
-    "v3.0-gpt3-h100-512": 0.111, "v3.0-gpt3-h100-768": 0.116, "v3.1-gpt3-h100-512": 0.071,
-    "v3.1-gpt3-h100-4096": 0.120, "v3.1-gpt3-h100-10752": 0.149, "v4.0-gpt3-h100-512": -0.061,
+    "v3.0-gpt3-h100-512": 0.107, "v3.0-gpt3-h100-768": 0.112, "v3.1-gpt3-h100-512": 0.071,
+    "v3.1-gpt3-h100-4096": 0.12, "v3.1-gpt3-h100-6144": 0.123, "v3.1-gpt3-h100-8192": 0.124,
+    "v3.1-gpt3-h100-10240": 0.145, "v3.1-gpt3-h100-10752": 0.149, "v4.0-gpt3-h100-512": -0.064,
     "v4.0-gpt3-h100-10752": 0.068, "v4.0-gpt3-h100-11616": 0.069, "v4.1-gpt3-b200-64": -0.063,
-    "v4.1-gpt3-h100-256": -0.096, "v5.0-llama31-405b-gb200-512": 0.063, "v5.0-llama31-405b-h100-8192": -0.008,
-    "v3.1-gpt3-h100-6144": 0.123, "v3.1-gpt3-h100-8192": 0.124, "v3.1-gpt3-h100-10240": 0.145,
-    "v4.1-gpt3-h100-512": -0.074, "v5.0-llama31-405b-gb200-256": 0.060, "v5.0-llama31-405b-h100-512": -0.026,
-    "v5.0-llama31-405b-h100-2048": -0.028, "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
-    "v5.1-llama31-8b-mi355x-8-amd": -0.079, "v5.1-llama31-8b-mi355x-8-dell": -0.035,
-    "v5.1-llama31-8b-mi355x-8-supermicro": -0.048, "v5.1-llama31-8b-mi350x-8-amd": 0.055,
-    "v5.1-llama31-8b-mi350x-8-cisco": 0.091, "v5.1-llama31-8b-b200-8-uf": -0.027,
-    "v5.1-llama31-8b-b200-64-uf": 0.210, "v5.1-llama31-8b-b200-256-uf": 0.422,
-    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.279, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.377,
-    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.276, "v5.1-llama31-8b-b200-8-supermicro-nvfp4": 0.268,
-    "v5.1-llama31-8b-b200-16-uf": 0.015, "v5.1-llama31-8b-b200-16-dell": 0.055, "v5.1-llama31-8b-b200-32-uf": 0.212,
-    "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.431, "v5.1-llama31-8b-b200-64-oracle": 0.216,
-    "v5.1-llama31-8b-b200-128-uf": 0.235, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.234,
-    "v5.1-llama31-8b-gb200-72-nvidia": 0.225,
+    "v4.1-gpt3-h100-256": -0.098, "v4.1-gpt3-h100-512": -0.077, "v5.0-llama31-405b-gb200-256": 0.059,
+    "v5.0-llama31-405b-gb200-512": 0.062, "v5.0-llama31-405b-h100-512": -0.026, "v5.0-llama31-405b-h100-2048": -0.028,
+    "v5.0-llama31-405b-h100-2432": -0.027, "v5.0-llama31-405b-h100-2560": -0.029,
+    "v5.0-llama31-405b-h100-8192": -0.009, "v5.1-llama31-8b-mi355x-8-amd": -0.092,
+    "v5.1-llama31-8b-mi355x-8-dell": -0.048, "v5.1-llama31-8b-mi355x-8-supermicro": -0.061,
+    "v5.1-llama31-8b-mi350x-8-amd": 0.042, "v5.1-llama31-8b-mi350x-8-cisco": 0.077,
+    "v5.1-llama31-8b-b200-8-uf": -0.04, "v5.1-llama31-8b-b200-64-uf": 0.086, "v5.1-llama31-8b-b200-256-uf": 0.276,
+    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.251, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.315,
+    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.248, "v5.1-llama31-8b-b200-8-supermicro-nvfp4": 0.24,
+    "v5.1-llama31-8b-b200-16-uf": -0.015, "v5.1-llama31-8b-b200-16-dell": 0.024, "v5.1-llama31-8b-b200-32-uf": 0.09,
+    "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.309, "v5.1-llama31-8b-b200-64-oracle": 0.091,
+    "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.206,
+    "v5.1-llama31-8b-gb200-72-nvidia": 0.151,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
           "alone (docs/validation.md 1c)")
@@ -183,12 +183,12 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 41 rows as docs/validation.md 1c states them, 22 within 10% (the issue's
+    """Median and max |error| over the 41 rows as docs/validation.md 1c states them, 25 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.091, abs=0.01)
-    assert max(errs) == pytest.approx(0.431, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 22
+    assert statistics.median(errs) == pytest.approx(0.086, abs=0.01)
+    assert max(errs) == pytest.approx(0.315, abs=0.03)
+    assert sum(e <= 0.10 for e in errs) == 25
 
 
 def _row(key: str) -> tuple:
@@ -199,31 +199,33 @@ def test_nvfp4_saved_less_than_half_the_time_the_model_gives_it() -> None:
     """The NVFP4 misses, in the published figures alone: the same 8 B200, batch 16 x micro-batch 2, no recompute,
     took 0.5389 s a step in FP8 (University of Florida) and 0.4516-0.4527 s in NVFP4 (Oracle, Nebius), 16% less.
     The model, whose NVFP4 GEMMs run at the FP8 GEMMs' share of twice the peak and whose casts cost what FP8's do,
-    takes 36% off: what NVIDIA's NVFP4 recipe adds beyond its GEMMs (random Hadamard transforms of the weight-gradient
-    operands, 2D weight scaling, stochastic rounding of the gradients) is not priced, and no published per-kernel
-    time was found to price it with."""
+    takes 36% off (35.6%; 36.4% before the overlapped DP collectives held their share of the SMs): what NVIDIA's
+    NVFP4 recipe adds beyond its GEMMs (random Hadamard transforms of the weight-gradient operands, 2D weight
+    scaling, stochastic rounding of the gradients) is not priced, and no published per-kernel time was found to
+    price it with."""
     fp8, fp4 = _row("v5.1-llama31-8b-b200-8-uf"), _row("v5.1-llama31-8b-b200-8-oracle-nvfp4")
     assert 1.0 - fp4[9] / fp8[9] == pytest.approx(0.162, abs=0.01)
     model = 1.0 - estimate_train(_spec(fp4, "none")).step_time_s / estimate_train(_spec(fp8, "none")).step_time_s
-    assert model == pytest.approx(0.364, abs=0.02)
-    assert abs(mlperf_error(fp8)) < 0.05 < 0.25 < mlperf_error(fp4)
+    assert model == pytest.approx(0.356, abs=0.02)
+    assert abs(mlperf_error(fp8)) < 0.05 < 0.20 < mlperf_error(fp4)
 
 
 def test_b200_steps_at_one_sequence_per_cp_pair_miss_by_a_constant_then_grow() -> None:
     """The scale misses, in the published figures alone: at one sequence per context-parallel pair (CP 2) each B200
     does the same work at every size, and the step held within 2% from 32 to 128 GPUs (0.1878, 0.1871, 0.1907 s;
     Oracle's 64: 0.1879) and grew 15% to 256 (0.2200); per token the 64-GPU run is 39% slower than one node at two
-    sequences a GPU. The model's step is the same at every size (0.155 s), 21-24% short up to 128 GPUs and 42% at
+    sequences a GPU. The model's step is the same at every size (0.172 s), 9-11% short up to 128 GPUs and 28% at
     256: its data-parallel reduce-scatter and all-gather (0.13 s) hide behind 0.14 s of compute but for their last
-    and first buckets (768M of the 8B parameters, 12 ms), and it prices no time a step loses to a short step's
-    fixed costs or to its slowest of 256 GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
+    and first buckets (768M of the 8B parameters, 12 ms) and the compute their kernels' share of the SMs costs while
+    they run (18 ms; 21-24% short without it), and it prices no time a step loses to a short step's fixed costs or
+    to its slowest of 256 GPUs (section 1c's drift at 10k H100, here at 64-256 B200)."""
     n1, n4, n8, n16, n32 = (_row(f"v5.1-llama31-8b-b200-{n}-uf") for n in (8, 32, 64, 128, 256))
     assert max(r[9] for r in (n4, n8, n16)) / min(r[9] for r in (n4, n8, n16)) - 1.0 < 0.02
     assert n32[9] / n16[9] - 1.0 == pytest.approx(0.153, abs=0.01)
     assert (n8[9] * 4) / n1[9] - 1.0 == pytest.approx(0.389, abs=0.01)
     steps = [estimate_train(_spec(r, "none")).step_time_s for r in (n4, n8, n16, n32)]
     assert max(steps) / min(steps) - 1.0 < 0.01
-    assert all(0.20 < mlperf_error(r) < 0.25 for r in (n4, n8, n16)) and mlperf_error(n32) > 0.40
+    assert all(0.08 < mlperf_error(r) < 0.11 for r in (n4, n8, n16)) and mlperf_error(n32) > 0.25
 
 
 def test_three_submitters_of_the_same_mi355x_node_spread_by_5_percent() -> None:

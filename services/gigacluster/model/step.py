@@ -96,6 +96,7 @@ class StepPlan:
     memory: MemoryBreakdown
     schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
     a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
+    comm_compute_share: float = 0.0  # of compute units an overlapped DP / FSDP collective occupies while it runs
     bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
     dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
     fsdp_units: int = 1  # FSDP units (layers, embedding, output head) of the critical rank, one gather each
@@ -498,6 +499,7 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         bubble_slot_ratio=bubble_ratio,
         dp_overlap=spec.dp_comm_overlap,
         fsdp_units=units,
+        comm_compute_share=EfficiencyParams.for_chip(chip).overlap_compute_share,
     )
 
 
@@ -559,7 +561,8 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
             # Bucket by bucket behind the last backward (the first forward): what does not fit is exposed, and so is
             # the last gradient bucket (the first parameter bucket), with no compute left (yet) to hide behind.
             share = plan.bwd_fraction if d.window == "grad" else plan.fwd_fraction
-            windowed += overlapped_exposed_s(comm_s[d.name], share * pipe / m + bubble / 2, d.buckets)
+            windowed += overlapped_exposed_s(comm_s[d.name], share * pipe / m + bubble / 2, d.buckets,
+                                             plan.comm_compute_share)
     exposed = inline + windowed
     return StepBreakdown(compute_s + exposed + bubble, compute_s, exposed, bubble)
 
@@ -578,15 +581,24 @@ def _layer_exposed_s(plan: StepPlan, pipe: float, comm_s: Mapping[str, float]) -
         a = sum(comm_s[d.name] for d in plan.collectives if d.window == window) / m
         if a <= 0.0:
             continue
-        out += m * overlapped_exposed_s(a, share * pipe / m, units)
+        out += m * overlapped_exposed_s(a, share * pipe / m, units, plan.comm_compute_share)
     return out
 
 
-def overlapped_exposed_s(comm_s: float, compute_s: float, pieces: float) -> float:
+def overlapped_exposed_s(comm_s: float, compute_s: float, pieces: float, share: float = 0.0) -> float:
     """Exposed seconds of ``comm_s`` of communication split into ``pieces`` and overlapped piece by piece with
     ``compute_s`` of compute (FSDP's units, the DP reduction's buckets): what does not fit, and the one piece with
-    nothing to hide behind (the first gather, the last reduction). A pass takes ``max(A, C) + min(A, C) / U``."""
-    return max(0.0, comm_s - compute_s) + min(comm_s, compute_s) / pieces
+    nothing to hide behind (the first gather, the last reduction). A pass takes ``max(A, C) + min(A, C) / U``.
+
+    While the other pieces run beside the compute, their kernels hold ``share`` of the compute units (NCCL runs a
+    collective on its own thread blocks), so the compute loses ``share`` of its rate for as long as they run:
+    ``B x share`` of compute time for the ``B = min(A, C) (1 - 1 / U)`` seconds they overlap, less whatever slack
+    the compute has when the communication is the longer of the two (``A - C``)."""
+    exposed = max(0.0, comm_s - compute_s) + min(comm_s, compute_s) / pieces
+    if share > 0.0:
+        beside = min(comm_s, compute_s) * (1.0 - 1.0 / pieces)
+        exposed += max(0.0, beside * share - max(0.0, comm_s - compute_s))
+    return exposed
 
 
 def demand_times_s(spec: TrainSpec, plan: StepPlan, comm: CommModel) -> dict[str, float]:
