@@ -540,7 +540,10 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
     if hidden > 0:
         # No more all-to-all hides than there is compute to hide it behind; while it runs beside
         # compute it still occupies compute units (DeepSeek-V3 gives its dispatch/combine kernels 20
-        # of 132 SMs), so the compute it overlaps slows down.
+        # of 132 SMs), so the compute it overlaps slows down. Unlike the DP buckets and FSDP units
+        # (overlapped_exposed_s), a longer exchange leaves the compute no slack to absorb that: the
+        # all-to-all kernels are paced by the SMs they are given, which DeepSeek-V3 sizes so that the
+        # two finish together.
         share = plan.a2a_compute_share
         inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
     inline += _layer_exposed_s(plan, pipe, comm_s)
