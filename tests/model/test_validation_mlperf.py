@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
-MI350X / MI355X, 2023-2025 software, 41 rows (never used to set a constant).
+MI350X / MI355X / GB300, 2023-2025 software, 42 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -20,7 +20,8 @@ the submission (docs/validation.md section 1c gives every source line):
   NeMo implementation as run on B200 by the University of Florida (FP8: no FP4 config is sourced) and by Nebius and
   Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute), Dell,
   Supermicro and NVIDIA's own GB200 NVL72 (``tyche_ngpu8`` in NVFP4, ``tyche_ngpu72`` in FP8, by their configs'
-  names) logs a block-mean ``train_step_time``.
+  names) and GB300 NVL72 (``theia_ngpu72``, ``config_GB300_18x4x1xtp1pp1cp2_8b.sh``: CP 2, FP8) logs a block-mean
+  ``train_step_time``.
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -111,13 +112,15 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v5.1-llama31-8b-b200-128-uf", L8, "b200", 128, 64, 1, {"cp": 2}, "none", "fp32", 0.19073),
     ("v5.1-llama31-8b-gb200-8-nvidia-nvfp4", L8, "gb200", 8, 16, 2, {}, "none", "fp32", 0.40506),
     ("v5.1-llama31-8b-gb200-72-nvidia", L8, "gb200", 72, 36, 1, {"cp": 2}, "none", "fp32", 0.16769),
+    ("v5.1-llama31-8b-gb300-72-nvidia", L8, "gb300", 72, 36, 1, {"cp": 2}, "none", "fp32", 0.14616),
 ]
 # Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8)
 PRECISION = {r[0]: "nvfp4" for r in ROWS if r[0].endswith("-nvfp4")}
 # The DP reduction's bucket where a run states it: v5.1's NeMo Llama 3.1 8B (``BUCKET_SIZE=768000000`` in its
 # ``config_common_8b.sh``; the Nebius and Oracle logs print ``ddp_bucket_size`` 768000000 in the resolved config);
 # elsewhere Megatron core's default
-BUCKET = {r[0]: 768_000_000 for r in ROWS if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200"))}
+BUCKET = {r[0]: 768_000_000 for r in ROWS
+          if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200", "v5.1-llama31-8b-gb300"))}
 # (AMD's MI355X and MI350X implementation states no bucket: Megatron core's default.)
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
@@ -137,7 +140,7 @@ DOCUMENTED = {
     "v5.1-llama31-8b-b200-16-uf": -0.015, "v5.1-llama31-8b-b200-16-dell": 0.024, "v5.1-llama31-8b-b200-32-uf": 0.09,
     "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.309, "v5.1-llama31-8b-b200-64-oracle": 0.091,
     "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.206,
-    "v5.1-llama31-8b-gb200-72-nvidia": 0.151,
+    "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": -0.003,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
           "alone (docs/validation.md 1c)")
@@ -183,12 +186,13 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 41 rows as docs/validation.md 1c states them, 25 within 10% (the issue's
+    """Median and max |error| over the 42 rows as docs/validation.md 1c states them, 26 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert statistics.median(errs) == pytest.approx(0.086, abs=0.01)
+    assert len(errs) == 42
+    assert statistics.median(errs) == pytest.approx(0.082, abs=0.01)
     assert max(errs) == pytest.approx(0.315, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 25
+    assert sum(e <= 0.10 for e in errs) == 26
 
 
 def _row(key: str) -> tuple:
@@ -255,3 +259,19 @@ def test_the_1_kw_mi350x_ran_23_percent_slower_than_the_mi355x_where_the_model_g
     assert e350.step_time_s / e355.step_time_s - 1.0 == pytest.approx(0.073, abs=0.01)
     assert e350.clock_factor == 1.0 and e350.chip_power_w < 1000
     assert mlperf_error(mi350) > 0 > mlperf_error(mi355)
+
+
+def test_the_gb300_rack_ran_13_percent_faster_than_the_gb200_rack_where_the_model_gives_none() -> None:
+    """One NVL72 rack of each at the same shape (72 GPUs, batch 36 x 1, CP 2, FP8, NVIDIA's configs): GB200
+    (``tyche_ngpu72``) 0.1677 s a step, GB300 (``theia_ngpu72``) 0.1462 s (block means of two runs each: 0.14619 and
+    0.14613). Blackwell Ultra has GB200's FP8 and BF16 tensor peaks (GB300 NVL72 datasheet: 360 PF FP8 dense per rack)
+    but twice its attention exponent rate (SFU EX2, 10.7 against 5 TeraExponentials/s), 1,400 W against 1,200 and
+    800 Gb/s NICs; the model, which prices attention by its tensor rate alone, gives the two racks the same step
+    within 1%. So its GB300 row is within 1% where its GB200 row at the same shape is 15% fast: read together, the
+    model's Blackwell step at this shape is the GB300's, and what it misses on GB200 is at least the exponent rate
+    that Blackwell Ultra doubled (docs/validation.md 1c)."""
+    gb200, gb300 = _row("v5.1-llama31-8b-gb200-72-nvidia"), _row("v5.1-llama31-8b-gb300-72-nvidia")
+    assert gb200[9] / gb300[9] - 1.0 == pytest.approx(0.147, abs=0.005)
+    e200, e300 = (estimate_train(_spec(r, "none")) for r in (gb200, gb300))
+    assert abs(e300.step_time_s / e200.step_time_s - 1.0) < 0.01
+    assert abs(mlperf_error(gb300)) < 0.01 < 0.10 < mlperf_error(gb200)
