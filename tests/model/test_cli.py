@@ -96,6 +96,17 @@ def test_plan_power_budget(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["whole_cluster_job"]["average_facility_mw"] < 2000
 
 
+def test_plan_sizes_the_fabric_for_800g_nics(capsys: pytest.CaptureFixture[str]) -> None:
+    """2 GW of GB300 (one 800 Gb/s ConnectX-8 per GPU, MLPerf v5.1's GB300 NVL72 system description): the
+    estimate's fabric is the smallest tree that holds the job, as ``up`` sizes its own; three tiers of Tomahawk 5
+    hold half the 800 Gb/s chips they hold at 400 Gb/s, so the 74,808-chip groups of the whole-cluster job need
+    Tomahawk 6 (this exited 2 with "more than a three-tier tomahawk5 tree holds" before)."""
+    rc, out, err = run(["plan", "--power-mw", "2000", "--chip", "gb300", "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["chips"] > 1_000_000 and d["whole_cluster_job"]["tokens_per_s"] > d["reference_job"]["tokens_per_s"]
+
+
 def test_scheduler_job_file_estimates_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A job file with scheduler-only fields (checkpointing, restarts) estimates as its spec."""
     f = tmp_path / "job.yaml"

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gigacluster.fabric.sim import FlowSim
+from gigacluster.fabric.sizing import choose_scaleout
 from gigacluster.fabric.topology import Topology, TopologyConfig, build_topology
 from gigacluster.hw import catalog
 from gigacluster.hw.catalog import Chip
@@ -52,14 +53,22 @@ class FabricCommModel:
         if topo is None:
             dom = catalog.get_system(system).chips
             kw = dict(self.topo_kw)
-            kw.setdefault("tiers", 2)
-            try:
+            if "tiers" not in kw and "switch" not in kw:
+                # the smallest tree that holds them, as `up` and the fabric service size theirs (800 Gb/s NICs
+                # fill a Tomahawk 5 tree at half the chips 400 Gb/s ones do)
+                tree = choose_scaleout(chip, domains * dom, system=system, nic=kw.get("nic") or "",
+                                       oversubscription=float(kw.get("oversubscription", 1.0)))
+                kw.update(tiers=tree.tiers, switch=tree.switch)
                 topo = build_topology(TopologyConfig(chip=chip, count=domains * dom, system=system, **kw))
-            except SpecError as exc:
-                if exc.field != "tiers" or "tiers" in self.topo_kw:
-                    raise
-                kw["tiers"] = 3
-                topo = build_topology(TopologyConfig(chip=chip, count=domains * dom, system=system, **kw))
+            else:
+                kw.setdefault("tiers", 2)
+                try:
+                    topo = build_topology(TopologyConfig(chip=chip, count=domains * dom, system=system, **kw))
+                except SpecError as exc:
+                    if exc.field != "tiers" or "tiers" in self.topo_kw:
+                        raise
+                    kw["tiers"] = 3
+                    topo = build_topology(TopologyConfig(chip=chip, count=domains * dom, system=system, **kw))
             self._topos[key] = topo
         return topo
 
