@@ -47,7 +47,7 @@ class FabricCommModel:
         self._times: dict[tuple[Any, ...], float] = {}
 
     def topology(self, chip: str, system: str, domains: int) -> Topology:
-        """The cached topology of ``domains`` whole domains (two switch tiers if they fit, else three)."""
+        """The cached topology of ``domains`` whole domains: the smallest tree that holds them (fabric.sizing)."""
         key = (chip, system, domains)
         topo = self._topos.get(key)
         if topo is None:
