@@ -4,7 +4,7 @@ Sources (tokens per second per GPU, the published layouts):
 * NeMo Framework 24.12 user guide, "Performance Benchmarks", pre-training at FP8 on DGX-H100
   (docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/performance_summary.html);
 * NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, "25.11 NeMo Container", FP8-CS rows of
-  DGX-H100, DGX-B200 and DGX-GB200;
+  DGX-H100, DGX-B200, DGX-GB200 and DGX-GB300 (the GB300 rows without FSDP; two misses, below);
 * NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, "26.02 NeMo Container" (FP8 rows
   without FSDP) and "25.09 NeMo Container" (the FP8 rows without FSDP; the parenthesised MXFP8
   variants are not used).
@@ -74,6 +74,11 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], float,
     ("25.09-llama3-70b-h100-64", L70, "h100-sxm", 64, 128, 1, {"tp": 4, "pp": 8, "virtual_stages": 5}, 1619, None),
     ("25.09-llama31-405b-h100-1024", L405, "h100-sxm", 1024, 512, 1,
      {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8}, 302, None),
+    # DGX-GB300 (25.11): the model has GB300 at GB200's FP8 tensor peak (the GB300 NVL72 datasheet) and no term for
+    # what made these runs 19% (8B) faster than GB200's at the same layout (test below)
+    ("25.11-llama3-8b-gb300-8", L3, "gb300", 8, 128, 2, {}, 37556, -0.143),
+    ("25.11-llama31-405b-gb300-256", L405, "gb300", 256, 1536, 1, {"tp": 2, "pp": 8, "cp": 2, "virtual_stages": 4},
+     999, -0.190),
 ]
 
 
@@ -105,8 +110,27 @@ def test_nemo_dense_row(row: tuple) -> None:
 
 
 def test_nemo_dense_family_median() -> None:
-    """Median |error| over the 20 rows is at most 5% and the max at most 10% (the issue's training targets;
-    2.7% and 8.2% with the FP8 GEMM ceiling, Transformer Engine casts and the recipes' overlap)."""
-    errs = [abs(_error(r)) for r in ROWS]
+    """Over the 20 rows of H100, B200 and GB200 the median |error| is at most 5% and the max at most 10% (the
+    issue's training targets; 2.4% and 7.8%); with the two GB300 rows the family's max is 19% (docs/validation.md
+    1b)."""
+    errs = [abs(_error(r)) for r in ROWS if r[2] != "gb300"]
+    assert len(errs) == 20
     assert statistics.median(errs) <= 0.05
     assert max(errs) <= 0.10
+    every = [abs(_error(r)) for r in ROWS]
+    assert max(every) == pytest.approx(0.190, abs=0.03)
+
+
+def test_gb300_ran_faster_than_gb200_at_the_same_layout_where_the_model_gives_none() -> None:
+    """Megatron-Bridge 25.11, Llama 3 8B on 8 GPUs, FP8-CS, batch 128 x 2: 37,556 tokens/s/GPU on DGX-GB300 against
+    31,508 on DGX-GB200, 19% more (MLPerf v5.1's two NVL72 racks: 13%, tests/model/test_validation_mlperf.py). GB300
+    has GB200's FP8 tensor peak (the GB300 NVL72 datasheet: 360 PF dense FP8 per rack) and twice its attention
+    exponent rate, 1,400 W against 1,200; the model, which prices attention by its tensor rate, gives the two the
+    same throughput within 1%, so its GB300 rows are 14-19% slow where its GB200 rows of this family are within
+    3%. The same gap the MLPerf pair shows, from the other side: no term of the model carries it."""
+    gb200 = next(r for r in ROWS if r[0] == "25.11-llama3-8b-gb200-8")
+    gb300 = next(r for r in ROWS if r[0] == "25.11-llama3-8b-gb300-8")
+    assert gb300[7] / gb200[7] - 1.0 == pytest.approx(0.192, abs=0.005)
+    model_ratio = (1.0 + _error(gb300)) * gb300[7] / ((1.0 + _error(gb200)) * gb200[7])
+    assert abs(model_ratio - 1.0) < 0.01
+    assert abs(_error(gb200)) < 0.03 and _error(gb300) < -0.10
