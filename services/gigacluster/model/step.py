@@ -95,8 +95,7 @@ class StepPlan:
     critical_model_flops: float  # model FLOPs of the critical rank
     memory: MemoryBreakdown
     schedule: str = "1f1b"  # pipeline schedule: 1f1b (interleaved with virtual_stages) or dualpipe
-    a2a_compute_share: float = 0.0  # of compute units an overlapped all-to-all occupies while it runs
-    comm_compute_share: float = 0.0  # of compute units an overlapped DP / FSDP collective occupies while it runs
+    comm_compute_share: float = 0.0  # of compute units an overlapped collective (all-to-all, DP, FSDP) holds
     bubble_slot_ratio: float = 1.0  # mean slot time of the other pipeline ranks over the critical rank's
     dp_overlap: bool = True  # DP grad/param collectives hide in their windows; False: exposed after the flush
     fsdp_units: int = 1  # FSDP units (layers, embedding, output head) of the critical rank, one gather each
@@ -494,8 +493,6 @@ def plan_step(spec: TrainSpec) -> StepPlan:
         critical_model_flops=crit_model,
         memory=memory,
         schedule=spec.pipeline_schedule,
-        a2a_compute_share=(EfficiencyParams.for_chip(chip).overlap_compute_share
-                           if any(d.op == "all_to_all" and d.hidden_fraction > 0 for d in demands) else 0.0),
         bubble_slot_ratio=bubble_ratio,
         dp_overlap=spec.dp_comm_overlap,
         fsdp_units=units,
@@ -544,7 +541,7 @@ def compose_step(plan: StepPlan, compute_s: float, comm_s: Mapping[str, float]) 
         # (overlapped_exposed_s), a longer exchange leaves the compute no slack to absorb that: the
         # all-to-all kernels are paced by the SMs they are given, which DeepSeek-V3 sizes so that the
         # two finish together.
-        share = plan.a2a_compute_share
+        share = plan.comm_compute_share
         inline += max(0.0, hidden - pipe) + min(hidden, pipe) * share / (1.0 - share)
     inline += _layer_exposed_s(plan, pipe, comm_s)
     m = plan.microbatches
