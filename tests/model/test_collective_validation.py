@@ -281,3 +281,20 @@ def test_missed_row_stays_at_its_documented_error() -> None:
     for row in ROWS:
         if row.miss and row.pinned:
             assert error(row) == pytest.approx(row.pinned, abs=0.03), row.id
+
+
+def test_an_estimate_sizes_its_tree_as_up_does() -> None:
+    """Without tiers or a switch, a collective estimate builds the smallest tree that holds its chips
+    (fabric.sizing.choose_scaleout, the sizing `up` uses): 8,320 H100 need three tiers of Tomahawk 5, where
+    the estimate used to refuse them with "use tiers=3"; 800 Gb/s GB300 past three Tomahawk 5 tiers get
+    Tomahawk 6 the same way. A tree given explicitly is kept."""
+    from gigacluster.fabric.estimate import _topology_for
+    from gigacluster.fabric.sizing import choose_scaleout
+    from gigacluster.model import SpecError
+
+    topo, _ = _topology_for("h100-sxm", 8320, None)
+    assert (topo.config.tiers, topo.config.switch) == (3, "tomahawk5")
+    assert choose_scaleout("gb300", 74808) == choose_scaleout("gb300", 74808, tiers=3, switch="tomahawk6")
+    with pytest.raises(SpecError) as err:
+        _topology_for("h100-sxm", 8320, None, tiers=2)
+    assert err.value.field == "tiers"

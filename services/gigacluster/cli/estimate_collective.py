@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--system", default=None, help="scale-up system (default: the chip's default system)")
     p.add_argument("--algo", default=None, help=algo_help())
     p.add_argument("--nic", default=None, help="NIC part (nic400, thor-ultra); default: the chip's own NIC rate")
-    p.add_argument("--switch", default="tomahawk5", help="fat-tree switch (tomahawk5, tomahawk6, tomahawk-ultra)")
+    p.add_argument("--switch", default=None, help="fat-tree switch (tomahawk5, tomahawk6, tomahawk-ultra; default: "
+                   "the smallest tree that holds the chips, as `up` sizes its own)")
     p.add_argument("--tiers", type=int, default=None, help="fat-tree tiers, 2 or 3 (default: 2, or 3 if needed)")
     p.add_argument("--oversubscription", type=float, default=1.0, help="leaf down:up port ratio (default 1)")
     p.add_argument("--routing", default=DEFAULT_ROUTING,
@@ -89,11 +90,13 @@ def run(args: argparse.Namespace) -> int:
     """Run the estimate; exit code 2 with the field's message on bad input."""
     try:
         size = parse_bytes(args.bytes_)
-        kw: dict[str, Any] = {"nic": args.nic, "switch": args.switch, "nics_per_node": args.nics_per_node,
+        kw: dict[str, Any] = {"nic": args.nic, "nics_per_node": args.nics_per_node,
                               "oversubscription": args.oversubscription, "routing": args.routing}
+        if args.switch is not None or args.tiers is not None or args.nics_per_node:
+            kw["switch"] = args.switch or "tomahawk5"
         try:
             est = estimate_collective(args.op, size, args.chip, args.count, system=args.system, algo=args.algo,
-                                      tiers=args.tiers or 2, **kw)
+                                      tiers=args.tiers or (2 if "switch" in kw else None), **kw)
         except SpecError as exc:
             if args.tiers is None and exc.field == "tiers":
                 est = estimate_collective(args.op, size, args.chip, args.count, system=args.system,

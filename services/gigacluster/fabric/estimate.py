@@ -15,6 +15,7 @@ import numpy as np
 
 from gigacluster.fabric.collectives import ALGORITHMS, LibraryPolicy, linear_costs
 from gigacluster.fabric.sim import FlowSim
+from gigacluster.fabric.sizing import choose_scaleout
 from gigacluster.fabric.topology import TopologyConfig, build_topology
 from gigacluster.hw import catalog
 from gigacluster.model import SpecError
@@ -69,6 +70,12 @@ def _topology_for(chip: str, count: int, system: str | None, **topo_kw: Any) -> 
     dom = catalog.get_system(sysname).chips
     scaleup = catalog.get_system(sysname).scaleup
     built = count if (count < dom and scaleup in ("switch", "full_mesh")) else -(-count // dom) * dom
+    topo_kw = {k: v for k, v in topo_kw.items() if v is not None}
+    if "switch" not in topo_kw and "tiers" not in topo_kw and not topo_kw.get("nics_per_node"):
+        # the smallest tree that holds them, as `up` and the training estimates size theirs
+        tree = choose_scaleout(chip, built, system=sysname, nic=topo_kw.get("nic") or "",
+                               oversubscription=float(topo_kw.get("oversubscription", 1.0)))
+        topo_kw.update(switch=tree.switch, tiers=tree.tiers)
     return build_topology(TopologyConfig(chip=chip, count=built, system=sysname, **topo_kw)), sysname
 
 
