@@ -61,7 +61,7 @@ async def test_a_tiny_scenario_runs_end_to_end_and_its_report_adds_up(
                                 for r in rep["tiers"])
     assert rep["faults"][0]["affected"] == 1 and rep["faults"][0]["error"] == ""
     conv = rep["inference"]["streams"][0]
-    assert conv["offered"] > 0 and conv["ok"] == conv["offered"] and conv["ttft_p50_s"] > 0
+    assert conv["offered"] > 0 and conv["ok"] == conv["offered"] and conv["ttft_p50_s"] > 0, conv
     assert rep["speedup_reached"] == pytest.approx(rep["speedup_stack"], rel=0.2)
     assert runner.end_to_end_check(rep) == []
 
