@@ -6,6 +6,10 @@
 
 Credentials: ``api_key`` if given, else ``GIGACLUSTER_API_KEY``, else the file
 ``gigacluster up`` writes (``~/.gigacluster/<cluster>/credentials.json``).
+
+``retry_refused=True`` lets gRPC itself retry a call refused with RESOURCE_EXHAUSTED, after the
+server's pushback (its retry-after; gRFC A6), up to 4 times: the CLI's client commands do. Off by
+default, so that a caller who measures or sheds load sees every refusal.
 """
 
 from __future__ import annotations
@@ -102,20 +106,22 @@ class Client:
     fabric = _Stub(fabric_pb2_grpc.FabricServiceStub)
     chip = _Stub(chip_pb2_grpc.ChipServiceStub)
 
-    def __init__(self, endpoints: Endpoints, api_key: str | None, *, tls: Tls | None = None) -> None:
+    def __init__(self, endpoints: Endpoints, api_key: str | None, *, tls: Tls | None = None,
+                 retry_refused: bool = False) -> None:
         self.endpoints = endpoints
         self.api_key = api_key
         self.tls = tls
+        self.retry_refused = retry_refused  # gRPC retries RESOURCE_EXHAUSTED after the server's pushback
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     @classmethod
     def connect(cls, *, api_key: str | None = None, endpoints: Endpoints | None = None,
-                cluster: str = "local") -> Client:
+                cluster: str = "local", retry_refused: bool = False) -> Client:
         creds = load_credentials(cluster)
         key = api_key or os.environ.get("GIGACLUSTER_API_KEY") or creds.get("api_key")
         eps = endpoints or (Endpoints.from_dict(creds["endpoints"]) if "endpoints" in creds else Endpoints())
         tls = Tls.from_env(creds["tls"]) if creds.get("tls") else None
-        return cls(eps, key, tls=tls)
+        return cls(eps, key, tls=tls, retry_refused=retry_refused)
 
     async def __aenter__(self) -> Client:
         return self
@@ -130,7 +136,8 @@ class Client:
 
     def channel(self, service: str) -> grpc.aio.Channel:
         if service not in self._channels:
-            self._channels[service] = open_channel(getattr(self.endpoints, service), self.tls)
+            self._channels[service] = open_channel(getattr(self.endpoints, service), self.tls,
+                                                   retry_refused=self.retry_refused)
         return self._channels[service]
 
     @property

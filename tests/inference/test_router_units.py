@@ -26,7 +26,7 @@ from gigacluster.router.deployment import Lease, LiveDeployment, Replica, Replic
 from gigacluster.router.generation import Generation
 from gigacluster.router.http import domain_error_response, json_depth, parse_json_body, render_chat
 from gigacluster.router.messages import deploy_spec
-from gigacluster.router.overload import STANDING_SAMPLES, Overload
+from gigacluster.router.overload import SHORT_QUEUE, STANDING_SAMPLES, Overload
 from gigacluster.router.pacing import TokenBox
 from gigacluster.router.service import RouterService
 from gigacluster.router.store import DeploymentStore, StoredDeployment
@@ -499,7 +499,7 @@ def test_router_refuses_streams_beyond_max_streams_with_retry_after() -> None:
 def test_router_refuses_while_its_event_loop_lags() -> None:
     """A router whose loop runs behind max_loop_lag_s refuses at once, asking to retry after at least the lag."""
     ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2)
-    ov.lag_s = 0.4
+    ov.lag_s, ov.arrival_rate = 0.4, 100.0  # 40 calls behind the lag
     with pytest.raises(ResourceExhausted) as ei:
         ov.admit()
     assert ei.value.retry_after_s == 0.4 and ov.open == 0
@@ -531,6 +531,7 @@ def test_late_token_emission_counts_as_lag_while_it_stands() -> None:
         ov.observe_emit_lag(0.1)
         ov.tick(0.0)
     assert ov.lag_s == 0.3 and ov.cause == "emit"
+    ov.arrival_rate = 100.0
     with pytest.raises(ResourceExhausted, match="its tokens go out that late"):
         ov.admit()
     ov.tick(0.001)
@@ -552,9 +553,38 @@ def test_one_late_wake_is_a_burst_and_refuses_nothing() -> None:
     ov.admit()()
     assert STANDING_SAMPLES == 3
     ov.tick(0.3)
+    ov.arrival_rate = 100.0
     with pytest.raises(ResourceExhausted, match="event loop wakes that late") as ei:
         ov.admit()
     assert ov.lag_s == 0.3 and ei.value.retry_after_s == 0.3
+
+
+def test_a_delay_with_no_queue_behind_it_refuses_nothing() -> None:
+    """A standing loop lag and a long accept wait with fewer than SHORT_QUEUE (2) calls behind them (arrival rate
+    x delay, Little's law) refuse nothing: PIE drops nothing from a queue under two packets (RFC 8033, section
+    5.1). The scenario test's stream at 0.2 requests/s on a busy CI host was refused for a 369 ms wait. The same
+    delays at the rate measured from 10 calls every 10 ms refuse."""
+    wait = [0.369]
+    ov = Overload(max_streams=100, max_loop_lag_s=0.25, retry_after_s=0.2, accept_lag=lambda: wait[0],
+                  accept_target_s=0.25, seed=1)
+    t = 0.0
+    for _ in range(STANDING_SAMPLES):
+        t += 5.0  # one call every 5 s
+        ov.admit()()
+        ov.tick(0.3, now_s=t)
+    assert ov.lag_s == 0.3 and ov.refuse_p > 0.4 and ov.arrival_rate < 0.3
+    assert ov.waiting(0.3) < SHORT_QUEUE
+    for _ in range(100):
+        ov.admit()()
+    assert ov.refused == 0
+    for _ in range(300):  # 3 s of 1,000 calls a second (refused once more than 2 wait behind the lag)
+        for _ in range(10):
+            ov.shed()
+        t += 0.01
+        ov.tick(0.3, now_s=t)
+    assert ov.arrival_rate == pytest.approx(1000, rel=0.1)
+    with pytest.raises(ResourceExhausted, match="event loop wakes that late"):
+        ov.admit()
 
 
 def test_calls_waiting_in_grpcs_queue_make_the_router_refuse_a_fraction_set_as_pie_sets_it() -> None:
@@ -569,6 +599,7 @@ def test_calls_waiting_in_grpcs_queue_make_the_router_refuse_a_fraction_set_as_p
     assert ov.lag_s < 0.25 and ov.refuse_p == pytest.approx(0.125 * 0.4 + 1.25 * 0.45)
     ov.tick(0.001)  # the same wait: only the alpha term moves it
     assert ov.refuse_p == pytest.approx(0.125 * 0.8 + 1.25 * 0.45)
+    ov.arrival_rate = 1000.0  # 450 calls behind the wait
     outcomes = []
     for _ in range(2000):
         try:

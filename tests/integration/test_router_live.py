@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -142,21 +142,57 @@ async def test_resource_exhausted_carries_retry_after_s_trailer(small: Client) -
     assert float(trailer["retry-after-s"]) == pytest.approx(_retry_after_s(errs[0]))
 
 
+async def _fill(gc: Client, stats: Callable[[], Awaitable[Any]]) -> list[asyncio.Future[Any]]:
+    """Four long requests running and eight queued on the flood deployment (batch 4, queue 8): it has no room."""
+    running = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 400)) for i in range(4)]
+    await _until(lambda st: st.running >= 4, stats, running)
+    queued = [asyncio.ensure_future(_one(gc, "deployments/flood", [600 + i] * 32, 400)) for i in range(8)]
+    await _until(lambda st: st.queue_depth >= 8, stats, running + queued)
+    return running + queued
+
+
+async def _until(ok: Callable[[Any], bool], stats: Callable[[], Awaitable[Any]], calls: list[asyncio.Future[Any]],
+                 timeout_s: float = 30.0) -> None:
+    """Poll the deployment's stats until ``ok``; fail (naming how the calls ended) rather than wait for ever."""
+    t0 = asyncio.get_running_loop().time()
+    while not ok(st := await stats()):
+        if asyncio.get_running_loop().time() - t0 > timeout_s:
+            ended = [f.result() for f in calls if f.done()]
+            raise AssertionError(f"deployment never reached the state: {st}; calls ended: {ended}")
+        await asyncio.sleep(0.005)
+
+
+def _flood_stats(gc: Client) -> Callable[[], Awaitable[Any]]:
+    async def stats() -> Any:
+        return (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
+                                         metadata=gc.md)).deployments[0]
+    return stats
+
+
+async def test_a_client_that_retries_refusals_is_served_after_the_servers_pushback(stack: Stack, small: Client) -> None:
+    """With the deployment full (4 running, 8 queued), a plain client's request is RESOURCE_EXHAUSTED with gRPC's
+    server pushback (grpc-retry-pushback-ms, gRFC A6, equal to its retry-after-ms); the same request from
+    Client(retry_refused=True) is refused too, and gRPC itself retries it after the pushback until it is served."""
+    stats = _flood_stats(small)
+    fill = await _fill(small, stats)
+    r0 = (await stats()).rejected
+    plain = await _one(small, "deployments/flood", [800] * 32, 8)
+    assert isinstance(plain, grpc.aio.AioRpcError) and plain.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, plain
+    trailers = dict(plain.trailing_metadata() or ())
+    assert int(trailers["grpc-retry-pushback-ms"]) == int(trailers["retry-after-ms"]) > 0
+    async with Client(stack.endpoints, small.api_key, retry_refused=True) as retrying:
+        got = await _one(retrying, "deployments/flood", [801] * 32, 8)
+    assert not isinstance(got, grpc.aio.AioRpcError) and got.usage.completion_tokens == 8, got
+    assert (await stats()).rejected - r0 >= 2  # the plain call's refusal and the retrying call's first attempt
+    assert all(not isinstance(r, grpc.aio.AioRpcError) for r in await asyncio.gather(*fill))
+
+
 async def test_low_priority_is_shed_for_high_priority(small: Client) -> None:
     """With the batch running and the queue full of priority-0 work, priority-5 arrivals are admitted and exactly as
     many queued priority-0 requests are shed (RESOURCE_EXHAUSTED 'shed'); the rest of the priority-0 work finishes."""
     gc = small
-
-    async def stats() -> Any:
-        return (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
-                                         metadata=gc.md)).deployments[0]
-
-    running = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 400)) for i in range(4)]
-    while (await stats()).running < 4:
-        await asyncio.sleep(0.005)
-    queued = [asyncio.ensure_future(_one(gc, "deployments/flood", [600 + i] * 32, 400)) for i in range(8)]
-    while (await stats()).queue_depth < 8:
-        await asyncio.sleep(0.005)
+    fill = await _fill(gc, _flood_stats(gc))
+    running, queued = fill[:4], fill[4:]
     high = await asyncio.gather(*(_one(gc, "deployments/flood", [900 + i] * 32, 8, priority=5) for i in range(4)))
     low_res = await asyncio.gather(*running, *queued)
     assert all(not isinstance(h, grpc.aio.AioRpcError) for h in high)

@@ -96,6 +96,17 @@ def test_domain_errors_map_to_codes_with_error_info() -> None:
     assert trailers["retry-after-s"] == "1.500" and "grpc-status-details-bin" in trailers
 
 
+def test_a_refusal_carries_grpcs_server_pushback() -> None:
+    """gRFC A6 ("gRPC Retry Design", server pushback): a refusal with a retry-after carries
+    grpc-retry-pushback-ms equal to its retry-after-ms; a RESOURCE_EXHAUSTED without one carries -1 (a retrying
+    channel must not retry it); other statuses carry none."""
+    trailers = dict(to_status(E.ResourceExhausted("full", retry_after_s=0.25)).trailing_metadata)
+    assert trailers["grpc-retry-pushback-ms"] == trailers["retry-after-ms"] == "250"
+    trailers = dict(to_status(E.ResourceExhausted("cannot place 40 replicas")).trailing_metadata)
+    assert trailers["grpc-retry-pushback-ms"] == "-1" and "retry-after-ms" not in trailers
+    assert "grpc-retry-pushback-ms" not in dict(to_status(E.InvalidArgument("spec.tp", "bad")).trailing_metadata)
+
+
 def test_work_items_round_trip_through_the_proto() -> None:
     """Work -> WorkItem -> Work is the identity, including shape and the graph flag."""
     from gigacluster.model.roofline import Work

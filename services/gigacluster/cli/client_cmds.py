@@ -35,7 +35,8 @@ def job_dict(job: scheduler_pb2.Job) -> dict[str, Any]:
 
 
 def _connect(args: argparse.Namespace) -> Client:
-    return Client.connect(api_key=args.api_key, cluster=args.cluster)
+    # A refusal with a retry-after (a saturated router, a full queue, a rate limit) is retried as the server says.
+    return Client.connect(api_key=args.api_key, cluster=args.cluster, retry_refused=True)
 
 
 def _run(fn: Callable[[Client], Awaitable[int]], args: argparse.Namespace) -> int:

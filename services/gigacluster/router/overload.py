@@ -20,6 +20,12 @@ retry-after). This bounds the front end itself:
   it could serve. Refusing every call behind the bound instead served 204 a second against 750 with no
   bound, at 1,000 offered.
 
+Neither refuses while fewer than :data:`SHORT_QUEUE` calls are waiting behind the delay (the arrival
+rate times the delay, by Little's law): PIE drops nothing from a queue of fewer than two packets
+(RFC 8033, section 5.1), because a delay that no queue explains is not relieved by refusing. On a
+host whose other processes take the router's CPU, its loop and its calls run late at any load; at
+0.2 requests a second that refused calls nothing was waiting behind.
+
 Either way no request queues until the transport gives up on it (gRPC's core cancels calls the
 application has not picked up: that was the CANCELLED under overload).
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import math
 import random
 import time
 from collections.abc import Callable
@@ -40,6 +47,12 @@ SHED_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("shed_checke
 
 #: How many consecutive late samples make a standing lag (the router refuses); one on-time sample ends it.
 STANDING_SAMPLES = 3
+
+#: Fewer calls than this waiting behind a delay are no queue to shed (RFC 8033, section 5.1: two packets).
+SHORT_QUEUE = 2.0
+
+#: The arrival rate is an exponential mean over about this many seconds.
+RATE_WINDOW_S = 1.0
 
 #: PIE's gains (RFC 8033, section 4.2: alpha 0.125, beta 1.25, per second of queueing delay), per sample.
 PIE_ALPHA, PIE_BETA = 0.125, 1.25
@@ -65,6 +78,13 @@ class Overload:
         self.accept_wait_s = 0.0  # the latest sample of it
         self.refuse_p = 0.0  # the fraction of new requests refused for it
         self._rng = random.Random(seed)
+        self.arrival_rate = 0.0  # new calls a second (an exponential mean over RATE_WINDOW_S)
+        self._arrivals = 0  # new calls since the last sample
+        self._last_tick = time.monotonic()
+
+    def waiting(self, delay_s: float) -> float:
+        """How many calls wait behind a delay of ``delay_s`` at the current arrival rate (Little's law)."""
+        return self.arrival_rate * delay_s
 
     def observe_emit_lag(self, lag_s: float) -> None:
         """A replica emitted an iteration's tokens ``lag_s`` wall seconds after their virtual time."""
@@ -76,13 +96,14 @@ class Overload:
 
         The gRPC server asks first, before any other work on the call (runtime/accept_probe.py), and marks the
         call's context so that :meth:`admit` does not ask again."""
-        if self.lag_s > self.max_loop_lag_s:
+        self._arrivals += 1
+        if self.lag_s > self.max_loop_lag_s and self.waiting(self.lag_s) >= SHORT_QUEUE:
             self.refused += 1
             what = "its tokens go out that late" if self.cause == "emit" else "its event loop wakes that late"
             return ResourceExhausted(f"the router is {1e3 * self.lag_s:.0f} ms behind: {what} (its max_loop_lag_s "
                                      f"is {1e3 * self.max_loop_lag_s:.0f} ms); retry later",
                                      retry_after_s=max(self.retry_after_s, self.lag_s), reason="ROUTER_SATURATED")
-        if self.refuse_p > 0 and self._rng.random() < self.refuse_p:
+        if self.refuse_p > 0 and self.waiting(self.accept_wait_s) >= SHORT_QUEUE and self._rng.random() < self.refuse_p:
             self.refused += 1
             return ResourceExhausted(f"new calls wait {1e3 * self.accept_wait_s:.0f} ms in the router's gRPC queue "
                                      f"before it sees them (its target is {1e3 * self.accept_target_s:.0f} ms): it "
@@ -126,10 +147,16 @@ class Overload:
             await asyncio.sleep(interval_s)
             self.tick(max(0.0, time.monotonic() - t0 - interval_s))
 
-    def tick(self, loop_lag_s: float) -> None:
+    def tick(self, loop_lag_s: float, now_s: float | None = None) -> None:
         """One sample: how far behind is the loop's or the replicas' lag since the last sample, whichever is larger;
         the router's lag is the least of the last :data:`STANDING_SAMPLES` of them. The new calls' wait moves the
-        fraction refused (PIE's update)."""
+        fraction refused (PIE's update), and the calls since the last sample the arrival rate."""
+        now_s = time.monotonic() if now_s is None else now_s
+        dt, self._last_tick = now_s - self._last_tick, now_s
+        if dt > 0:
+            w = -math.expm1(-dt / RATE_WINDOW_S)
+            self.arrival_rate += w * (self._arrivals / dt - self.arrival_rate)
+            self._arrivals = 0
         self._recent.append(max((loop_lag_s, "loop"), (self._emit_lag_s, "emit")))
         self.lag_s, self.cause = min(self._recent) if len(self._recent) == STANDING_SAMPLES else (0.0, "loop")
         self._emit_lag_s = 0.0

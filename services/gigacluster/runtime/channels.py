@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import functools
 import ipaddress
+import json
 import os
 import pathlib
 from collections.abc import Mapping
@@ -70,15 +71,30 @@ MESH_CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str, tls: Tls | None = None, *, metered: bool = True) -> grpc.aio.Channel:
+#: gRPC's own retry policy (gRFC A6) for calls the mesh refused with RESOURCE_EXHAUSTED: a refusal is made before
+#: any work (a saturated router or replica queue, a rate limit) and carries the server's pushback
+#: (``grpc-retry-pushback-ms``, from its retry-after); one without a retry-after carries a negative pushback, which
+#: tells the channel not to retry. Up to 4 retries, after which the refusal reaches the caller as before.
+RETRY_REFUSED_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{}],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "5s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]})
+
+
+def open_channel(endpoint: str, tls: Tls | None = None, *, metered: bool = True,
+                 retry_refused: bool = False) -> grpc.aio.Channel:
     """A channel to ``endpoint``: mTLS when configured (argument or environment), else plain. In
-    event-clock mode its calls are counted for the clock (``metered``; not the clock's own channel)."""
+    event-clock mode its calls are counted for the clock (``metered``; not the clock's own channel).
+    ``retry_refused``: gRPC retries calls refused with RESOURCE_EXHAUSTED after the server's pushback
+    (:data:`RETRY_REFUSED_CONFIG`); off for the mesh's own channels and the load client, which must see every
+    refusal."""
     tls = tls or Tls.from_env()
     interceptors = client_interceptors(clock.active()) if metered else []
+    options = [*MESH_CHANNEL_OPTIONS, *([("grpc.service_config", RETRY_REFUSED_CONFIG)] if retry_refused else [])]
     if tls is None:
-        return grpc.aio.insecure_channel(endpoint, options=MESH_CHANNEL_OPTIONS, interceptors=interceptors or None)
+        return grpc.aio.insecure_channel(endpoint, options=options, interceptors=interceptors or None)
     return grpc.aio.secure_channel(endpoint, tls.channel_credentials(),
-                                   options=[*MESH_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", SERVER_NAME)],
+                                   options=[*options, ("grpc.ssl_target_name_override", SERVER_NAME)],
                                    interceptors=interceptors or None)
 
 

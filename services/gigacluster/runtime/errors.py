@@ -47,6 +47,10 @@ def classify(exc: BaseException) -> tuple[str, str, str, dict[str, str]]:
     return "INTERNAL", "INTERNAL", f"internal error ({type(exc).__name__}); see the service log", {}
 
 
+#: gRPC's server-pushback trailer (gRFC A6, "gRPC Retry Design"): milliseconds before a retry, negative for none.
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+
+
 class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
     """A grpc.Status carrying extra trailing metadata (e.g. ``retry-after-s``)."""
 
@@ -62,9 +66,13 @@ def to_status(exc: BaseException) -> grpc.Status:
     status = rpc_status.to_status(status_pb2.Status(code=getattr(code_pb2, code), message=message, details=[detail]))
     trailing = tuple(status.trailing_metadata)
     if "retry_after_s" in metadata:
-        # A trailer clients can read without decoding the details (as HTTP's Retry-After).
-        trailing += (("retry-after-s", metadata["retry_after_s"]),
-                     ("retry-after-ms", str(max(1, math.ceil(1000 * float(metadata["retry_after_s"]))))))
+        # A trailer clients can read without decoding the details (as HTTP's Retry-After), and gRPC's own
+        # server pushback (gRFC A6), which a channel with a retry policy obeys without any code of ours.
+        ms = str(max(1, math.ceil(1000 * float(metadata["retry_after_s"]))))
+        trailing += (("retry-after-s", metadata["retry_after_s"]), ("retry-after-ms", ms),
+                     (RETRY_PUSHBACK, ms))
+    elif code == "RESOURCE_EXHAUSTED":
+        trailing += ((RETRY_PUSHBACK, "-1"),)  # gRFC A6: a negative pushback asks a retrying client not to retry
     return _Status(status.code, status.details, trailing)
 
 
