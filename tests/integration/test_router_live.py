@@ -143,8 +143,10 @@ async def test_resource_exhausted_carries_retry_after_s_trailer(small: Client) -
 
 
 async def _fill(gc: Client, stats: Callable[[], Awaitable[Any]]) -> list[asyncio.Future[Any]]:
-    """Four long requests running and eight queued on the flood deployment (batch 4, queue 8): it has no room."""
-    running = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 400)) for i in range(4)]
+    """Four long requests running and eight queued on the flood deployment (batch 4, queue 8): it has no room. The
+    running four ask for 2,000 tokens (1.5 s of wall time at the tests' speed-up 10): at 400 one could end before
+    the fourth started on a loaded machine, and the deployment would never be full."""
+    running = [asyncio.ensure_future(_one(gc, "deployments/flood", [500 + i] * 32, 2000)) for i in range(4)]
     await _until(lambda st: st.running >= 4, stats, running)
     queued = [asyncio.ensure_future(_one(gc, "deployments/flood", [600 + i] * 32, 400)) for i in range(8)]
     await _until(lambda st: st.queue_depth >= 8, stats, running + queued)
@@ -172,7 +174,8 @@ def _flood_stats(gc: Client) -> Callable[[], Awaitable[Any]]:
 async def test_a_client_that_retries_refusals_is_served_after_the_servers_pushback(stack: Stack, small: Client) -> None:
     """With the deployment full (4 running, 8 queued), a plain client's request is RESOURCE_EXHAUSTED with gRPC's
     server pushback (grpc-retry-pushback-ms, gRFC A6, equal to its retry-after-ms); the same request from
-    Client(retry_refused=True) is refused too, and gRPC itself retries it after the pushback until it is served."""
+    Client(retry_refused=True) is refused too, and once the deployment has room gRPC itself retries it, after the
+    pushback, and it is served."""
     stats = _flood_stats(small)
     fill = await _fill(small, stats)
     r0 = (await stats()).rejected
@@ -181,10 +184,13 @@ async def test_a_client_that_retries_refusals_is_served_after_the_servers_pushba
     trailers = dict(plain.trailing_metadata() or ())
     assert int(trailers["grpc-retry-pushback-ms"]) == int(trailers["retry-after-ms"]) > 0
     async with Client(stack.endpoints, small.api_key, retry_refused=True) as retrying:
-        got = await _one(retrying, "deployments/flood", [801] * 32, 8)
+        call = asyncio.ensure_future(_one(retrying, "deployments/flood", [801] * 32, 8))
+        await _until(lambda st: st.rejected >= r0 + 2, stats, [*fill, call])  # its first attempt was refused
+        for f in fill:  # the clients give up: the deployment has room
+            f.cancel()
+        await asyncio.gather(*fill, return_exceptions=True)
+        got = await call
     assert not isinstance(got, grpc.aio.AioRpcError) and got.usage.completion_tokens == 8, got
-    assert (await stats()).rejected - r0 >= 2  # the plain call's refusal and the retrying call's first attempt
-    assert all(not isinstance(r, grpc.aio.AioRpcError) for r in await asyncio.gather(*fill))
 
 
 async def test_low_priority_is_shed_for_high_priority(small: Client) -> None:
