@@ -83,12 +83,12 @@ async def test_flood_sheds_cleanly_with_retry_after_and_bounded_state(stack: Sta
     gc = small
     pid = stack.procs["router"].proc.pid  # type: ignore[union-attr]
     depth_seen: list[int] = []
+    stats = _flood_stats(gc)
 
     async def watch(stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                st = (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
-                                               metadata=gc.md)).deployments[0]
+                st = await stats()
             except grpc.aio.AioRpcError as e:  # the flood spends the tenant's RPC rate; the watcher may wait too
                 assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
             else:
@@ -124,8 +124,7 @@ async def test_flood_sheds_cleanly_with_retry_after_and_bounded_state(stack: Sta
           f"max running+queued {max(depth_seen)}, router RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB")
     # 5x the offered load of the warm-up flood, memory flat: nothing is kept per rejected request.
     assert rss1 - rss0 < 16 * 2**20, f"router RSS grew {(rss1 - rss0) / 2**20:.1f} MiB"
-    st = (await gc.router.GetStats(router_pb2.GetStatsRequest(deployment="deployments/flood"),
-                                   metadata=gc.md)).deployments[0]
+    st = await stats()
     # Calls over the tenant's RPC rate, and those the router refuses for itself (its calls waiting in gRPC's
     # queue, router/overload.py), are refused before they reach the deployment and are not its rejections.
     router_wide = ("over its RPC rate", "in the router's gRPC queue", "the router is")
