@@ -6,7 +6,14 @@ import pytest
 
 from gigacluster.hw.catalog import get_chip
 from gigacluster.model import SpecError
-from gigacluster.model.roofline import EfficiencyParams, Work, compute_efficiency, work_time_s, works_time_s
+from gigacluster.model.roofline import (
+    EfficiencyParams,
+    Work,
+    compute_efficiency,
+    head_dim_factor,
+    work_time_s,
+    works_time_s,
+)
 
 H100 = get_chip("h100-sxm")
 
@@ -63,8 +70,39 @@ def test_attention_efficiency_grows_with_sequence_and_head_dim() -> None:
     long = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 4096, 128))
     short = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 128, 128))
     thin = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 4096, 64))
+    wide = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 4096, 256))
     assert compute_efficiency(H100, long) > compute_efficiency(H100, short)
-    assert compute_efficiency(H100, thin) == pytest.approx(compute_efficiency(H100, long) / 2)
+    assert compute_efficiency(H100, thin) < compute_efficiency(H100, long) < compute_efficiency(H100, wide)
+    p = EfficiencyParams.for_chip(H100)
+    assert compute_efficiency(H100, thin) == pytest.approx(compute_efficiency(H100, long) * head_dim_factor(p, 64))
+
+
+@pytest.mark.parametrize(("chip", "per_exp", "at_64"), [("a100-80gb", 128, 0.889), ("h100-sxm", 253.6, 0.819),
+                                                       ("gb200", 500, 0.736), ("gb300", 233.6, 0.829)])
+def test_thin_heads_cost_what_their_exponentials_cost(chip: str, per_exp: float, at_64: float) -> None:
+    """A score costs 4 x head_dim matrix FLOPs forward and 10 x head_dim backward, one exponential each way. The
+    matrix FLOPs per exponential: A100 312 TFLOPS dense on 108 SMs at 1.41 GHz (2,048 a clock per SM) over the 16
+    MUFU.EX2 a clock per SM of the CUDA C++ Programming Guide's throughput table (128); H100 989 TFLOPS of matmul
+    against 3.9 TFLOPS of exponentials (FlashAttention-3, arXiv 2407.08608, section 3); GB200 and GB300 2.5 PFLOPS
+    dense BF16 against 5 and 10.7 TeraExponentials/s (NVIDIA, 'Inside NVIDIA Blackwell Ultra', 2025). Not
+    overlapped, head dim 64 runs at (1 + r / 896) / (1 + r / 448) of head dim 128's rate."""
+    p = EfficiencyParams.for_chip(chip)
+    assert p.tensor_flops_per_exp == pytest.approx(per_exp)
+    assert head_dim_factor(p, 128) == 1.0
+    assert head_dim_factor(p, 64) == pytest.approx(at_64, abs=0.001)
+    assert head_dim_factor(p, 64) == pytest.approx((1 + per_exp / 896) / (1 + per_exp / 448))
+    assert head_dim_factor(p, 192) > 1.0
+
+
+def test_gb300s_attention_ceiling_is_gb200s_with_its_exponentials_twice_as_fast() -> None:
+    """Blackwell Ultra keeps GB200's dense tensor rate and doubles the SFU's (NVIDIA, 'Making Softmax More Efficient
+    with NVIDIA Blackwell Ultra', 2025): at head dim 128 its attention ceiling is GB200's with the exponentials'
+    share of the kernel taken at the new rate."""
+    gb200, gb300 = EfficiencyParams.for_chip("gb200"), EfficiencyParams.for_chip("gb300")
+    exps_share = (1 + gb200.tensor_flops_per_exp / 896) / (1 + gb300.tensor_flops_per_exp / 896)
+    expect = gb200.attention_peak_fraction * exps_share
+    assert gb300.attention_peak_fraction == pytest.approx(expect, abs=0.001)
+    assert gb300.matmul_peak_fraction == gb200.matmul_peak_fraction
 
 
 def test_memory_bound_work_runs_at_hbm_fraction_and_ignores_clock() -> None:

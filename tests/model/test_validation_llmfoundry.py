@@ -44,9 +44,9 @@ CAUSES = {
                "without, plus attention) is at or above the model's in-step GEMM rate (matmul_peak_fraction 0.80 x "
                "sustained_fraction 0.80 = 0.64 of peak); the model charges the whole forward that checkpoint_wrapper "
                "re-runs per MPTBlock, and no published figure lets a 2023 A100 run its GEMMs faster in a step",
-    "thin_heads": "head dim 64 (125m, 350m): the model's thin-head factor min(1, head_dim / 128), an assumption, "
-                  "halves the attention rate, and no A100 rate of the Triton kernel at head dim 64 was found to "
-                  "replace it",
+    "small_model": "125m only (d_model 768, 12 layers): every row runs 11-23% slower than modelled, at 512 tokens "
+                   "as at 32,768, where the 350m rows at the same head dim 64 and kernel land within 8%; the share "
+                   "that grows with the GPU count (+12% on 8 A100 40GB, +23% on 128) is not traced",
     "triton": "attention is most of this step; the Triton kernel's rate is the FlashAttention-2 paper's bound (FA2 at "
               "most 1.3x faster on A100), and the row runs as if the gap were wider",
     "table": "the row disagrees with its own table: 30b at 8,192 tokens runs 29% (A100 80GB) and 23% (H100) below its "
@@ -103,23 +103,23 @@ A100_80GB = """
 760m 2048 8 24 2 384 32434 F D
 760m 1024 8 48 2 768 29765 F D +0.146 table
 760m 512 8 96 2 1536 29446 F D +0.205 table
-350m 65536 8 1 2 16 7524 F D -0.368 thin_heads
-350m 32768 8 2 2 32 13652 F D -0.346 thin_heads
-350m 16384 8 4 2 64 23559 F D -0.326 thin_heads
-350m 8192 8 8 2 128 36569 F D -0.288 thin_heads
-350m 4096 8 16 2 256 49555 F D -0.228 thin_heads
-350m 2048 8 32 2 512 58782 F D -0.149 thin_heads
+350m 65536 8 1 2 16 7524 F D
+350m 32768 8 2 2 32 13652 F D
+350m 16384 8 4 2 64 23559 F D
+350m 8192 8 8 2 128 36569 F D
+350m 4096 8 16 2 256 49555 F D
+350m 2048 8 32 2 512 58782 F D
 350m 1024 8 64 2 1024 64813 F D
 350m 512 8 128 2 2048 69330 F D
-125m 65536 8 1 2 16 20368 F D -0.376 thin_heads
-125m 32768 8 2 2 32 36407 F D -0.344 thin_heads
-125m 16384 8 4 2 64 60040 F D -0.290 thin_heads
-125m 8192 8 8 2 128 90392 F D -0.224 thin_heads
-125m 4096 8 16 2 256 118396 F D -0.125 thin_heads
-125m 2048 8 40 2 640 142830 F D
-125m 2048 8 32 2 512 141737 F D
-125m 1024 8 64 2 1024 156468 F D
-125m 512 8 128 2 2048 165681 F D
+125m 65536 8 1 2 16 20368 F D
+125m 32768 8 2 2 32 36407 F D
+125m 16384 8 4 2 64 60040 F D
+125m 8192 8 8 2 128 90392 F D
+125m 4096 8 16 2 256 118396 F D +0.124 small_model
+125m 2048 8 40 2 640 142830 F D +0.129 small_model
+125m 2048 8 32 2 512 141737 F D +0.134 small_model
+125m 1024 8 64 2 1024 156468 F D +0.147 small_model
+125m 512 8 128 2 2048 165681 F D +0.150 small_model
 """
 A100_40GB = """
 70b 2048 128 4 1 512 376 T P
@@ -178,28 +178,28 @@ A100_40GB = """
 760m 2048 8 12 4 384 30173 F P
 760m 1024 8 24 4 768 33422 F P
 760m 512 8 48 4 1536 34938 F P
-350m 32768 8 1 4 32 13416 F P -0.339 thin_heads
-350m 16384 8 2 4 64 22896 F P -0.314 thin_heads
-350m 8192 8 4 4 128 34933 F P -0.268 thin_heads
-350m 4096 8 8 4 256 46833 F P -0.204 thin_heads
+350m 32768 8 1 4 32 13416 F P
+350m 16384 8 2 4 64 22896 F P
+350m 8192 8 4 4 128 34933 F P
+350m 4096 8 8 4 256 46833 F P
 350m 2048 128 18 1 2304 51934 F P
 350m 2048 64 18 1 1152 52689 F P
-350m 2048 32 18 1 576 53811 F P -0.108 thin_heads
-350m 2048 16 18 1 288 55413 F P -0.133 thin_heads
-350m 2048 8 16 4 512 55995 F P -0.136 thin_heads
+350m 2048 32 18 1 576 53811 F P
+350m 2048 16 18 1 288 55413 F P
+350m 2048 8 16 4 512 55995 F P
 350m 1024 8 32 4 1024 62523 F P
 350m 512 8 64 4 2048 66284 F P
-125m 32768 8 1 4 32 32651 F P -0.275 thin_heads
-125m 16384 8 2 3 48 55484 F P -0.243 thin_heads
-125m 8192 8 5 3 120 86858 F P -0.208 thin_heads
-125m 4096 8 13 3 312 115162 F P -0.128 thin_heads
-125m 2048 128 26 1 3328 123936 F P
-125m 2048 64 26 1 1664 125234 F P
-125m 2048 32 26 1 832 127122 F P
-125m 2048 16 26 1 416 130535 F P
-125m 2048 8 26 3 624 136334 F P
-125m 1024 8 52 3 1248 148289 F P
-125m 512 8 104 3 2496 156735 F P
+125m 32768 8 1 4 32 32651 F P +0.179 small_model
+125m 16384 8 2 3 48 55484 F P +0.153 small_model
+125m 8192 8 5 3 120 86858 F P +0.108 small_model
+125m 4096 8 13 3 312 115162 F P +0.110 small_model
+125m 2048 128 26 1 3328 123936 F P +0.226 small_model
+125m 2048 64 26 1 1664 125234 F P +0.218 small_model
+125m 2048 32 26 1 832 127122 F P +0.202 small_model
+125m 2048 16 26 1 416 130535 F P +0.172 small_model
+125m 2048 8 26 3 624 136334 F P +0.124 small_model
+125m 1024 8 52 3 1248 148289 F P +0.147 small_model
+125m 512 8 104 3 2496 156735 F P +0.149 small_model
 """
 H100_BF16 = """
 70b 2048 64 8 4 2048 1039 T D
@@ -318,7 +318,7 @@ def test_llmfoundry_missed_row_at_its_documented_error(row: Row) -> None:
 
 
 # (rows, met within 10%, median |error|, max |error|) per table, as docs/validation.md 1b states them.
-FIGURES = {"a100-80gb": (61, 32, 0.092, 0.376), "a100-40gb": (78, 51, 0.048, 0.339), "h100-sxm": (52, 22, 0.111, 0.279)}
+FIGURES = {"a100-80gb": (61, 38, 0.083, 0.245), "a100-40gb": (78, 51, 0.045, 0.234), "h100-sxm": (52, 22, 0.111, 0.279)}
 
 
 @pytest.mark.parametrize("chip", list(FIGURES))

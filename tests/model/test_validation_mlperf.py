@@ -140,7 +140,7 @@ DOCUMENTED = {
     "v5.1-llama31-8b-b200-16-uf": -0.015, "v5.1-llama31-8b-b200-16-dell": 0.024, "v5.1-llama31-8b-b200-32-uf": 0.09,
     "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.309, "v5.1-llama31-8b-b200-64-oracle": 0.091,
     "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.206,
-    "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": -0.003,
+    "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": 0.031,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
           "alone (docs/validation.md 1c)")
@@ -261,17 +261,16 @@ def test_the_1_kw_mi350x_ran_23_percent_slower_than_the_mi355x_where_the_model_g
     assert mlperf_error(mi350) > 0 > mlperf_error(mi355)
 
 
-def test_the_gb300_rack_ran_13_percent_faster_than_the_gb200_rack_where_the_model_gives_none() -> None:
+def test_the_gb300_rack_ran_13_percent_faster_than_the_gb200_rack_where_the_model_gives_3() -> None:
     """One NVL72 rack of each at the same shape (72 GPUs, batch 36 x 1, CP 2, FP8, NVIDIA's configs): GB200
     (``tyche_ngpu72``) 0.1677 s a step, GB300 (``theia_ngpu72``) 0.1462 s (block means of two runs each: 0.14619 and
     0.14613). Blackwell Ultra has GB200's FP8 and BF16 tensor peaks (GB300 NVL72 datasheet: 360 PF FP8 dense per rack)
     but twice its attention exponent rate (SFU EX2, 10.7 against 5 TeraExponentials/s), 1,400 W against 1,200 and
-    800 Gb/s NICs; the model, which prices attention by its tensor rate alone, gives the two racks the same step
-    within 1%. So its GB300 row is within 1% where its GB200 row at the same shape is 15% fast: read together, the
-    model's Blackwell step at this shape is the GB300's, and what it misses on GB200 is at least the exponent rate
-    that Blackwell Ultra doubled (docs/validation.md 1c)."""
+    800 Gb/s NICs. The model prices the exponent rate in attention (catalog ``tensor_flops_per_exp``, GB300's
+    attention ceiling derived from GB200's) and gives the GB300 step 2.8% shorter: its GB300 row is +3.1% where its
+    GB200 row at the same shape is +15% (docs/validation.md 1c)."""
     gb200, gb300 = _row("v5.1-llama31-8b-gb200-72-nvidia"), _row("v5.1-llama31-8b-gb300-72-nvidia")
     assert gb200[9] / gb300[9] - 1.0 == pytest.approx(0.147, abs=0.005)
     e200, e300 = (estimate_train(_spec(r, "none")) for r in (gb200, gb300))
-    assert abs(e300.step_time_s / e200.step_time_s - 1.0) < 0.01
-    assert abs(mlperf_error(gb300)) < 0.01 < 0.10 < mlperf_error(gb200)
+    assert e200.step_time_s / e300.step_time_s - 1.0 == pytest.approx(0.028, abs=0.005)
+    assert abs(mlperf_error(gb300)) < 0.05 < 0.10 < mlperf_error(gb200)

@@ -74,11 +74,11 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], float,
     ("25.09-llama3-70b-h100-64", L70, "h100-sxm", 64, 128, 1, {"tp": 4, "pp": 8, "virtual_stages": 5}, 1619, None),
     ("25.09-llama31-405b-h100-1024", L405, "h100-sxm", 1024, 512, 1,
      {"tp": 8, "pp": 8, "cp": 2, "virtual_stages": 8}, 302, None),
-    # DGX-GB300 (25.11): the model has GB300 at GB200's FP8 tensor peak (the GB300 NVL72 datasheet) and no term for
-    # what made these runs 19% (8B) faster than GB200's at the same layout (test below)
-    ("25.11-llama3-8b-gb300-8", L3, "gb300", 8, 128, 2, {}, 37556, -0.143),
+    # DGX-GB300 (25.11): the model has GB300 at GB200's FP8 tensor peak (the GB300 NVL72 datasheet) with its doubled
+    # exponent rate in attention: 4% of what made these runs 19% (8B) faster than GB200's at one layout (test below)
+    ("25.11-llama3-8b-gb300-8", L3, "gb300", 8, 128, 2, {}, 37556, -0.109),
     ("25.11-llama31-405b-gb300-256", L405, "gb300", 256, 1536, 1, {"tp": 2, "pp": 8, "cp": 2, "virtual_stages": 4},
-     999, -0.190),
+     999, -0.178),
 ]
 
 
@@ -111,26 +111,26 @@ def test_nemo_dense_row(row: tuple) -> None:
 
 def test_nemo_dense_family_median() -> None:
     """Over the 20 rows of H100, B200 and GB200 the median |error| is at most 5% and the max at most 10% (the
-    issue's training targets; 2.4% and 7.8%); with the two GB300 rows the family's max is 19% (docs/validation.md
+    issue's training targets; 2.4% and 7.8%); with the two GB300 rows the family's max is 18% (docs/validation.md
     1b)."""
     errs = [abs(_error(r)) for r in ROWS if r[2] != "gb300"]
     assert len(errs) == 20
     assert statistics.median(errs) <= 0.05
     assert max(errs) <= 0.10
     every = [abs(_error(r)) for r in ROWS]
-    assert max(every) == pytest.approx(0.190, abs=0.03)
+    assert max(every) == pytest.approx(0.178, abs=0.03)
 
 
-def test_gb300_ran_faster_than_gb200_at_the_same_layout_where_the_model_gives_none() -> None:
+def test_gb300_ran_19_percent_faster_than_gb200_at_the_same_layout_where_the_model_gives_4() -> None:
     """Megatron-Bridge 25.11, Llama 3 8B on 8 GPUs, FP8-CS, batch 128 x 2: 37,556 tokens/s/GPU on DGX-GB300 against
     31,508 on DGX-GB200, 19% more (MLPerf v5.1's two NVL72 racks: 13%, tests/model/test_validation_mlperf.py). GB300
     has GB200's FP8 tensor peak (the GB300 NVL72 datasheet: 360 PF dense FP8 per rack) and twice its attention
-    exponent rate, 1,400 W against 1,200; the model, which prices attention by its tensor rate, gives the two the
-    same throughput within 1%, so its GB300 rows are 14-19% slow where its GB200 rows of this family are within
-    3%. The same gap the MLPerf pair shows, from the other side: no term of the model carries it."""
+    exponent rate, 1,400 W against 1,200; the model prices the exponent rate in attention and gives the GB300 3.9%
+    more, so its GB300 rows are 11-18% slow where its GB200 rows of this family are within 3%. The same gap the
+    MLPerf pair shows, from the other side: what is left of it has no term in the model."""
     gb200 = next(r for r in ROWS if r[0] == "25.11-llama3-8b-gb200-8")
     gb300 = next(r for r in ROWS if r[0] == "25.11-llama3-8b-gb300-8")
     assert gb300[7] / gb200[7] - 1.0 == pytest.approx(0.192, abs=0.005)
     model_ratio = (1.0 + _error(gb300)) * gb300[7] / ((1.0 + _error(gb200)) * gb200[7])
-    assert abs(model_ratio - 1.0) < 0.01
+    assert model_ratio - 1.0 == pytest.approx(0.039, abs=0.005)
     assert abs(_error(gb200)) < 0.03 and _error(gb300) < -0.10

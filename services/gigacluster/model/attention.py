@@ -38,7 +38,9 @@ def flash_core(spec: TrainSpec, window: bool) -> tuple[float, float, tuple[int, 
         qk, v = a.qk_head_dim, a.v_head_dim
         flops = 2.0 * T * s_eff * heads_t * (qk + v)
         bytes_ = 2.0 * (T * heads_t * (qk + v) + T * heads_t * v + a.seq_len * heads_t * (qk + v))
-        return flops, bytes_, (T, s_eff, qk)
+        # The shape's head dimension is the mean of the score's and the value's: 4 x it FLOPs per score, one
+        # exponential (roofline.head_dim_factor).
+        return flops, bytes_, (T, s_eff, (qk + v) // 2)
     return 4.0 * T * s_eff * q_t, 2.0 * (2 * T * q_t + 2 * a.seq_len * kv_t), (T, s_eff, hd)
 
 

@@ -16,7 +16,9 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
   ``flash_triton_fraction``), shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile
   quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
-  loop) x ``min(1, head_dim / 128)`` (thin heads starve the matrix units);
+  loop) x the head-dimension factor of :func:`head_dim_factor` (the softmax's exponentials, one per score, run
+  on the special-function units beside the matrix units' 4 x head_dim FLOPs per score: thin heads leave the
+  exponentials a larger share of the kernel; the kind ceiling is the rate at head dim 128);
 * elementwise and memory work: bandwidth bound, HBM fraction only.
 
 Attention whose queries fill less than one tile (``seq_q`` below ``tile_m``: a decode kernel, whose rows are
@@ -122,6 +124,7 @@ class EfficiencyParams:
     fp8_skinny_call_s: float  # fixed time of one FP8 library GEMM call with m below one tile (0: the roofline alone)
     fp8_skinny_hbm_fraction: float  # share of HBM bandwidth its weight stream reaches beyond that
     ranks_per_chip: int  # framework ranks one chip runs (Neuron on Trn1: one per NeuronCore-v2)
+    tensor_flops_per_exp: float  # dense 16-bit matrix FLOPs the chip issues in the time it issues one exponential
 
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "flash_triton_fraction", "sustained_fraction",
@@ -132,6 +135,8 @@ class EfficiencyParams:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
         if self.tile_m < 1 or self.tile_n < 1 or self.tile_k < 1 or self.compute_units < 1:
             raise SpecError("efficiency.tile_m", "tiles and compute_units must be >= 1")
+        if self.tensor_flops_per_exp <= 0:
+            raise SpecError("efficiency.tensor_flops_per_exp", f"must be > 0, got {self.tensor_flops_per_exp!r}")
         if self.ranks_per_chip < 1:
             raise SpecError("efficiency.ranks_per_chip", f"must be >= 1, got {self.ranks_per_chip!r}")
         if not 0 <= self.overlap_compute_share < 1:
@@ -213,8 +218,31 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
     eff = ceiling * p.sustained_fraction
     if len(work.shape) >= 3:
         seq_q, seq_kv, head_dim = work.shape[:3]
-        eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * min(1.0, head_dim / 128.0)
-    return max(eff, 1e-3)
+        eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * head_dim_factor(p, head_dim)
+    return min(1.0, max(eff, 1e-3))
+
+
+#: Head dimension at which the attention ceilings (``attention_peak_fraction``, ``flash_triton_fraction``) are stated.
+REFERENCE_HEAD_DIM = 128
+#: Matrix FLOPs per exponential per unit of head dimension over a fused attention's forward and backward: forward
+#: 4 d FLOPs (Q K^T and P V) and one exponential per score, backward 10 d (five matmuls) and one (P recomputed).
+_FLOPS_PER_EXP_PER_HEAD_DIM = (4 + 10) / 2
+
+
+def head_dim_factor(p: EfficiencyParams, head_dim: int) -> float:
+    """Rate of a fused attention at ``head_dim`` relative to its rate at :data:`REFERENCE_HEAD_DIM`.
+
+    Each score costs ``4 x head_dim`` matrix FLOPs forward (``10 x head_dim`` backward) but one exponential
+    whatever the head dimension, on the special-function units, which issue one exponential in the time the matrix
+    units issue ``tensor_flops_per_exp`` FLOPs (FlashAttention-3, arXiv 2407.08608, section 3: the H100's
+    989 TFLOPS of matmul against 3.9 TFLOPS of exponentials, "exponential can take 50% of the cycle time compared
+    to matmul" at head dim 128). With the two not overlapped (FlashAttention-2's kernels; a warp-specialised kernel
+    hides some of it, so this is the upper bound of the effect), a kernel's time per FLOP is proportional to
+    ``1 + tensor_flops_per_exp / (7 x head_dim)``: head dim 64 runs at 0.89 of head dim 128's rate on an A100,
+    0.82 on an H100; head dim 192 faster than 128.
+    """
+    r = p.tensor_flops_per_exp / _FLOPS_PER_EXP_PER_HEAD_DIM
+    return (1.0 + r / REFERENCE_HEAD_DIM) / (1.0 + r / max(1, head_dim))
 
 
 def _matmul_ceiling(p: EfficiencyParams, work: Work) -> float:
