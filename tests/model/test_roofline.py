@@ -77,21 +77,42 @@ def test_attention_efficiency_grows_with_sequence_and_head_dim() -> None:
     assert compute_efficiency(H100, thin) == pytest.approx(compute_efficiency(H100, long) * head_dim_factor(p, 64))
 
 
-@pytest.mark.parametrize(("chip", "per_exp", "at_64"), [("a100-80gb", 128, 0.889), ("h100-sxm", 253.6, 0.819),
-                                                       ("gb200", 500, 0.736), ("gb300", 233.6, 0.829)])
-def test_thin_heads_cost_what_their_exponentials_cost(chip: str, per_exp: float, at_64: float) -> None:
+@pytest.mark.parametrize(("chip", "per_exp", "forward_64", "both_64"), [
+    ("a100-80gb", 128, 0.833, 0.891), ("h100-sxm", 253.6, 0.751, 0.824),
+    ("gb200", 500, 0.669, 0.745), ("gb300", 233.6, 0.761, 0.833)])
+def test_thin_heads_cost_what_their_exponentials_cost(chip: str, per_exp: float, forward_64: float,
+                                                      both_64: float) -> None:
     """A score costs 4 x head_dim matrix FLOPs forward and 10 x head_dim backward, one exponential each way. The
     matrix FLOPs per exponential: A100 312 TFLOPS dense on 108 SMs at 1.41 GHz (2,048 a clock per SM) over the 16
     MUFU.EX2 a clock per SM of the CUDA C++ Programming Guide's throughput table (128); H100 989 TFLOPS of matmul
     against 3.9 TFLOPS of exponentials (FlashAttention-3, arXiv 2407.08608, section 3); GB200 and GB300 2.5 PFLOPS
     dense BF16 against 5 and 10.7 TeraExponentials/s (NVIDIA, 'Inside NVIDIA Blackwell Ultra', 2025). Not
-    overlapped, head dim 64 runs at (1 + r / 896) / (1 + r / 448) of head dim 128's rate."""
+    overlapped, head dim 64 runs forward at (1 + r / 512) / (1 + r / 256) of head dim 128's rate, backward at
+    (1 + r / 1280) / (1 + r / 640); a training step's forward and backward (2.5 x the forward's FLOPs) together at
+    the time-weighted mean of the two."""
     p = EfficiencyParams.for_chip(chip)
     assert p.tensor_flops_per_exp == pytest.approx(per_exp)
-    assert head_dim_factor(p, 128) == 1.0
-    assert head_dim_factor(p, 64) == pytest.approx(at_64, abs=0.001)
-    assert head_dim_factor(p, 64) == pytest.approx((1 + per_exp / 896) / (1 + per_exp / 448))
+    assert head_dim_factor(p, 128) == head_dim_factor(p, 128, 10) == 1.0
+    assert head_dim_factor(p, 64) == pytest.approx((1 + per_exp / 512) / (1 + per_exp / 256))
+    assert head_dim_factor(p, 64, 10) == pytest.approx((1 + per_exp / 1280) / (1 + per_exp / 640))
+    assert head_dim_factor(p, 64) == pytest.approx(forward_64, abs=0.001)
+    fwd = Work(1e12, 1e6, "bf16", "attention", 1, (8192, 8192, 64))
+    bwd = Work(2.5e12, 2.5e6, "bf16", "attention", 1, (8192, 8192, 64, 10))
+    ref = [Work(w.flops, w.bytes_, "bf16", "attention", 1, (8192, 8192, 128, *w.shape[3:])) for w in (fwd, bwd)]
+    assert works_time_s(get_chip(chip), ref) / works_time_s(get_chip(chip), [fwd, bwd]) == pytest.approx(
+        both_64, abs=0.002)
     assert head_dim_factor(p, 192) > 1.0
+
+
+def test_blackwell_forward_attention_loses_what_fa4_lost_at_head_dim_64() -> None:
+    """Dao-AILab/flash-attention PR 2605 (2026) benchmarks FlashAttention-4's forward on a Blackwell GPU (its MFU and
+    bandwidth columns are of 2.5 PFLOPS and 8 TB/s): non-causal, 16,384 tokens, 1,225-1,243 TFLOPS at head dim 64
+    against 1,882 at 128, 0.65-0.66 of it. GB200's exponential rate gives a forward pass 0.669 (GB300's doubled
+    one would give 0.761): the cause and its size, from the chip's rates alone."""
+    gb200 = get_chip("gb200")
+    thin = Work(1e12, 1e6, "bf16", "attention", 1, (16384, 16384, 64))
+    wide = Work(1e12, 1e6, "bf16", "attention", 1, (16384, 16384, 128))
+    assert compute_efficiency(gb200, thin) / compute_efficiency(gb200, wide) == pytest.approx(1233 / 1882, abs=0.02)
 
 
 def test_gb300s_attention_ceiling_is_gb200s_with_its_exponentials_twice_as_fast() -> None:

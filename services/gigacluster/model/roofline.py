@@ -13,7 +13,8 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
   quantisation on m and n x wave quantisation of the output tiles over the chip's compute units,
   or stream-K's balanced split of the K loop when that is better x depth factor ``k / (k + k_overhead)``;
 * attention (``attention_triton``: the same fused algorithm in the 2022-2023 Triton kernel, at its own ceiling
-  ``flash_triton_fraction``), shape ``(seq_q, seq_kv, head_dim)``: kind ceiling x sustained fraction x tile
+  ``flash_triton_fraction``), shape ``(seq_q, seq_kv, head_dim)`` forward, ``(seq_q, seq_kv, head_dim,
+  BACKWARD_FLOPS_PER_SCORE)`` backward: kind ceiling x sustained fraction x tile
   quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x the head-dimension factor of :func:`head_dim_factor` (the softmax's exponentials, one per score, run
@@ -218,30 +219,34 @@ def compute_efficiency(chip: Chip, work: Work) -> float:
     eff = ceiling * p.sustained_fraction
     if len(work.shape) >= 3:
         seq_q, seq_kv, head_dim = work.shape[:3]
-        eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * head_dim_factor(p, head_dim)
+        per_score = work.shape[3] if len(work.shape) >= 4 else FORWARD_FLOPS_PER_SCORE
+        eff *= _tile_q(seq_q, p.tile_m) * seq_kv / (seq_kv + p.tile_n) * head_dim_factor(p, head_dim, per_score)
     return min(1.0, max(eff, 1e-3))
 
 
 #: Head dimension at which the attention ceilings (``attention_peak_fraction``, ``flash_triton_fraction``) are stated.
 REFERENCE_HEAD_DIM = 128
-#: Matrix FLOPs per exponential per unit of head dimension over a fused attention's forward and backward: forward
-#: 4 d FLOPs (Q K^T and P V) and one exponential per score, backward 10 d (five matmuls) and one (P recomputed).
-_FLOPS_PER_EXP_PER_HEAD_DIM = (4 + 10) / 2
+#: Matrix FLOPs per score per unit of head dimension of a fused attention, each pass with one exponential a score:
+#: forward 4 (Q K^T and P V), backward 10 (its five matmuls; P is recomputed, so its exponential too). A backward work
+#: item says so as the fourth element of its shape; without it an item is a forward pass.
+FORWARD_FLOPS_PER_SCORE = 4
+BACKWARD_FLOPS_PER_SCORE = 10
 
 
-def head_dim_factor(p: EfficiencyParams, head_dim: int) -> float:
-    """Rate of a fused attention at ``head_dim`` relative to its rate at :data:`REFERENCE_HEAD_DIM`.
+def head_dim_factor(p: EfficiencyParams, head_dim: int, flops_per_score: int = FORWARD_FLOPS_PER_SCORE) -> float:
+    """Rate of a fused attention pass at ``head_dim`` relative to its rate at :data:`REFERENCE_HEAD_DIM`.
 
-    Each score costs ``4 x head_dim`` matrix FLOPs forward (``10 x head_dim`` backward) but one exponential
-    whatever the head dimension, on the special-function units, which issue one exponential in the time the matrix
-    units issue ``tensor_flops_per_exp`` FLOPs (FlashAttention-3, arXiv 2407.08608, section 3: the H100's
-    989 TFLOPS of matmul against 3.9 TFLOPS of exponentials, "exponential can take 50% of the cycle time compared
-    to matmul" at head dim 128). With the two not overlapped (FlashAttention-2's kernels; a warp-specialised kernel
-    hides some of it, so this is the upper bound of the effect), a kernel's time per FLOP is proportional to
-    ``1 + tensor_flops_per_exp / (7 x head_dim)``: head dim 64 runs at 0.89 of head dim 128's rate on an A100,
-    0.82 on an H100; head dim 192 faster than 128.
+    Each score costs ``flops_per_score x head_dim`` matrix FLOPs (4 forward, 10 backward) but one exponential whatever
+    the head dimension, on the special-function units, which issue one exponential in the time the matrix units issue
+    ``tensor_flops_per_exp`` FLOPs (FlashAttention-3, arXiv 2407.08608, section 3: the H100's 989 TFLOPS of matmul
+    against 3.9 TFLOPS of exponentials, "exponential can take 50% of the cycle time compared to matmul" at head dim
+    128). With the two not overlapped (FlashAttention-2's kernels; a warp-specialised kernel hides some of it, so this
+    is the upper bound of the effect), a pass's time per FLOP is proportional to
+    ``1 + tensor_flops_per_exp / (flops_per_score x head_dim)``. Forward at head dim 64: 0.83 of head dim 128's rate on
+    an A100, 0.75 on an H100, 0.67 on a GB200; forward and backward together 0.89, 0.82 and 0.74. Head dims above 128
+    run faster than 128.
     """
-    r = p.tensor_flops_per_exp / _FLOPS_PER_EXP_PER_HEAD_DIM
+    r = p.tensor_flops_per_exp / flops_per_score
     return (1.0 + r / REFERENCE_HEAD_DIM) / (1.0 + r / max(1, head_dim))
 
 

@@ -24,7 +24,7 @@ from gigacluster.model.arch import ModelArch
 from gigacluster.model.attention import flash_core, materialized_works
 from gigacluster.model.attention import gemm_work as _gemm
 from gigacluster.model.comm import CommModel, GroupLayout, bus_factor
-from gigacluster.model.roofline import EfficiencyParams, Work, works_time_s
+from gigacluster.model.roofline import BACKWARD_FLOPS_PER_SCORE, EfficiencyParams, Work, works_time_s
 from gigacluster.model.step_memory import (
     RESERVED_FIXED_BYTES as RESERVED_FIXED_BYTES,
 )
@@ -175,8 +175,8 @@ def _layer_works(spec: TrainSpec, is_moe: bool = False, window: bool = False) ->
     else:
         kind = "attention_triton" if spec.attention_impl == "flash_triton" else "attention"
         fwd.append(Work(attn_flops, attn_bytes, "bf16", kind, 1, attn_shape))
-        # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores).
-        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", kind, 1, attn_shape))
+        # Flash backward runs 5 matmuls to the forward's 2 (it recomputes the scores): 10 x head_dim FLOPs a score.
+        bwd.append(Work(2.5 * attn_flops, 2.5 * attn_bytes, "bf16", kind, 1, (*attn_shape, BACKWARD_FLOPS_PER_SCORE)))
     # Elementwise (bandwidth bound): 2 RMSNorms and 2 residual adds on SP-sharded tokens (every
     # token on every TP rank without sequence parallelism), RoPE on q and k, the MLP activation
     # (MoE: plus permuting tokens to their experts and back).
