@@ -18,8 +18,9 @@ Time of one repetition = max(FLOPs / (peak x efficiency x clock), bytes / (HBM x
   quantisation on seq_q x
   ``seq_kv / (seq_kv + tile_n)`` (diagonal blocks and softmax rescaling amortised over the KV
   loop) x the head-dimension factor of :func:`head_dim_factor` (the softmax's exponentials, one per score, run
-  on the special-function units beside the matrix units' 4 x head_dim FLOPs per score: thin heads leave the
-  exponentials a larger share of the kernel; the kind ceiling is the rate at head dim 128);
+  on the special-function units beside the matrix units' 4 x head_dim FLOPs per score forward and 10 x head_dim
+  backward: thin heads leave the exponentials a larger share of the kernel; the kind ceiling is the rate at head
+  dim 128);
 * elementwise and memory work: bandwidth bound, HBM fraction only.
 
 Attention whose queries fill less than one tile (``seq_q`` below ``tile_m``: a decode kernel, whose rows are
