@@ -18,7 +18,8 @@ the submission (docs/validation.md section 1c gives every source line):
   ``FP8_PARAMS=1``, no recompute set); a row is global batch / the median throughput of the blocks after the first
   (warm-up). NVIDIA's
   NeMo implementation as run on B200 by the University of Florida (FP8: no FP4 config is sourced) and by Nebius and
-  Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'``, FP8 attention, no recompute), Dell,
+  Oracle (NVFP4: the logs print the resolved config, ``fp4_recipe='nvfp4'`` with every layer in it
+  (``first_last_layers_bf16: false``), FP8 attention, no recompute), Dell,
   Supermicro and NVIDIA's own GB200 NVL72 (``tyche_ngpu8`` in NVFP4, ``tyche_ngpu72`` in FP8, by their configs'
   names) and GB300 NVL72 (``theia_ngpu72``, ``config_GB300_18x4x1xtp1pp1cp2_8b.sh``: CP 2, FP8) logs a block-mean
   ``train_step_time``.
@@ -135,15 +136,15 @@ DOCUMENTED = {
     "v5.1-llama31-8b-mi355x-8-dell": -0.048, "v5.1-llama31-8b-mi355x-8-supermicro": -0.061,
     "v5.1-llama31-8b-mi350x-8-amd": 0.042, "v5.1-llama31-8b-mi350x-8-cisco": 0.077,
     "v5.1-llama31-8b-b200-8-uf": -0.04, "v5.1-llama31-8b-b200-64-uf": 0.086, "v5.1-llama31-8b-b200-256-uf": 0.276,
-    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.251, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.315,
-    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.248, "v5.1-llama31-8b-b200-8-supermicro-nvfp4": 0.24,
+    "v5.1-llama31-8b-b200-8-nebius-nvfp4": 0.082, "v5.1-llama31-8b-b200-16-nebius-nvfp4": 0.142,
+    "v5.1-llama31-8b-b200-8-oracle-nvfp4": 0.079, "v5.1-llama31-8b-b200-8-supermicro-nvfp4": 0.072,
     "v5.1-llama31-8b-b200-16-uf": -0.015, "v5.1-llama31-8b-b200-16-dell": 0.024, "v5.1-llama31-8b-b200-32-uf": 0.09,
-    "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.309, "v5.1-llama31-8b-b200-64-oracle": 0.091,
-    "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.206,
+    "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.149, "v5.1-llama31-8b-b200-64-oracle": 0.091,
+    "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.046,
     "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": 0.031,
 }
-MISSED = ("outside 10%: the software era, too little loss with the data-parallel size, and NVFP4 priced as its GEMMs "
-          "alone (docs/validation.md 1c)")
+MISSED = ("outside 10%: the software era, too little loss with the data-parallel size (NVFP4 on two and four B200 "
+          "nodes included) (docs/validation.md 1c)")
 
 
 def _spec(row: tuple, recompute: str) -> TrainSpec:
@@ -186,32 +187,33 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 42 rows as docs/validation.md 1c states them, 26 within 10% (the issue's
+    """Median and max |error| over the 42 rows as docs/validation.md 1c states them, 30 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
     assert len(errs) == 42
-    assert statistics.median(errs) == pytest.approx(0.082, abs=0.01)
-    assert max(errs) == pytest.approx(0.315, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 26
+    assert statistics.median(errs) == pytest.approx(0.075, abs=0.01)
+    assert max(errs) == pytest.approx(0.276, abs=0.03)
+    assert sum(e <= 0.10 for e in errs) == 30
 
 
 def _row(key: str) -> tuple:
     return next(r for r in ROWS if r[0] == key)
 
 
-def test_nvfp4_saved_less_than_half_the_time_the_model_gives_it() -> None:
-    """The NVFP4 misses, in the published figures alone: the same 8 B200, batch 16 x micro-batch 2, no recompute,
-    took 0.5389 s a step in FP8 (University of Florida) and 0.4516-0.4527 s in NVFP4 (Oracle, Nebius), 16% less.
-    The model, whose NVFP4 GEMMs run at the FP8 GEMMs' share of twice the peak and whose casts cost what FP8's do,
-    takes 36% off (35.6%; 36.4% before the overlapped DP collectives held their share of the SMs): what NVIDIA's
-    NVFP4 recipe adds beyond its GEMMs (random Hadamard transforms of the weight-gradient operands, 2D weight
-    scaling, stochastic rounding of the gradients) is not priced, and no published per-kernel time was found to
-    price it with."""
+def test_nvfp4_saved_16_percent_where_its_measured_gemm_rate_gives_25() -> None:
+    """The NVFP4 rows, in the published figures alone: the same 8 B200, batch 16 x micro-batch 2, no recompute, took
+    0.5389 s a step in FP8 (University of Florida) and 0.4516-0.4527 s in NVFP4 (Oracle, Nebius), 16% less. The
+    model's NVFP4 GEMMs run at the share of the FP4 peak vLLM's B200 benchmark measured (catalog
+    ``fp4_matmul_factor``: 0.718 of the BF16 share, where FP8's is 0.84) and its casts cost what FP8's do: it takes
+    25% off (36% when a 4-bit GEMM reached the 16-bit share of its peak, which left these rows 24-25% fast). What
+    NVIDIA's NVFP4 recipe adds beyond its GEMMs (random Hadamard transforms of the weight-gradient operands, 2D
+    weight scaling, stochastic rounding of the gradients) is not priced, and no published per-kernel time was found
+    to price it with; the 8-GPU rows are now within 10% (+7% to +8%)."""
     fp8, fp4 = _row("v5.1-llama31-8b-b200-8-uf"), _row("v5.1-llama31-8b-b200-8-oracle-nvfp4")
     assert 1.0 - fp4[9] / fp8[9] == pytest.approx(0.162, abs=0.01)
     model = 1.0 - estimate_train(_spec(fp4, "none")).step_time_s / estimate_train(_spec(fp8, "none")).step_time_s
-    assert model == pytest.approx(0.356, abs=0.02)
-    assert abs(mlperf_error(fp8)) < 0.05 < 0.20 < mlperf_error(fp4)
+    assert model == pytest.approx(0.254, abs=0.02)
+    assert abs(mlperf_error(fp8)) < 0.05 < mlperf_error(fp4) < 0.10
 
 
 def test_b200_steps_at_one_sequence_per_cp_pair_miss_by_a_constant_then_grow() -> None:

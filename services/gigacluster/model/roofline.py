@@ -120,6 +120,7 @@ class EfficiencyParams:
     tile_k: int  # K depth of one main-loop step (the stream-K work unit)
     stream_k_fraction: float  # rate of a K-split, balanced GEMM relative to a full-wave tiled one
     fp8_matmul_factor: float  # share of its 16-bit efficiency an FP8 GEMM reaches (of the FP8 peak)
+    fp4_matmul_factor: float  # share of its 16-bit efficiency a 4-bit (NVFP4, MXFP4) GEMM reaches (of the FP4 peak)
     paged_decode_call_s: float  # fixed time of one paged decode-attention call (0: the roofline alone)
     paged_decode_hbm_fraction: float  # share of HBM bandwidth its KV scan reaches beyond that
     paged_decode_floor_s: float  # least time of one paged decode-attention call however few its bytes (0: none)
@@ -131,7 +132,7 @@ class EfficiencyParams:
     def __post_init__(self) -> None:
         for f in ("matmul_peak_fraction", "attention_peak_fraction", "flash_triton_fraction", "sustained_fraction",
                   "hbm_peak_fraction", "skinny_hbm_fraction", "stream_k_fraction", "fp8_matmul_factor",
-                  "paged_decode_hbm_fraction", "fp8_skinny_hbm_fraction"):
+                  "fp4_matmul_factor", "paged_decode_hbm_fraction", "fp8_skinny_hbm_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise SpecError(f"efficiency.{f}", f"must be in (0, 1], got {v!r}")
@@ -251,10 +252,19 @@ def head_dim_factor(p: EfficiencyParams, head_dim: int, flops_per_score: int = F
     return (1.0 + r / REFERENCE_HEAD_DIM) / (1.0 + r / max(1, head_dim))
 
 
+#: Block-scaled 4-bit formats: one MMA kind on Blackwell (PTX ``tcgen05.mma.kind::mxf4nvf4``), so one factor.
+FP4_PRECISIONS = frozenset({"nvfp4", "mxfp4"})
+
+
 def _matmul_ceiling(p: EfficiencyParams, work: Work) -> float:
-    """Isolated-benchmark share of the precision's peak a large GEMM reaches: FP8 GEMMs reach less of
-    the FP8 peak than 16-bit GEMMs of theirs (same tiles and epilogue, twice the MAC rate)."""
-    return p.matmul_peak_fraction * (p.fp8_matmul_factor if work.precision == "fp8" else 1.0)
+    """Isolated-benchmark share of the precision's peak a large GEMM reaches: FP8 and 4-bit GEMMs reach less
+    of their peak than 16-bit GEMMs of theirs (the same tiles, pipeline and 16-bit epilogue at two and four
+    times the MAC rate)."""
+    if work.precision == "fp8":
+        return p.matmul_peak_fraction * p.fp8_matmul_factor
+    if work.precision in FP4_PRECISIONS:
+        return p.matmul_peak_fraction * p.fp4_matmul_factor
+    return p.matmul_peak_fraction
 
 
 def _skinny(work: Work, p: EfficiencyParams) -> bool:
