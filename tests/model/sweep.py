@@ -43,6 +43,7 @@ FAMILIES: dict[str, Callable[[], dict[str, float]]] = {
     "megascale": lambda: {**{f"table2-{r[0]}": megascale.megascale_error(r) for r in megascale.TABLE2_MEGATRON},
                           **{f"figure9-{r[0]}": megascale.figure9_error(r) for r in megascale.FIGURE9_MEGATRON}},
     "nemo": lambda: {r[0]: nemo._error(r) for r in nemo.ROWS},
+    "nemo-repro": lambda: {r[0]: nemo.repro_error(r) for r in nemo.REPRO_ROWS},
     "torchtitan": lambda: {r[0]: torchtitan.error(r) for r in torchtitan.ROWS},
     "llmfoundry": lambda: {llmfoundry.row_id(r): llmfoundry.error(r) for r in llmfoundry.ROWS},
     "neuron": lambda: {r[0]: neuron.trn1_error(r) for r in neuron.ROWS},

@@ -82,6 +82,37 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], float,
 ]
 
 
+# NeMo's own performance script as run outside NVIDIA, one precision at a time on the same node:
+# vuiseng9/nemo-perf-nvfp4 README.md (2025-10-24; NeMo 25.09 with Transformer Engine 2.8, whose NVFP4 recipe the run
+# enabled;
+# `python -m scripts.performance.llm.pretrain_llama3_8b -g b200 --compute_dtype fp8 --fp8_recipe ds|mxfp8|nvfp4`):
+# Llama 3 8B on 8 B200, GBS 128, MBS 2, sequence 8,192, TP = PP = CP = 1, tokens/s/GPU = GBS x 8,192 /
+# train_step_timing / 8. Its FP8 and MXFP8 figures are within 5% of NVIDIA's NeMo 25.07 table, as the README checks.
+# MXFP8 runs as the model's `fp8` (block or MX scaling).
+# (id, precision, published tokens/s/GPU, documented error or None)
+REPRO_ROWS: list[tuple[str, str, float, float | None]] = [
+    ("repro-25.09-llama3-8b-b200-8-bf16", "bf16", 21618, None),
+    ("repro-25.09-llama3-8b-b200-8-fp8-ds", "fp8", 29567, None),
+    ("repro-25.09-llama3-8b-b200-8-mxfp8", "fp8", 28432, None),
+    # NVFP4 saves 17% of the FP8 step here (MLPerf v5.1's runs: 16%); the model, its 4-bit GEMMs at their measured
+    # rate (catalog fp4_matmul_factor), saves 26%: the recipe's random Hadamard transforms, 2D weight scaling and
+    # stochastic rounding are not priced beyond the casts' bytes (docs/validation.md 1c)
+    ("repro-25.09-llama3-8b-b200-8-nvfp4", "nvfp4", 35578, 0.118),
+]
+
+
+def repro_error(row: tuple) -> float:
+    """Predicted / published tokens/s/GPU - 1 for a REPRO_ROWS row (the NeMo recipe's layout, selective recompute as
+    the rows above)."""
+    _, precision, published, _ = row
+    spec = TrainSpec.from_dict({
+        "model": {**L3, "seq_len": 8192}, "batch": {"global_batch": 128},
+        "parallelism": {"microbatch_size": 2, "recompute": "selective"},
+        "hardware": {"chip": "b200", "count": 8}, "precision": precision,
+    })
+    return estimate_train(spec).tokens_per_s / 8 / published - 1.0
+
+
 def _error(row: tuple) -> float:
     _, model, chip, gpus, gbs, mbs, par, published, _ = row
     seq = {"seq_len": 8192} if model.get("preset", "").startswith("llama3") else {}
@@ -134,3 +165,35 @@ def test_gb300_ran_19_percent_faster_than_gb200_at_the_same_layout_where_the_mod
     model_ratio = (1.0 + _error(gb300)) * gb300[7] / ((1.0 + _error(gb200)) * gb200[7])
     assert model_ratio - 1.0 == pytest.approx(0.039, abs=0.005)
     assert abs(_error(gb200)) < 0.03 and _error(gb300) < -0.10
+
+
+_NVFP4_MISS = ("NVFP4 saves 17% of the FP8 step on these 8 B200 where the model saves 26%: the recipe beyond its "
+               "GEMMs is not priced (docs/validation.md 1c)")
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=_NVFP4_MISS))
+                                 if r[3] is not None else r for r in REPRO_ROWS], ids=[r[0] for r in REPRO_ROWS])
+def test_nemo_script_reproduced_on_b200_row_within_10_percent(row: tuple) -> None:
+    """NeMo's Llama 3 8B performance script on one 8-B200 node in BF16, FP8, MXFP8 and NVFP4 (REPRO_ROWS), each
+    within 10% (strict xfail where missed)."""
+    assert abs(repro_error(row)) <= 0.10
+
+
+@pytest.mark.parametrize("row", REPRO_ROWS, ids=[r[0] for r in REPRO_ROWS])
+def test_nemo_script_reproduced_on_b200_row_at_its_error(row: tuple) -> None:
+    """Each reproduction row sits within 3 points of the error docs/validation.md gives it (BF16 +0.2%, FP8 -0.1%,
+    MXFP8 +3.9%, NVFP4 +11.8%), so a change that moves one shows."""
+    documented = {"bf16": 0.002, "fp8-ds": -0.001, "mxfp8": 0.039, "nvfp4": 0.118}[row[0].rsplit("-8-", 1)[1]]
+    assert repro_error(row) == pytest.approx(documented, abs=0.03)
+
+
+def test_nvfp4_over_fp8_on_one_b200_node_is_1_2x_in_two_sources() -> None:
+    """NVFP4 over FP8 throughput on 8 B200 for Llama 3.1 8B: 1.203x in the NeMo reproduction (35,578 / 29,567) and
+    1.19-1.20x in MLPerf v5.1 (0.5389 s FP8 against 0.4488-0.4527 s NVFP4, tests/model/test_validation_mlperf.py).
+    The model gives 1.35x: its 4-bit GEMMs run 2.87x BF16 (vLLM's measured NVFP4 GEMM) and what the recipe adds
+    beyond the GEMMs and their casts is not priced."""
+    fp8 = next(r for r in REPRO_ROWS if r[0].endswith("fp8-ds"))
+    fp4 = next(r for r in REPRO_ROWS if r[0].endswith("nvfp4"))
+    assert fp4[2] / fp8[2] == pytest.approx(1.203, abs=0.005)
+    model = (1 + repro_error(fp4)) * fp4[2] / ((1 + repro_error(fp8)) * fp8[2])
+    assert model == pytest.approx(1.347, abs=0.02)
