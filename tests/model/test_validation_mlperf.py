@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
-MI350X / MI355X / GB300, 2023-2025 software, 42 rows (never used to set a constant).
+MI350X / MI355X / MI325X / GB300, 2023-2026 software, 52 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -23,6 +23,17 @@ the submission (docs/validation.md section 1c gives every source line):
   Supermicro and NVIDIA's own GB200 NVL72 (``tyche_ngpu8`` in NVFP4, ``tyche_ngpu72`` in FP8, by their configs'
   names) and GB300 NVL72 (``theia_ngpu72``, ``config_GB300_18x4x1xtp1pp1cp2_8b.sh``: CP 2, FP8) logs a block-mean
   ``train_step_time``.
+* Richardyu114/training_results_v6.0 (a fork of mlcommons/training_results_v6.0, June 2026), ``llama31_8b``, ten
+  rows: Cisco's 2 x 8 H200 SXM (``Cisco/results/2xC885A_M8-8xH200-SXM-141GB``: FP8, batch 32 x 1, the block means
+  1.18104-1.18235 s), Dell's and HPE's one-node B200 in NVFP4 (``Dell/results/1xXE9780x8B200-SXM-180GB``, printed
+  config: fp4 e2m1, recipe nvfp4, no BF16 layers, BF16 parameter gather; HPE's ``XD685-B200..._n1_25.09``, config
+  tag ``B200_1node_fp4_Nebius``), NVIDIA's GB300 ``theia_ngpu8`` and ``theia_ngpu72`` (NVFP4 by their configs'
+  names ``config_GB300_2x4x2xtp1pp1cp1_8b_fp4.sh`` and ``..._18x4x1xtp1pp1cp1_8b_fp4.sh``; the logs print no
+  config), AMD's one-node MI355X and MI350X (``AMD/results/MI*_EPYC_9575F_primus``: ``lowest_numerical_precision_
+  linear: mxfp4``, the config's ``FP4_RECIPE=mxfp4`` with ``NVTE_MXFP4_USE_HADAMARD=1``, batch 32 x 2, gradients
+  reduced in bf16 by the recipe's yaml), Cisco's 2 x 8 MI350X and MiTAC's MI350X (MXFP4, the same recipe) and
+  MiTAC's MI325X (FP8, ``FP4=false``). Not used: NVIDIA's GB200 1,024 and GB300 512 (no precision in the index),
+  the H200 NVL systems (not in the catalog), and the rows whose precision or batch was not read.
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -114,14 +125,28 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v5.1-llama31-8b-gb200-8-nvidia-nvfp4", L8, "gb200", 8, 16, 2, {}, "none", "fp32", 0.40506),
     ("v5.1-llama31-8b-gb200-72-nvidia", L8, "gb200", 72, 36, 1, {"cp": 2}, "none", "fp32", 0.16769),
     ("v5.1-llama31-8b-gb300-72-nvidia", L8, "gb300", 72, 36, 1, {"cp": 2}, "none", "fp32", 0.14616),
+    # v6.0 Llama 3.1 8B (June 2026; module docstring): NeMo block means (NVIDIA and partners), AMD Primus block
+    # wall-clock / 384 steps; precision as each log's printed config or its config's name states it
+    ("v6.0-llama31-8b-h200-16-cisco", L8, "h200", 16, 32, 1, {}, "none", "fp32", 1.1817),
+    ("v6.0-llama31-8b-b200-8-dell-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.43810),
+    ("v6.0-llama31-8b-b200-8-hpe-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.43656),
+    ("v6.0-llama31-8b-gb300-8-nvidia-nvfp4", L8, "gb300", 8, 16, 2, {}, "none", "fp32", 0.34261),
+    ("v6.0-llama31-8b-gb300-72-nvidia-nvfp4", L8, "gb300", 72, 72, 1, {}, "none", "fp32", 0.19471),
+    ("v6.0-llama31-8b-mi355x-8-amd-mxfp4", L8, "mi355x", 8, 32, 2, {}, "none", "bf16", 0.8725),
+    ("v6.0-llama31-8b-mi350x-8-amd-mxfp4", L8, "mi350x", 8, 32, 2, {}, "none", "bf16", 1.0872),
+    ("v6.0-llama31-8b-mi350x-16-cisco-mxfp4", L8, "mi350x", 16, 32, 2, {}, "none", "bf16", 0.5916),
+    ("v6.0-llama31-8b-mi350x-8-mitac-mxfp4", L8, "mi350x", 8, 32, 2, {}, "none", "bf16", 1.0907),
+    ("v6.0-llama31-8b-mi325x-8-mitac", L8, "mi325x", 8, 32, 2, {}, "none", "bf16", 2.512),
 ]
-# Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8)
-PRECISION = {r[0]: "nvfp4" for r in ROWS if r[0].endswith("-nvfp4")}
+# Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8; AMD's v6.0 recipe:
+# linear layers in MXFP4 with a Hadamard transform, `lowest_numerical_precision_linear: mxfp4`)
+PRECISION = {r[0]: r[0].rsplit("-", 1)[1] for r in ROWS if r[0].endswith(("-nvfp4", "-mxfp4"))}
 # The DP reduction's bucket where a run states it: v5.1's NeMo Llama 3.1 8B (``BUCKET_SIZE=768000000`` in its
 # ``config_common_8b.sh``; the Nebius and Oracle logs print ``ddp_bucket_size`` 768000000 in the resolved config);
 # elsewhere Megatron core's default
 BUCKET = {r[0]: 768_000_000 for r in ROWS
-          if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200", "v5.1-llama31-8b-gb300"))}
+          if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200", "v5.1-llama31-8b-gb300",
+                              "v6.0-llama31-8b-h200", "v6.0-llama31-8b-b200", "v6.0-llama31-8b-gb300"))}
 # (AMD's MI355X and MI350X implementation states no bucket: Megatron core's default.)
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
@@ -142,9 +167,14 @@ DOCUMENTED = {
     "v5.1-llama31-8b-b200-32-nebius-nvfp4": 0.149, "v5.1-llama31-8b-b200-64-oracle": 0.091,
     "v5.1-llama31-8b-b200-128-uf": 0.107, "v5.1-llama31-8b-gb200-8-nvidia-nvfp4": 0.046,
     "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": 0.031,
+    "v6.0-llama31-8b-h200-16-cisco": 0.042, "v6.0-llama31-8b-b200-8-dell-nvfp4": 0.047,
+    "v6.0-llama31-8b-b200-8-hpe-nvfp4": 0.043, "v6.0-llama31-8b-gb300-8-nvidia-nvfp4": 0.115,
+    "v6.0-llama31-8b-gb300-72-nvidia-nvfp4": 0.205, "v6.0-llama31-8b-mi355x-8-amd-mxfp4": 0.083,
+    "v6.0-llama31-8b-mi350x-8-amd-mxfp4": 0.265, "v6.0-llama31-8b-mi350x-16-cisco-mxfp4": 0.354,
+    "v6.0-llama31-8b-mi350x-8-mitac-mxfp4": 0.269, "v6.0-llama31-8b-mi325x-8-mitac": 0.089,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size (NVFP4 on two and four B200 "
-          "nodes included) (docs/validation.md 1c)")
+          "nodes included), GB300 NVFP4, the 1 kW MI350X (docs/validation.md 1c)")
 
 
 def _spec(row: tuple, recompute: str) -> TrainSpec:
@@ -187,13 +217,13 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 42 rows as docs/validation.md 1c states them, 30 within 10% (the issue's
+    """Median and max |error| over the 52 rows as docs/validation.md 1c states them, 35 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert len(errs) == 42
-    assert statistics.median(errs) == pytest.approx(0.075, abs=0.01)
-    assert max(errs) == pytest.approx(0.276, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 30
+    assert len(errs) == 52
+    assert statistics.median(errs) == pytest.approx(0.078, abs=0.01)
+    assert max(errs) == pytest.approx(0.354, abs=0.03)
+    assert sum(e <= 0.10 for e in errs) == 35
 
 
 def _row(key: str) -> tuple:
@@ -276,3 +306,16 @@ def test_the_gb300_rack_ran_13_percent_faster_than_the_gb200_rack_where_the_mode
     e200, e300 = (estimate_train(_spec(r, "none")) for r in (gb200, gb300))
     assert e200.step_time_s / e300.step_time_s - 1.0 == pytest.approx(0.028, abs=0.005)
     assert abs(mlperf_error(gb300)) < 0.05 < 0.10 < mlperf_error(gb200)
+
+
+def test_v6_0_mxfp4_mi350x_ran_25_percent_slower_than_the_mi355x_as_in_v5_1() -> None:
+    """MLPerf v6.0, AMD's MXFP4 recipe on both 8-GPU nodes: 1.0872 s a step on MI350X against 0.8725 on MI355X, 24.6%
+    slower, the gap v5.1's FP8 runs showed (23.0%) for 8% less peak; the model gives 6.7%. A second, independent
+    measurement of what the model's power and clock terms do not reach on the air-cooled 1 kW part (its MI350X draws
+    below its 1,000 W in the step, so its clock holds); the MI355X row is within 10%, the MI350X rows are not."""
+    mi350, mi355 = _row("v6.0-llama31-8b-mi350x-8-amd-mxfp4"), _row("v6.0-llama31-8b-mi355x-8-amd-mxfp4")
+    assert mi350[9] / mi355[9] - 1.0 == pytest.approx(0.246, abs=0.005)
+    e350, e355 = (estimate_train(_spec(r, "none")) for r in (mi350, mi355))
+    assert e350.step_time_s / e355.step_time_s - 1.0 == pytest.approx(0.067, abs=0.01)
+    assert e350.clock_factor == 1.0
+    assert abs(mlperf_error(mi355)) < 0.10 < mlperf_error(mi350)
