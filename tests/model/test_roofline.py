@@ -161,14 +161,16 @@ def test_a_4bit_gemm_on_b200_runs_what_vllms_benchmark_measured() -> None:
     """vLLM PR 20578 (bench_nvfp4_gemm.py on B200, Llama 3.1 8B's QKV GEMM, N=6144 K=4096 at M=16,384): CUTLASS NVFP4
     without its quantisation kernel at 3,904.3 TFLOP/s against torch BF16's 1,360.1 in the same run, 2.87x, where the
     FP4 peak is 4x BF16's (catalog fp4_matmul_factor 0.718). MXFP4 is the same MMA kind on Blackwell; the FP8 GEMM of
-    the same shape runs 1.68x (vLLM PR 19566)."""
+    the same shape runs 1.68x (vLLM PR 19566), and MXFP6, which Blackwell runs at the FP8 rate in the FP8 MMA kind
+    (PTX kind::f8f6f4), as FP8."""
     b200 = get_chip("b200")
     w16 = gemm(16384, 6144, 4096)
     ratio = {p: work_time_s(b200, w16) / work_time_s(b200, Work(w16.flops, w16.bytes_, p, "matmul", 1, w16.shape))
-             for p in ("fp8", "nvfp4", "mxfp4")}
+             for p in ("fp8", "mxfp6", "nvfp4", "mxfp4")}
     assert ratio["nvfp4"] == pytest.approx(3904.3 / 1360.1, rel=0.02)
     assert ratio["mxfp4"] == ratio["nvfp4"]
     assert ratio["fp8"] == pytest.approx(2544.7 / 1512.8, rel=0.02)
+    assert ratio["mxfp6"] == ratio["fp8"]
 
 
 @pytest.mark.parametrize(

@@ -252,7 +252,9 @@ def head_dim_factor(p: EfficiencyParams, head_dim: int, flops_per_score: int = F
     return (1.0 + r / REFERENCE_HEAD_DIM) / (1.0 + r / max(1, head_dim))
 
 
-#: Block-scaled 4-bit formats: one MMA kind on Blackwell (PTX ``tcgen05.mma.kind::mxf4nvf4``), so one factor.
+#: Formats one MMA kind runs on Blackwell (PTX ``tcgen05.mma``): FP8 and MXFP6 at the 8-bit rate (``kind::f8f6f4``),
+#: the block-scaled 4-bit formats at twice it (``kind::mxf4nvf4``); each kind one factor.
+FP8_RATE_PRECISIONS = frozenset({"fp8", "mxfp6"})
 FP4_PRECISIONS = frozenset({"nvfp4", "mxfp4"})
 
 
@@ -260,7 +262,7 @@ def _matmul_ceiling(p: EfficiencyParams, work: Work) -> float:
     """Isolated-benchmark share of the precision's peak a large GEMM reaches: FP8 and 4-bit GEMMs reach less
     of their peak than 16-bit GEMMs of theirs (the same tiles, pipeline and 16-bit epilogue at two and four
     times the MAC rate)."""
-    if work.precision == "fp8":
+    if work.precision in FP8_RATE_PRECISIONS:
         return p.matmul_peak_fraction * p.fp8_matmul_factor
     if work.precision in FP4_PRECISIONS:
         return p.matmul_peak_fraction * p.fp4_matmul_factor
