@@ -1,5 +1,5 @@
 """MLPerf Training closed-division LLM pre-training: measured step times, 8 to 11,616 GPUs, H100 / B200 / GB200 /
-MI350X / MI355X / MI325X / GB300, 2023-2026 software, 52 rows (never used to set a constant).
+MI350X / MI355X / MI325X / GB300, 2023-2026 software, 61 rows (never used to set a constant).
 
 Each row is one system's measured seconds per optimizer step, read from the MLLOG result files and the configs of
 the submission (docs/validation.md section 1c gives every source line):
@@ -32,8 +32,19 @@ the submission (docs/validation.md section 1c gives every source line):
   config), AMD's one-node MI355X and MI350X (``AMD/results/MI*_EPYC_9575F_primus``: ``lowest_numerical_precision_
   linear: mxfp4``, the config's ``FP4_RECIPE=mxfp4`` with ``NVTE_MXFP4_USE_HADAMARD=1``, batch 32 x 2, gradients
   reduced in bf16 by the recipe's yaml), Cisco's 2 x 8 MI350X and MiTAC's MI350X (MXFP4, the same recipe) and
-  MiTAC's MI325X (FP8, ``FP4=false``). Not used: NVIDIA's GB200 1,024 and GB300 512 (no precision in the index),
-  the H200 NVL systems (not in the catalog), and the rows whose precision or batch was not read.
+  MiTAC's MI325X (FP8, ``FP4=false``); a second pass, nine more: Cisco's 8 x 8 H100 (``Zeus_8xH100_SXM_80GB``,
+  batch 32 x 1; the log prints no config, and the one 8-node config stored, ``config_DGXH100_8x8x36xtp8pp8cp2.sh``,
+  sets TP 2 with FP8 and ``BUCKET_CAP_MB=125``, consistent with the log's batch), SCITIX's 8 x 8 B200
+  (``scitix.b200x8.n8``, printed config: FP8 tensorwise, CP 2, batch 32 x 1, no recompute), CoreWeave's 8 x 8 B200
+  (``CoreWeave_B200_8x8``, NVFP4 by its config's name ``config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh``, batch 64 x 1),
+  Supermicro's one-node B200 (``AS-4126GS-NBR-LCC``) and HPE's GB200 tray pair (``HPE-GB200-ngpu8_ngc25.09``), both
+  NVFP4 by their printed configs, and HPE's GB300 on 8, 16, 32 and 72 GPUs (``HPE-GB300-ngpu{8,16,32,72}_ngc26.04``,
+  printed config: NVFP4 linear layers, FP8 attention, no recompute, no BF16 layers, batch 2 a GPU, 1 on 72). Where a
+  log's block stamps run ahead of the GPU (Megatron-Bridge's ``callback_logging.py``: the CoreWeave, Supermicro and
+  HPE GB300 logs, and NVIDIA's own 72-GPU GB300 one) the row takes the rate between the block's per-interval lines
+  (1-6% above the block mean). Not used: NVIDIA's GB200 1,024 and GB300 512 (no precision in the index), the H200 NVL
+  systems (not in the catalog), the rows whose precision or batch was not read, and v6.0's Llama 3.1 405B runs
+  (below).
 
 Layouts are the configs' (``config_<system>_<nodes>x<gpus>x<minibs>x<tp>x<pp>...sh``): TP, PP, the interleaved
 stages (``INTERLEAVED_PIPELINE``; ``custom.yaml`` defaults it to 12 where a config sets none, as the v3.1 ones do:
@@ -131,12 +142,21 @@ ROWS: list[tuple[str, dict[str, Any], str, int, int, int, dict[str, int], str, s
     ("v6.0-llama31-8b-b200-8-dell-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.43810),
     ("v6.0-llama31-8b-b200-8-hpe-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.43656),
     ("v6.0-llama31-8b-gb300-8-nvidia-nvfp4", L8, "gb300", 8, 16, 2, {}, "none", "fp32", 0.34261),
-    ("v6.0-llama31-8b-gb300-72-nvidia-nvfp4", L8, "gb300", 72, 72, 1, {}, "none", "fp32", 0.19471),
+    ("v6.0-llama31-8b-gb300-72-nvidia-nvfp4", L8, "gb300", 72, 72, 1, {}, "none", "fp32", 0.199),
     ("v6.0-llama31-8b-mi355x-8-amd-mxfp4", L8, "mi355x", 8, 32, 2, {}, "none", "bf16", 0.8725),
     ("v6.0-llama31-8b-mi350x-8-amd-mxfp4", L8, "mi350x", 8, 32, 2, {}, "none", "bf16", 1.0872),
     ("v6.0-llama31-8b-mi350x-16-cisco-mxfp4", L8, "mi350x", 16, 32, 2, {}, "none", "bf16", 0.5916),
     ("v6.0-llama31-8b-mi350x-8-mitac-mxfp4", L8, "mi350x", 8, 32, 2, {}, "none", "bf16", 1.0907),
     ("v6.0-llama31-8b-mi325x-8-mitac", L8, "mi325x", 8, 32, 2, {}, "none", "bf16", 2.512),
+    ("v6.0-llama31-8b-h100-64-cisco", L8, "h100-sxm", 64, 32, 1, {"tp": 2}, "none", "fp32", 0.3497),
+    ("v6.0-llama31-8b-b200-64-scitix", L8, "b200", 64, 32, 1, {"cp": 2}, "none", "fp32", 0.1927),
+    ("v6.0-llama31-8b-b200-64-coreweave-nvfp4", L8, "b200", 64, 64, 1, {}, "none", "fp32", 0.258),
+    ("v6.0-llama31-8b-b200-8-supermicro-nvfp4", L8, "b200", 8, 16, 2, {}, "none", "fp32", 0.4324),
+    ("v6.0-llama31-8b-gb200-8-hpe-nvfp4", L8, "gb200", 8, 16, 2, {}, "none", "fp32", 0.4088),
+    ("v6.0-llama31-8b-gb300-8-hpe-nvfp4", L8, "gb300", 8, 16, 2, {}, "none", "fp32", 0.3427),
+    ("v6.0-llama31-8b-gb300-16-hpe-nvfp4", L8, "gb300", 16, 32, 2, {}, "none", "fp32", 0.3364),
+    ("v6.0-llama31-8b-gb300-32-hpe-nvfp4", L8, "gb300", 32, 64, 2, {}, "none", "fp32", 0.3360),
+    ("v6.0-llama31-8b-gb300-72-hpe-nvfp4", L8, "gb300", 72, 72, 1, {}, "none", "fp32", 0.1988),
 ]
 # Rows not in FP8 (the NVFP4 runs' resolved config: linear layers in NVFP4, attention in FP8; AMD's v6.0 recipe:
 # linear layers in MXFP4 with a Hadamard transform, `lowest_numerical_precision_linear: mxfp4`)
@@ -146,7 +166,8 @@ PRECISION = {r[0]: r[0].rsplit("-", 1)[1] for r in ROWS if r[0].endswith(("-nvfp
 # elsewhere Megatron core's default
 BUCKET = {r[0]: 768_000_000 for r in ROWS
           if r[0].startswith(("v5.1-llama31-8b-b200", "v5.1-llama31-8b-gb200", "v5.1-llama31-8b-gb300",
-                              "v6.0-llama31-8b-h200", "v6.0-llama31-8b-b200", "v6.0-llama31-8b-gb300"))}
+                              "v6.0-llama31-8b-h200", "v6.0-llama31-8b-b200", "v6.0-llama31-8b-gb200",
+                              "v6.0-llama31-8b-gb300"))}
 # (AMD's MI355X and MI350X implementation states no bucket: Megatron core's default.)
 # docs/validation.md 1c, the "error" column
 DOCUMENTED = {
@@ -169,9 +190,14 @@ DOCUMENTED = {
     "v5.1-llama31-8b-gb200-72-nvidia": 0.151, "v5.1-llama31-8b-gb300-72-nvidia": 0.031,
     "v6.0-llama31-8b-h200-16-cisco": 0.042, "v6.0-llama31-8b-b200-8-dell-nvfp4": 0.047,
     "v6.0-llama31-8b-b200-8-hpe-nvfp4": 0.043, "v6.0-llama31-8b-gb300-8-nvidia-nvfp4": 0.115,
-    "v6.0-llama31-8b-gb300-72-nvidia-nvfp4": 0.205, "v6.0-llama31-8b-mi355x-8-amd-mxfp4": 0.083,
+    "v6.0-llama31-8b-gb300-72-nvidia-nvfp4": 0.231, "v6.0-llama31-8b-mi355x-8-amd-mxfp4": 0.083,
     "v6.0-llama31-8b-mi350x-8-amd-mxfp4": 0.265, "v6.0-llama31-8b-mi350x-16-cisco-mxfp4": 0.354,
     "v6.0-llama31-8b-mi350x-8-mitac-mxfp4": 0.269, "v6.0-llama31-8b-mi325x-8-mitac": 0.089,
+    "v6.0-llama31-8b-h100-64-cisco": 0.091, "v6.0-llama31-8b-b200-64-scitix": 0.118,
+    "v6.0-llama31-8b-b200-64-coreweave-nvfp4": 0.110, "v6.0-llama31-8b-b200-8-supermicro-nvfp4": 0.033,
+    "v6.0-llama31-8b-gb200-8-hpe-nvfp4": 0.056, "v6.0-llama31-8b-gb300-8-hpe-nvfp4": 0.115,
+    "v6.0-llama31-8b-gb300-16-hpe-nvfp4": 0.099, "v6.0-llama31-8b-gb300-32-hpe-nvfp4": 0.1001,
+    "v6.0-llama31-8b-gb300-72-hpe-nvfp4": 0.230,
 }
 MISSED = ("outside 10%: the software era, too little loss with the data-parallel size (NVFP4 on two and four B200 "
           "nodes included), GB300 NVFP4, the 1 kW MI350X (docs/validation.md 1c)")
@@ -217,13 +243,13 @@ def test_mlperf_row_at_its_documented_error(row: tuple) -> None:
 
 
 def test_mlperf_family_figures() -> None:
-    """Median and max |error| over the 52 rows as docs/validation.md 1c states them, 35 within 10% (the issue's
+    """Median and max |error| over the 61 rows as docs/validation.md 1c states them, 39 within 10% (the issue's
     5% / 10% are not met by this family: it is kept as found)."""
     errs = sorted(abs(mlperf_error(r)) for r in ROWS)
-    assert len(errs) == 52
-    assert statistics.median(errs) == pytest.approx(0.078, abs=0.01)
+    assert len(errs) == 61
+    assert statistics.median(errs) == pytest.approx(0.083, abs=0.01)
     assert max(errs) == pytest.approx(0.354, abs=0.03)
-    assert sum(e <= 0.10 for e in errs) == 35
+    assert sum(e <= 0.10 for e in errs) == 39
 
 
 def _row(key: str) -> tuple:
