@@ -156,9 +156,20 @@ def _guarded_broker_class() -> Any:
     subscription filters (its ``_subscriptions`` across sessions), without the read ACL: once the admin
     subscribed to ``gigacluster/<cluster>/#``, a tenant connecting with no subscription at all received
     the broker's retained audit anchor (found by running ``mosquitto_sub`` as the tenant).
+
+    It also closes every client's stream when amqtt is done with it: amqtt 0.12.1's ``_client_connected``
+    returns without closing the stream of a client whose session it refused (wrong credentials, a bad
+    CONNECT), so each refused connection left an open socket behind until the garbage collector found it.
     """
 
     class GuardedBroker(Broker):  # type: ignore[misc]  # amqtt is untyped here
+        async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                   listener_name: str) -> None:
+            try:
+                await super().stream_connected(reader, writer, listener_name)
+            finally:
+                writer.close()
+
         async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int],
                                                              session: Any) -> None:
             topic_filter, qos = subscription
