@@ -158,8 +158,9 @@ def _guarded_broker_class() -> Any:
     the broker's retained audit anchor (found by running ``mosquitto_sub`` as the tenant).
 
     It also closes every client's stream when amqtt is done with it: amqtt 0.12.1's ``_client_connected``
-    returns without closing the stream of a client whose session it refused (wrong credentials, a bad
-    CONNECT), so each refused connection left an open socket behind until the garbage collector found it.
+    returns without closing the stream of a client whose session it could not start (a connection closed
+    before its CONNECT, as a port probe does, or one that sent no MQTT), so each left an open socket behind
+    until the garbage collector found it.
     """
 
     class GuardedBroker(Broker):  # type: ignore[misc]  # amqtt is untyped here
