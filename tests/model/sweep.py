@@ -46,6 +46,7 @@ FAMILIES: dict[str, Callable[[], dict[str, float]]] = {
     "nemo-repro": lambda: {r[0]: nemo.repro_error(r) for r in nemo.REPRO_ROWS},
     "torchtitan": lambda: {r[0]: torchtitan.error(r) for r in torchtitan.ROWS},
     "llmfoundry": lambda: {llmfoundry.row_id(r): llmfoundry.error(r) for r in llmfoundry.ROWS},
+    "llmfoundry-mb": lambda: {llmfoundry.sweep_id(r): llmfoundry.sweep_error(r) for r in llmfoundry.MICROBATCH_SWEEP},
     "neuron": lambda: {r[0]: neuron.trn1_error(r) for r in neuron.ROWS},
     "mlperf": lambda: {r[0]: mlperf.mlperf_error(r) for r in mlperf.ROWS},
 }
@@ -59,7 +60,7 @@ def summary(errors: dict[str, dict[str, float]]) -> list[str]:
     lines = []
     for name, rows in errors.items():
         a = [abs(e) for e in rows.values()]
-        lines.append(f"{name:11s} rows {len(a):3d}  median {statistics.median(a):6.1%}  max {max(a):6.1%}  "
+        lines.append(f"{name:13s} rows {len(a):3d}  median {statistics.median(a):6.1%}  max {max(a):6.1%}  "
                      f"within 10% {sum(e <= 0.10 for e in a):3d}")
     return lines
 
@@ -70,10 +71,10 @@ def compare(before: dict[str, dict[str, float]], after: dict[str, dict[str, floa
         old = before.get(name, {})
         for key, e in rows.items():
             if key not in old:
-                lines.append(f"{name:11s} {key:48s} new {e:+7.1%}")
+                lines.append(f"{name:13s} {key:48s} new {e:+7.1%}")
             elif abs(e - old[key]) > threshold or (abs(e) <= 0.10) != (abs(old[key]) <= 0.10):
                 cross = "  crossed 10%" if (abs(e) <= 0.10) != (abs(old[key]) <= 0.10) else ""
-                lines.append(f"{name:11s} {key:48s} {old[key]:+7.1%} -> {e:+7.1%}{cross}")
+                lines.append(f"{name:13s} {key:48s} {old[key]:+7.1%} -> {e:+7.1%}{cross}")
     return lines
 
 

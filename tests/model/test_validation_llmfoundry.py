@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
+from gigacluster.fabric.comm_model import FabricCommModel
 from gigacluster.model import DoesNotFitError
 from gigacluster.model.roofline import EfficiencyParams
-from gigacluster.model.step import plan_step
+from gigacluster.model.step import demand_times_s, plan_step
 from gigacluster.model.training import TrainSpec
 from gigacluster.planning import estimate_train
 
@@ -371,3 +372,120 @@ def test_flash_triton_runs_attention_at_its_own_rate() -> None:
     triton = plan_step(mpt_spec(*args)).compute
     assert [w for w in flash if w.kind == "matmul"] == [w for w in triton if w.kind == "matmul"]
     assert {w.kind for w in triton} >= {"attention_triton"} and "attention" not in {w.kind for w in triton}
+
+
+# The microbatch sweep llm-foundry ran beside the README's tables: ``scripts/train/benchmarking/larger_mb_1.md`` at
+# commit beb8dee6922c5e31d27a24a713a1315b4013185d (the runs of ``act_ckpt_optimize.sh``: Composer FSDP FULL_SHARD,
+# DEFAULT mixed precision, gradient accumulation 2, no activation checkpointing, sequence 2,048, 8 GPUs, image
+# mosaicml/pytorch:2.0.1_cu118). (chip, size, microbatch, published tokens/s per GPU, error the model gives, cause).
+# Its two further rows (3b on A100 80GB with checkpointing and activation CPU offload) are not here: the model has no
+# activation offload. Not used to set anything.
+MICROBATCH_SWEEP = [
+    ("a100-80gb", "13b", 2, 2228, -0.021, None),
+    ("a100-80gb", "13b", 1, 1867, +0.116, "microbatch"),
+    ("a100-80gb", "7b", 6, 4715, -0.106, "microbatch"),
+    ("a100-80gb", "7b", 4, 4513, -0.068, None),
+    ("a100-80gb", "7b", 2, 4044, +0.006, None),
+    ("a100-80gb", "7b", 1, 3366, +0.150, "microbatch"),
+    ("a100-40gb", "3b", 1, 7076, +0.262, "microbatch"),
+]
+SWEEP_CAUSE = ("the sweep's step is a fixed cost per microbatch plus a rate per sequence (7b: 0.212 s + 0.400 s a "
+               "sequence, residuals under 1%); the fixed cost is the whole of the microbatch's FSDP collectives "
+               "(the model's own time for them: 0.208 s), which the model hides behind compute, and the rate is 19% "
+               "above the model's: at one sequence the model is fast, at six slow")
+
+
+def sweep_spec(r: tuple) -> TrainSpec:
+    chip, size, mbs = r[:3]
+    return mpt_spec(chip, size, 2048, 8, mbs, 2, False, "D")
+
+
+def sweep_error(r: tuple) -> float:
+    """Predicted / published tokens per second per GPU - 1 for one sweep row."""
+    return estimate_train(sweep_spec(r)).tokens_per_s / 8 / r[3] - 1
+
+
+def sweep_id(r: tuple) -> str:
+    return f"mb-sweep-{r[0]}-{r[1]}-mb{r[2]}"
+
+
+def _sweep_param(r: tuple) -> Any:
+    if r[5] is None:
+        return pytest.param(r, id=sweep_id(r))
+    return pytest.param(r, id=sweep_id(r), marks=pytest.mark.xfail(strict=True, reason=SWEEP_CAUSE))
+
+
+@pytest.mark.parametrize("row", [_sweep_param(r) for r in MICROBATCH_SWEEP])
+def test_llmfoundry_microbatch_sweep_row_within_10_percent(row: tuple) -> None:
+    """Each row of llm-foundry's microbatch sweep within 10% (strict xfail where missed, ``SWEEP_CAUSE``)."""
+    assert abs(sweep_error(row)) < 0.10
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=sweep_id(r)) for r in MICROBATCH_SWEEP])
+def test_llmfoundry_microbatch_sweep_row_at_its_documented_error(row: tuple) -> None:
+    assert sweep_error(row) == pytest.approx(row[4], abs=0.03)
+
+
+def _per_microbatch_line(points: list[tuple[int, float]]) -> tuple[float, float, float]:
+    """Least-squares ``t = t0 + mbs x t1`` through (microbatch, seconds per microbatch); (t0, t1, worst residual)."""
+    n = len(points)
+    mx = sum(m for m, _ in points) / n
+    my = sum(t for _, t in points) / n
+    t1 = sum((m - mx) * (t - my) for m, t in points) / sum((m - mx) ** 2 for m, _ in points)
+    t0 = my - t1 * mx
+    return t0, t1, max(abs(t0 + t1 * m - t) / t for m, t in points)
+
+
+def _seven_b() -> list[tuple]:
+    return [r for r in MICROBATCH_SWEEP if r[1] == "7b"]
+
+
+def _model_fsdp_s_per_microbatch(r: tuple) -> float:
+    """The model's seconds of FSDP collectives (forward and backward gathers, gradient reduce-scatter) a microbatch."""
+    spec = sweep_spec(r)
+    plan = plan_step(spec)
+    times = demand_times_s(spec, plan, FabricCommModel(**spec.network.topology_kw()))
+    return sum(times[d.name] for d in plan.collectives if d.name.startswith("fsdp")) / plan.microbatches
+
+
+def test_the_published_sweep_is_a_fixed_cost_per_microbatch_plus_a_rate() -> None:
+    """Published (larger_mb_1.md): 7b's seconds per microbatch (2,048 x microbatch tokens per GPU) at microbatch 1, 2,
+    4 and 6 lie on one line within 1%, 0.212 s + 0.400 s a sequence, and the fixed 0.212 s is the model's own time for
+    the microbatch's FSDP collectives (0.208 s at NCCL's A100 cap) within 5%. 13b's two rows give 0.356 s, 0.90 of its
+    collectives' 0.396 s. Nothing else the model charges per microbatch comes near that size."""
+    pts = [(r[2], r[2] * 2048 / r[3]) for r in _seven_b()]
+    t0, t1, worst = _per_microbatch_line(pts)
+    assert worst < 0.01
+    assert t0 == pytest.approx(0.212, abs=0.005) and t1 == pytest.approx(0.400, abs=0.005)
+    assert t0 == pytest.approx(_model_fsdp_s_per_microbatch(_seven_b()[0]), rel=0.05)
+    thirteen = [(r[2], r[2] * 2048 / r[3]) for r in MICROBATCH_SWEEP if r[1] == "13b"]
+    t0_13 = _per_microbatch_line(thirteen)[0]
+    assert t0_13 / _model_fsdp_s_per_microbatch(MICROBATCH_SWEEP[0]) == pytest.approx(0.90, abs=0.02)
+
+
+def _model_line() -> tuple[float, float, float]:
+    pts = []
+    for r in _seven_b():
+        est = estimate_train(sweep_spec(r))
+        pts.append((r[2], r[2] * 2048 * 8 / est.tokens_per_s))
+    return _per_microbatch_line(pts)
+
+
+@pytest.mark.xfail(strict=True, reason=SWEEP_CAUSE)
+def test_the_model_pays_the_sweeps_fixed_cost_per_microbatch() -> None:
+    """The model's fixed cost per microbatch (its own line through the four 7b layouts) within 25% of the published
+    0.212 s: it is 0.051 s, the first gather and the last reduction that have nothing to hide behind."""
+    assert _model_line()[0] == pytest.approx(0.212, rel=0.25)
+
+
+@pytest.mark.xfail(strict=True, reason=SWEEP_CAUSE)
+def test_the_model_runs_a_sequence_at_the_sweeps_rate() -> None:
+    """The model's seconds per 2,048-token 7b sequence within 10% of the published 0.400 s: it is 0.476 s (0.58 of the
+    A100's peak on the 6N count, against the published 0.69)."""
+    assert _model_line()[1] == pytest.approx(0.400, rel=0.10)
+
+
+def test_the_models_sweep_line_is_as_documented() -> None:
+    """The figures the two strict xfails above quote, pinned, so a change to either shows."""
+    t0, t1, worst = _model_line()
+    assert t0 == pytest.approx(0.051, abs=0.005) and t1 == pytest.approx(0.476, abs=0.005) and worst < 0.01
