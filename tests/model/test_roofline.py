@@ -237,66 +237,48 @@ def test_paged_decode_on_a100_takes_at_least_the_measured_floor() -> None:
     assert work_time_s(a100, attn(256, 2.1e6)) < 2.74e-5  # prefill-shaped: no floor
 
 
-# OpenXLA's measured H100 GEMM table (openxla/xla ``xla/service/gpu/model/matmul_interpolator_data.h``, the ``sm_90``
-# entries, as vendored in tensorflow/tensorflow ``third_party/xla`` at commit 372d578bb861cc5804e56d37d93aec931a59762c):
-# BF16 FLOP/s per (m, n, k) with m = n = 4,096, the table's largest, at four depths.
-XLA_SM90_M4096_N4096 = {256: 392.162828341855e12, 1024: 677.439636593059e12, 4096: 783.328793548203e12}
-XLA_SM90_B2_M4096_N4096_K2048 = 763.011394582711e12  # the same tiles, two of them (b = 2)
+# OpenXLA's measured GEMM tables (``xla/service/gpu/model/matmul_interpolator_data.h``): BF16 FLOP/s at m = n = 4,096,
+# b = 1, by depth K. H100: the ``sm_90`` entries as vendored in tensorflow/tensorflow ``third_party/xla`` at commit
+# 372d578bb861cc5804e56d37d93aec931a59762c; B200: the ``sm_100_B200`` entries in ROCm/xla's copy, commit
+# 63ce2981d3f46d47fb25509a2d257f428f3dd275.
+XLA_M4096_N4096 = {
+    "h100-sxm": {256: 392.162828341855e12, 1024: 677.439636593059e12, 4096: 783.328793548203e12},
+    "b200": {1024: 1075.624166291009e12, 2048: 1277.788708367422e12, 4096: 1416.867213789406e12},
+}
+XLA_SM90_B2_M4096_N4096_K2048 = 763.011394582711e12  # the same H100 tiles, two of them (b = 2)
+# What the model gives for the same ratios (rate at K over rate at 4,096), pinned below.
+MODEL_DEPTH_CURVE = {"h100-sxm": {256: 0.73, 1024: 0.93}, "b200": {1024: 0.885, 2048: 0.959}}
+DEPTH_CAUSE = ("issue 15 item 3: the depth term (catalog k_overhead 32, assumed) is several times too small for "
+               "Hopper's and Blackwell's GEMMs (XLA's H100 table: k / (k + 160) on its larger problems)")
 
 
-def _h100_rate(k: int, batch: int = 1) -> float:
+def _rate(chip: str, k: int, batch: int = 1) -> float:
+    """The model's FLOP/s for a BF16 GEMM of m = n = 4,096 at depth ``k``, ``batch`` of them."""
     w = Work(2.0 * batch * 4096 * 4096 * k, 2.0 * batch * (4096 * k + k * 4096 + 4096 * 4096), "bf16", "matmul", 1,
              (4096, 4096, k, batch))
-    return w.flops / work_time_s(H100, w)
+    return w.flops / work_time_s(get_chip(chip), w)
 
 
 def test_h100_gemm_depth_above_2048_runs_as_xlas_table_measured() -> None:
     """From K 2,048 up the model's H100 rate follows the measured one: 2,048 against 4,096 within 2% (XLA: 0.974)."""
-    measured = XLA_SM90_B2_M4096_N4096_K2048 / XLA_SM90_M4096_N4096[4096]
-    assert _h100_rate(2048, batch=2) / _h100_rate(4096) == pytest.approx(measured, rel=0.02)
-
-
-DEPTH_CAUSE = ("issue 15 item 3: the depth term (catalog k_overhead 32, assumed) is several times too small for "
-               "Hopper's GEMMs (XLA's table: k / (k + 160) on its larger problems)")
+    measured = XLA_SM90_B2_M4096_N4096_K2048 / XLA_M4096_N4096["h100-sxm"][4096]
+    assert _rate("h100-sxm", 2048, batch=2) / _rate("h100-sxm", 4096) == pytest.approx(measured, rel=0.02)
 
 
 @pytest.mark.xfail(strict=True, reason=DEPTH_CAUSE)
-def test_h100_gemm_rate_falls_with_depth_as_xlas_table_measured() -> None:
-    """XLA's table: at K 1,024 an H100 GEMM runs 0.865 of its rate at 4,096, at K 256 0.50; the model gives 0.93 and
-    0.73 (its depth term k / (k + 32) and the HBM roofline). The table's larger problems (b = 2 and 4: 16-64 million
-    outputs) follow 0.823 of peak x k / (k + 160) within 2.5% from K 256 to 4,096 (docs/validation.md 3)."""
-    ref = _h100_rate(4096)
-    for k in (1024, 256):
-        assert _h100_rate(k) / ref == pytest.approx(XLA_SM90_M4096_N4096[k] / XLA_SM90_M4096_N4096[4096], rel=0.05)
+@pytest.mark.parametrize("chip", list(XLA_M4096_N4096))
+def test_gemm_rate_falls_with_depth_as_xlas_table_measured(chip: str) -> None:
+    """XLA's tables, as rates relative to K 4,096: H100 0.50 at K 256 and 0.865 at 1,024 (the model: 0.73, 0.93);
+    B200 0.759 at 1,024 and 0.902 at 2,048 (the model: 0.885, 0.959; at m = n = 4,096 a B200 runs 3.5 waves of tiles,
+    so part of its bend is the problem's size). The H100 table's larger problems (b = 2 and 4: 16-64 million outputs)
+    follow 0.823 of peak x k / (k + 160) within 2.5% from K 256 to 4,096 (docs/validation.md 3)."""
+    table = XLA_M4096_N4096[chip]
+    for k in MODEL_DEPTH_CURVE[chip]:
+        assert _rate(chip, k) / _rate(chip, 4096) == pytest.approx(table[k] / table[4096], rel=0.05)
 
 
-def test_the_models_h100_depth_curve_is_as_documented() -> None:
+@pytest.mark.parametrize("chip", list(MODEL_DEPTH_CURVE))
+def test_the_models_depth_curve_is_as_documented(chip: str) -> None:
     """The figures the strict xfail above quotes, pinned."""
-    ref = _h100_rate(4096)
-    assert _h100_rate(1024) / ref == pytest.approx(0.93, abs=0.01)
-    assert _h100_rate(256) / ref == pytest.approx(0.73, abs=0.01)
-
-
-# The same table's B200 entries (key ``sm_100_B200`` in ROCm/xla's copy of the file, commit
-# 63ce2981d3f46d47fb25509a2d257f428f3dd275): BF16 at m = n = 4,096, b = 1.
-XLA_SM100_M4096_N4096 = {1024: 1075.624166291009e12, 2048: 1277.788708367422e12, 4096: 1416.867213789406e12}
-
-
-def _b200_rate(k: int) -> float:
-    w = Work(2.0 * 4096 * 4096 * k, 2.0 * (4096 * k + k * 4096 + 4096 * 4096), "bf16", "matmul", 1, (4096, 4096, k, 1))
-    return w.flops / work_time_s(get_chip("b200"), w)
-
-
-@pytest.mark.xfail(strict=True, reason=DEPTH_CAUSE.replace("Hopper's", "Blackwell's"))
-def test_b200_gemm_rate_falls_with_depth_as_xlas_table_measured() -> None:
-    """XLA's table: at K 1,024 and 2,048 a B200 GEMM runs 0.759 and 0.902 of its rate at 4,096; the model gives 0.885
-    and 0.959 (at m = n = 4,096 a B200 runs 3.5 waves of tiles, so part of the bend is the problem's size)."""
-    ref = _b200_rate(4096)
-    for k in (1024, 2048):
-        assert _b200_rate(k) / ref == pytest.approx(XLA_SM100_M4096_N4096[k] / XLA_SM100_M4096_N4096[4096], rel=0.05)
-
-
-def test_the_models_b200_depth_curve_is_as_documented() -> None:
-    ref = _b200_rate(4096)
-    assert _b200_rate(1024) / ref == pytest.approx(0.885, abs=0.01)
-    assert _b200_rate(2048) / ref == pytest.approx(0.959, abs=0.01)
+    for k, ratio in MODEL_DEPTH_CURVE[chip].items():
+        assert _rate(chip, k) / _rate(chip, 4096) == pytest.approx(ratio, abs=0.01)
