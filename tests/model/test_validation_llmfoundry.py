@@ -428,16 +428,16 @@ def test_llmfoundry_microbatch_sweep_row_at_its_documented_error(row: tuple) -> 
 
 def _per_microbatch_line(points: list[tuple[int, float]]) -> tuple[float, float, float]:
     """Least-squares ``t = t0 + mbs x t1`` through (microbatch, seconds per microbatch); (t0, t1, worst residual)."""
-    n = len(points)
-    mx = sum(m for m, _ in points) / n
-    my = sum(t for _, t in points) / n
-    t1 = sum((m - mx) * (t - my) for m, t in points) / sum((m - mx) ** 2 for m, _ in points)
-    t0 = my - t1 * mx
+    t1, t0 = statistics.linear_regression([m for m, _ in points], [t for _, t in points])
     return t0, t1, max(abs(t0 + t1 * m - t) / t for m, t in points)
 
 
+def _sweep_rows(size: str) -> list[tuple]:
+    return [r for r in MICROBATCH_SWEEP if r[1] == size]
+
+
 def _seven_b() -> list[tuple]:
-    return [r for r in MICROBATCH_SWEEP if r[1] == "7b"]
+    return _sweep_rows("7b")
 
 
 def _model_fsdp_s_per_microbatch(r: tuple) -> float:
@@ -458,9 +458,9 @@ def test_the_published_sweep_is_a_fixed_cost_per_microbatch_plus_a_rate() -> Non
     assert worst < 0.01
     assert t0 == pytest.approx(0.212, abs=0.005) and t1 == pytest.approx(0.400, abs=0.005)
     assert t0 == pytest.approx(_model_fsdp_s_per_microbatch(_seven_b()[0]), rel=0.05)
-    thirteen = [(r[2], r[2] * 2048 / r[3]) for r in MICROBATCH_SWEEP if r[1] == "13b"]
-    t0_13 = _per_microbatch_line(thirteen)[0]
-    assert t0_13 / _model_fsdp_s_per_microbatch(MICROBATCH_SWEEP[0]) == pytest.approx(0.90, abs=0.02)
+    thirteen = _sweep_rows("13b")
+    t0_13 = _per_microbatch_line([(r[2], r[2] * 2048 / r[3]) for r in thirteen])[0]
+    assert t0_13 / _model_fsdp_s_per_microbatch(thirteen[0]) == pytest.approx(0.90, abs=0.02)
 
 
 def _model_line() -> tuple[float, float, float]:
